@@ -1,0 +1,318 @@
+"""The base class of every kind of kvframe plugin.
+
+A plugin is one class. It subclasses the base of its kind, sets ``name`` (the
+string users select it by) and ``description`` (one line for ``kvframe plugins``),
+and implements the abstract methods. Its options are the keyword-only parameters
+of its ``__init__``, with type hints and defaults::
+
+    class MyLFU(kvframe.EvictionPolicy):
+        name = "lfu"
+        description = "Least-frequently-used, ties broken by age."
+
+        def __init__(self, capacity: int, *, decay: float = 0.0) -> None:
+            super().__init__(capacity)
+            self.decay = decay
+        ...
+
+so ``--eviction lfu:decay=0.5`` constructs ``MyLFU(capacity, decay=0.5)``. The
+host validates option names and converts values to the annotated types (``int``,
+``float``, ``bool``, ``str``; an ``int`` option also accepts sizes like ``8GiB``)
+before the constructor runs. Positional parameters before the ``*`` are the
+*context* the host supplies for that kind (documented on each base) and can never
+be set from a config string.
+
+The host calls these methods directly on the object it built. Nothing here goes
+through pluggy once the engine is running: the hook specs in
+:mod:`kvframe.hookspecs` are only used to *find* the classes.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Hashable, Iterable, Mapping, Sequence, Set
+from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from kvframe.events import (
+        BlockHash,
+        KVEvent,
+        PrefixCacheEvent,
+        RequestFinished,
+        StepDecision,
+        StepSnapshot,
+    )
+    from kvframe.offload.contract import OffloadContext, OffloadManager, TransferHandler
+    from kvframe.request import Request, RequestQueue
+
+__all__ = [
+    "EvictableBlock",
+    "EvictionPolicy",
+    "OffloadSpec",
+    "PluginBase",
+    "Retention",
+    "ReuseFilter",
+    "SchedulerContext",
+    "SchedulingPolicy",
+    "Tracer",
+]
+
+
+class PluginBase(abc.ABC):
+    """What every plugin class has: a kind, a name and a one-line description."""
+
+    kind: ClassVar[str] = ""
+    """The extension point (``"scheduling"``, ``"eviction"``, ...); set by each base."""
+
+    name: ClassVar[str] = ""
+    """The name users select the plugin by. Lower case, no ``:`` or ``,``."""
+
+    description: ClassVar[str] = ""
+    """One line shown by ``kvframe plugins``."""
+
+
+# ==========================================================================
+# Scheduling policy
+# ==========================================================================
+
+
+class Retention(Protocol):
+    """A finished request whose KV blocks the core keeps on the policy's behalf."""
+
+    @property
+    def request(self) -> Request: ...
+
+    @property
+    def deadline(self) -> float:
+        """Virtual time at which the core releases the blocks by itself."""
+        ...
+
+
+class SchedulerContext(Protocol):
+    """The view of the scheduler a :class:`SchedulingPolicy` gets in ``attach``.
+
+    Read the queues; do not mutate them. The only mutation offered is
+    :meth:`release`, which gives retained blocks back to the prefix cache.
+    """
+
+    @property
+    def now(self) -> float:
+        """Virtual time of the current step."""
+        ...
+
+    @property
+    def block_size(self) -> int: ...
+
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks that an allocation could take right now (free or evictable)."""
+        ...
+
+    @property
+    def running(self) -> Sequence[Request]: ...
+
+    @property
+    def waiting(self) -> RequestQueue: ...
+
+    @property
+    def skipped_waiting(self) -> RequestQueue: ...
+
+    @property
+    def retained(self) -> Mapping[str, Retention]:
+        """Retained finished requests by request id, oldest retention first."""
+        ...
+
+    def release(self, request_id: str) -> None:
+        """Free a retained request's blocks now (they stay in the prefix cache)."""
+        ...
+
+
+class SchedulingPolicy(PluginBase):
+    """Which waiting request runs next, who is preempted, and what is retained.
+
+    The scheduler core keeps vLLM V1's mechanics (token budget, chunked prefill,
+    allocation, recompute preemption); a policy decides only the choices below.
+    Constructed with its options only; ``attach`` follows once the scheduler
+    exists. All methods run on the scheduler's hot path: keep them cheap.
+    """
+
+    kind: ClassVar[str] = "scheduling"
+
+    def attach(self, context: SchedulerContext) -> None:  # noqa: B027 - optional hook
+        """Called once, before the first step, with the scheduler's view."""
+
+    @abc.abstractmethod
+    def create_queue(self) -> RequestQueue:
+        """Return a new, empty queue; used for both ``waiting`` and ``skipped_waiting``."""
+
+    @abc.abstractmethod
+    def select_queue(self, waiting: RequestQueue, skipped_waiting: RequestQueue) -> RequestQueue:
+        """Pick the queue whose head is admitted next. At least one is non-empty."""
+
+    @abc.abstractmethod
+    def choose_victim(self, running: Sequence[Request]) -> Request:
+        """Pick the running request to preempt when an allocation fails.
+
+        ``running`` is non-empty and in scheduling order. Return one of its
+        elements; the core removes it from ``running`` and preempts it. If the
+        victim is the request being allocated for, that request is not scheduled
+        this step.
+        """
+
+    def reclaim_retained(self, num_blocks_needed: int) -> bool:
+        """An allocation failed: release retained requests instead of preempting?
+
+        Called before :meth:`choose_victim` whenever something is retained.
+        Return ``True`` if you released anything (the core retries the
+        allocation), ``False`` to go on to preemption. The default releases
+        nothing.
+        """
+        return False
+
+    def on_step_start(self, now: float) -> None:  # noqa: B027 - optional hook
+        """Called at the start of every step, after expired retentions are released."""
+
+    def on_arrival(self, request: Request) -> None:  # noqa: B027 - optional hook
+        """Called when a request is added, before it is queued."""
+
+    def on_finish(self, request: Request) -> float | None:
+        """Called when a request finishes (not when aborted).
+
+        Return a deadline (virtual time) to ask the core to keep the request's
+        KV blocks until then, or ``None`` to free them now as vLLM does.
+        """
+        return None
+
+
+# ==========================================================================
+# Eviction policy
+# ==========================================================================
+
+
+@runtime_checkable
+class EvictableBlock(Protocol):
+    """What an eviction policy may look at on the blocks it is given.
+
+    ``ref_cnt`` follows vLLM's offload convention: ``-1`` while being written,
+    ``0`` idle (the only evictable state), ``> 0`` in use.
+    """
+
+    @property
+    def ref_cnt(self) -> int: ...
+
+
+class EvictionPolicy(PluginBase):
+    """The five-operation cache policy of a KV tier (vLLM's ``CachePolicy``).
+
+    Context: ``capacity``, the number of blocks the tier holds. Keys are opaque
+    hashables (block hashes in an offload tier). The tier owns the blocks; the
+    policy only orders them.
+
+    Contract: ``evict`` never returns a protected key or a block whose
+    ``ref_cnt != 0``, and is all-or-nothing.
+    """
+
+    kind: ClassVar[str] = "eviction"
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+
+    @abc.abstractmethod
+    def get(self, key: Hashable) -> EvictableBlock | None:
+        """Return the block stored under ``key``, or ``None``. Changes no order."""
+
+    @abc.abstractmethod
+    def insert(self, key: Hashable, block: EvictableBlock) -> None:
+        """Start tracking a new block. ``key`` is not present."""
+
+    @abc.abstractmethod
+    def remove(self, key: Hashable) -> None:
+        """Stop tracking ``key`` (present)."""
+
+    @abc.abstractmethod
+    def touch(self, keys: Iterable[Hashable]) -> None:
+        """Mark keys as used, the first key as most important. Unknown keys are ignored."""
+
+    @abc.abstractmethod
+    def evict(self, n: int, protected: Set[Hashable]) -> list[tuple[Hashable, EvictableBlock]] | None:
+        """Remove and return exactly ``n`` evictable blocks, or change nothing and return None."""
+
+
+# ==========================================================================
+# Offload spec
+# ==========================================================================
+
+
+class OffloadSpec(PluginBase):
+    """A KV tier behind the connector seam: its ledger and its data mover.
+
+    Constructed with its options only (e.g. ``cpu:capacity=8GiB,eviction=arc``).
+    The host asks it for the scheduler-side manager and the worker-side handler
+    once the engine knows the model shape.
+    """
+
+    kind: ClassVar[str] = "offload"
+
+    @abc.abstractmethod
+    def create_manager(self, context: OffloadContext) -> OffloadManager:
+        """Build the scheduler-side ledger of blocks in this tier."""
+
+    @abc.abstractmethod
+    def create_transfer_handler(self, context: OffloadContext) -> TransferHandler:
+        """Build the worker-side handler that moves block bytes to and from the tier."""
+
+
+# ==========================================================================
+# Reuse filter
+# ==========================================================================
+
+
+class ReuseFilter(PluginBase):
+    """Decides which blocks are worth storing in a tier.
+
+    It sees every lookup (to learn what recurs) and filters every store.
+    """
+
+    kind: ClassVar[str] = "reuse_filter"
+
+    @abc.abstractmethod
+    def on_lookup(self, block_hashes: Sequence[BlockHash]) -> None:
+        """A request looked these hashes up in the tier (hit or miss)."""
+
+    @abc.abstractmethod
+    def filter_store(self, block_hashes: Sequence[BlockHash]) -> list[BlockHash]:
+        """Return the subset of ``block_hashes`` to store, in their order."""
+
+
+# ==========================================================================
+# Tracer
+# ==========================================================================
+
+
+class Tracer(PluginBase):
+    """Receives the engine's trace records. Every method is optional.
+
+    A selected tracer is registered for the broadcast tracing hooks, so every
+    active tracer sees every record. Records are immutable: keep them, never
+    modify them. A tracer must not call back into the engine.
+    """
+
+    kind: ClassVar[str] = "tracer"
+
+    def on_step_snapshot(self, snapshot: StepSnapshot) -> None:  # noqa: B027
+        """State at the start of a step."""
+
+    def on_prefix_cache(self, event: PrefixCacheEvent) -> None:  # noqa: B027
+        """A request's prefix-cache hits at its first admission."""
+
+    def on_step_decision(self, decision: StepDecision) -> None:  # noqa: B027
+        """What the scheduler decided this step."""
+
+    def on_kv_events(self, step: int, now: float, events: Sequence[KVEvent]) -> None:  # noqa: B027
+        """Blocks stored in or removed from a tier during the step."""
+
+    def on_request_finished(self, record: RequestFinished) -> None:  # noqa: B027
+        """A request left the engine."""
+
+    def close(self) -> None:  # noqa: B027
+        """The run ended (also after an interruption): flush and release resources."""
+

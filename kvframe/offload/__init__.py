@@ -1,0 +1,1 @@
+"""The connector seam between the scheduler and offload tiers."""
