@@ -57,7 +57,7 @@ __all__ = [
 ]
 
 
-class PluginBase(abc.ABC):
+class PluginBase(abc.ABC):  # noqa: B024 - the kinds below add the abstract methods
     """What every plugin class has: a kind, a name and a one-line description."""
 
     kind: ClassVar[str] = ""
@@ -137,7 +137,7 @@ class SchedulingPolicy(PluginBase):
 
     kind: ClassVar[str] = "scheduling"
 
-    def attach(self, context: SchedulerContext) -> None:  # noqa: B027 - optional hook
+    def attach(self, context: SchedulerContext) -> None:
         """Called once, before the first step, with the scheduler's view."""
 
     @abc.abstractmethod
@@ -168,10 +168,10 @@ class SchedulingPolicy(PluginBase):
         """
         return False
 
-    def on_step_start(self, now: float) -> None:  # noqa: B027 - optional hook
+    def on_step_start(self, now: float) -> None:
         """Called at the start of every step, after expired retentions are released."""
 
-    def on_arrival(self, request: Request) -> None:  # noqa: B027 - optional hook
+    def on_arrival(self, request: Request) -> None:
         """Called when a request is added, before it is queued."""
 
     def on_finish(self, request: Request) -> float | None:
@@ -233,7 +233,9 @@ class EvictionPolicy(PluginBase):
         """Mark keys as used, the first key as most important. Unknown keys are ignored."""
 
     @abc.abstractmethod
-    def evict(self, n: int, protected: Set[Hashable]) -> list[tuple[Hashable, EvictableBlock]] | None:
+    def evict(
+        self, n: int, protected: Set[Hashable]
+    ) -> list[tuple[Hashable, EvictableBlock]] | None:
         """Remove and return exactly ``n`` evictable blocks, or change nothing and return None."""
 
 
@@ -298,21 +300,20 @@ class Tracer(PluginBase):
 
     kind: ClassVar[str] = "tracer"
 
-    def on_step_snapshot(self, snapshot: StepSnapshot) -> None:  # noqa: B027
+    def on_step_snapshot(self, snapshot: StepSnapshot) -> None:
         """State at the start of a step."""
 
-    def on_prefix_cache(self, event: PrefixCacheEvent) -> None:  # noqa: B027
+    def on_prefix_cache(self, event: PrefixCacheEvent) -> None:
         """A request's prefix-cache hits at its first admission."""
 
-    def on_step_decision(self, decision: StepDecision) -> None:  # noqa: B027
+    def on_step_decision(self, decision: StepDecision) -> None:
         """What the scheduler decided this step."""
 
-    def on_kv_events(self, step: int, now: float, events: Sequence[KVEvent]) -> None:  # noqa: B027
+    def on_kv_events(self, step: int, now: float, events: Sequence[KVEvent]) -> None:
         """Blocks stored in or removed from a tier during the step."""
 
-    def on_request_finished(self, record: RequestFinished) -> None:  # noqa: B027
+    def on_request_finished(self, record: RequestFinished) -> None:
         """A request left the engine."""
 
-    def close(self) -> None:  # noqa: B027
+    def close(self) -> None:
         """The run ended (also after an interruption): flush and release resources."""
-

@@ -1,0 +1,51 @@
+"""``import kvframe`` stays light: no torch, no entry-point scan, no plugin host.
+
+Each check runs in a fresh interpreter, because this one has imported everything.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+HEAVY = ["torch", "numpy", "importlib_metadata", "importlib.metadata", "tomllib"]
+
+
+def modules_after(code: str) -> set[str]:
+    """The names in ``sys.modules`` after running ``code`` in a fresh interpreter."""
+    script = textwrap.dedent(code) + "\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))\n"
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
+    return set(json.loads(done.stdout.splitlines()[-1]))
+
+
+def test_import_kvframe_loads_no_torch_no_entry_points_and_no_plugin_host() -> None:
+    loaded = modules_after("import kvframe")
+    assert "kvframe" in loaded
+    assert loaded.isdisjoint(HEAVY), loaded & set(HEAVY)
+    assert "kvframe.plugins" not in loaded
+    assert "kvframe.config" not in loaded
+
+
+def test_building_a_registry_does_not_scan_until_asked() -> None:
+    loaded = modules_after(
+        """
+        import kvframe
+        registry = kvframe.PluginRegistry()
+        """
+    )
+    assert "kvframe.plugins" in loaded
+    assert loaded.isdisjoint(HEAVY), loaded & set(HEAVY)
+
+
+def test_asking_the_registry_scans_entry_points() -> None:
+    loaded = modules_after(
+        """
+        import kvframe
+        kvframe.get_registry().names("eviction")
+        """
+    )
+    assert "importlib_metadata" in loaded
