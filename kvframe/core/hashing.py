@@ -1,0 +1,228 @@
+"""Chained block hashes for prefix caching.
+
+The hash of block ``i`` of a token sequence covers block ``i``'s tokens *and* the
+hash of block ``i - 1``, so equal hashes mean equal prefixes, not just equal
+blocks: a prefix-cache lookup can stop at the first miss. The first block's
+parent is a *root* hash derived from a seed, so two deployments that must not
+share cache entries can use different seeds.
+
+Encoding. The hashed message of one block is::
+
+    parent (16 bytes) | token count (uint32 LE) | tokens (uint32 LE each) | extra keys
+
+The count makes the token section self-delimiting, and every extra key is
+written with a type tag and a length (see :func:`encode_extra_keys`), so two
+different ``(parent, tokens, extra_keys)`` triples never produce the same
+message. No ``hash()`` (salted per process) and no pickle (version dependent)
+are involved, so hashes are identical across processes, runs and Python
+versions. Token ids must lie in ``[0, 2**32)`` (every real vocabulary does);
+anything else raises ``OverflowError`` rather than hashing ambiguously.
+
+Hash function: BLAKE2b with a 16-byte digest (``hashlib.blake2b``,
+``digest_size=16``). 128 bits keep the collision probability below 2**-48 even
+for 2**40 cached blocks, and BLAKE2b is the fastest collision-resistant
+function in the standard library here. Measured on the development machine
+(Python 3.11.7, 2 shared cores; best of 40 interleaved rounds), hashing a
+32,768-token prompt in 16-token blocks -- 2,048 chained hashes, the prompt's
+token encoding done once::
+
+    variant                                  ms/prompt  us/block  relative
+    blake2b, 16-byte digest (chosen)              1.52      0.74      1.00
+    blake2b, 32-byte digest                       1.56      0.76      1.02
+    blake2s, 16-byte digest                       1.75      0.86      1.15
+    sha256                                        1.96      0.96      1.29
+    sha1 (not collision resistant)                1.90      0.93      1.25
+    md5 (not collision resistant)                 2.00      0.97      1.31
+    hmac-sha256 keyed by the parent               9.85      4.81      6.48
+    sha256 over pickle (vLLM's default)           2.98      1.46      1.96
+    the loop without any hashing                  0.82      0.40      0.54
+    builtin hash(tuple) (salted per process)      0.65      0.32      0.42
+
+A 16-byte digest also keeps the hash-index keys small.
+About half of the per-block cost is the Python loop itself, so a faster digest
+would buy little. ``benchmarks/core_ops.py`` re-measures the chosen path.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from array import array
+from collections.abc import Callable, Sequence
+from hashlib import blake2b
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kvframe.events import BlockHash
+    from kvframe.request import Request
+
+__all__ = [
+    "DIGEST_SIZE",
+    "ExtraKeysFn",
+    "cache_salt_extra_keys",
+    "encode_extra_keys",
+    "hash_block_tokens",
+    "make_block_hasher",
+    "root_hash",
+]
+
+DIGEST_SIZE = 16
+"""Bytes in a block hash."""
+
+ExtraKeysFn = Callable[["Request", int, int], "tuple[Any, ...] | None"]
+"""``f(request, start_token, end_token)`` -> extra keys of that block, or ``None``."""
+
+# array typecode for 4-byte unsigned ints, and whether its bytes must be
+# swapped to little-endian; decided once, so hashes agree across platforms.
+_U32 = "I" if array("I").itemsize == 4 else "L"
+assert array(_U32).itemsize == 4, "no 4-byte unsigned array typecode on this platform"
+_SWAP = sys.byteorder != "little"
+_COUNT = struct.Struct("<I")
+
+
+def root_hash(seed: int = 0) -> BlockHash:
+    """The parent hash of every sequence's first block, for a given seed."""
+    message = b"kvframe/root/v1" + seed.to_bytes(16, "little", signed=True)
+    return blake2b(message, digest_size=DIGEST_SIZE).digest()
+
+
+_DEFAULT_ROOT = root_hash(0)
+
+
+def _token_bytes(tokens: Sequence[int]) -> bytes:
+    packed = array(_U32, tokens)
+    if _SWAP:
+        packed.byteswap()
+    return packed.tobytes()
+
+
+# ------------------------------------------------------------------ extra keys
+
+
+def _encode_key(key: Any, out: list[bytes]) -> None:
+    # One tag byte per type, then a length where the value is variable-sized.
+    if isinstance(key, str):
+        data = key.encode("utf-8")
+        out.append(b"s" + _COUNT.pack(len(data)) + data)
+    elif isinstance(key, bytes | bytearray | memoryview):
+        data = bytes(key)
+        out.append(b"b" + _COUNT.pack(len(data)) + data)
+    elif isinstance(key, bool):  # before int: bool is an int subclass
+        out.append(b"T" if key else b"F")
+    elif isinstance(key, int):
+        length = (key.bit_length() + 8) // 8  # room for the sign bit
+        out.append(b"i" + _COUNT.pack(length) + key.to_bytes(length, "little", signed=True))
+    elif isinstance(key, float):
+        out.append(b"f" + struct.pack("<d", key))
+    elif key is None:
+        out.append(b"n")
+    elif isinstance(key, tuple | list):
+        out.append(b"t" + _COUNT.pack(len(key)))
+        for item in key:
+            _encode_key(item, out)
+    else:
+        raise TypeError(f"cannot hash extra key of type {type(key).__name__}: {key!r}")
+
+
+def encode_extra_keys(extra_keys: tuple[Any, ...]) -> bytes:
+    """Serialise extra keys unambiguously.
+
+    Supported key types: ``str``, ``bytes``, ``int``, ``bool``, ``float``,
+    ``None`` and tuples/lists of those (nested). Each key carries a type tag
+    and, where needed, a length, so concatenations cannot collide.
+    """
+    out: list[bytes] = [_COUNT.pack(len(extra_keys))]
+    for key in extra_keys:
+        _encode_key(key, out)
+    return b"".join(out)
+
+
+def cache_salt_extra_keys(request: Request, start: int, end: int) -> tuple[Any, ...] | None:
+    """The default extra keys: the request's ``cache_salt``, on its first block only.
+
+    Salting the first block is enough: every later hash chains through it.
+    """
+    if start == 0 and request.cache_salt:
+        return (request.cache_salt,)
+    return None
+
+
+# ------------------------------------------------------------------- hashing
+
+
+def hash_block_tokens(
+    parent: BlockHash | None,
+    tokens: Sequence[int],
+    extra_keys: tuple[Any, ...] | None = None,
+) -> BlockHash:
+    """Hash one block given its parent's hash.
+
+    ``parent`` is ``None`` for a first block; it then chains to
+    ``root_hash(0)``. (Block hashers built with another seed pass their root
+    explicitly.) Empty ``extra_keys`` are the same as ``None``.
+    """
+    if parent is None:
+        parent = _DEFAULT_ROOT
+    message = parent + _COUNT.pack(len(tokens)) + _token_bytes(tokens)
+    if extra_keys:
+        message += encode_extra_keys(extra_keys)
+    return blake2b(message, digest_size=DIGEST_SIZE).digest()
+
+
+def make_block_hasher(
+    block_size: int,
+    seed: int = 0,
+    extra_keys_fn: ExtraKeysFn | None = cache_salt_extra_keys,
+) -> Callable[[Request], list[BlockHash]]:
+    """Build the function a :class:`~kvframe.request.Request` uses to hash its blocks.
+
+    The returned ``hasher(request)`` hashes the request's full blocks that are
+    not hashed yet (from ``len(request.block_hashes)`` on) and returns only
+    those new hashes; the request appends them. Its results are identical to
+    calling :func:`hash_block_tokens` block by block with ``root_hash(seed)`` as
+    the first parent.
+
+    ``extra_keys_fn`` decides each block's extra keys (default: the cache salt
+    on the first block). Pass another function to key blocks on more request
+    state (an adapter name, multimodal inputs, ...), or ``None`` for none.
+    With the default, requests without a salt take a fast path that never
+    calls it.
+    """
+    if block_size <= 0:
+        raise ValueError(f"block_size must be positive, got {block_size}")
+    root = root_hash(seed)
+    header = _COUNT.pack(block_size)
+    step = 4 * block_size
+    salt_only = extra_keys_fn is cache_salt_extra_keys
+
+    def hasher(request: Request) -> list[BlockHash]:
+        hashes = request.block_hashes
+        start = len(hashes) * block_size
+        end = (len(request.all_token_ids) // block_size) * block_size
+        if start >= end:
+            return []
+        data = _token_bytes(request.all_token_ids[start:end])
+        parent = hashes[-1] if hashes else root
+        new_hashes: list[BlockHash] = []
+        append = new_hashes.append
+        if extra_keys_fn is None or (salt_only and not (start == 0 and request.cache_salt)):
+            # Fast path: no block of this range has extra keys.
+            for offset in range(0, end - start, block_size):
+                byte_offset = offset * 4
+                parent = blake2b(
+                    parent + header + data[byte_offset : byte_offset + step],
+                    digest_size=DIGEST_SIZE,
+                ).digest()
+                append(parent)
+            return new_hashes
+        for offset in range(0, end - start, block_size):
+            byte_offset = offset * 4
+            message = parent + header + data[byte_offset : byte_offset + step]
+            extra = extra_keys_fn(request, start + offset, start + offset + block_size)
+            if extra:
+                message += encode_extra_keys(extra)
+            parent = blake2b(message, digest_size=DIGEST_SIZE).digest()
+            append(parent)
+        return new_hashes
+
+    return hasher

@@ -1,0 +1,385 @@
+"""The KV cache manager: block tables, prefix-cache lookups and slot allocation.
+
+One manager serves one KV cache group of full-attention layers (every layer
+keeps the KV of every token), which is what decoder-only models without
+sliding-window or state-space layers have. vLLM's hybrid allocator (several
+groups, sliding windows, Mamba) is deliberately not modelled: for a single
+full-attention group vLLM's coordinator and single-type manager reduce to
+exactly the arithmetic below, and block counts agree with vLLM 0.19.1.
+
+Per request the manager keeps the block table (``req_to_blocks``) and how many
+of its leading blocks are already cached (``num_cached_block``). The block
+table of a request covers ``cdiv(tokens that need a slot, block_size)`` blocks
+and only ever grows until :meth:`free`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import attrs
+
+from kvframe.core.block_pool import BlockPool, KVCacheBlock
+
+if TYPE_CHECKING:
+    from kvframe.bases import EvictionPolicy
+    from kvframe.events import KVEvent
+    from kvframe.request import Request
+
+__all__ = ["KVCacheManager", "PrefixCacheStats"]
+
+
+@attrs.define(slots=True)
+class PrefixCacheStats:
+    """Prefix-cache counters since the last :meth:`KVCacheManager.make_prefix_cache_stats`.
+
+    As in vLLM, a lookup for a request that was preempted before (it is being
+    resumed) is counted apart, under ``preempted_*``: its hits are mostly its
+    own blocks coming back, which would flatter the hit rate.
+    """
+
+    requests: int = 0
+    """Lookups for requests never preempted."""
+    queries: int = 0
+    """Tokens looked up for those requests (their ``num_tokens``)."""
+    hits: int = 0
+    """Tokens found in the prefix cache for those requests."""
+    preempted_requests: int = 0
+    preempted_queries: int = 0
+    preempted_hits: int = 0
+    reset: bool = False
+    """Whether the prefix cache was reset in this interval."""
+
+    def record(self, num_tokens: int, num_hits: int, preempted: bool) -> None:
+        if preempted:
+            self.preempted_requests += 1
+            self.preempted_queries += num_tokens
+            self.preempted_hits += num_hits
+        else:
+            self.requests += 1
+            self.queries += num_tokens
+            self.hits += num_hits
+
+    @property
+    def hit_rate(self) -> float:
+        """``hits / queries`` over never-preempted requests (0.0 when nothing was queried)."""
+        return self.hits / self.queries if self.queries else 0.0
+
+
+class KVCacheManager:
+    """Allocates KV slots for requests on top of a :class:`BlockPool`.
+
+    Args:
+        num_gpu_blocks: blocks in the device cache (block 0 is the null block).
+        block_size: tokens per block; requests must be hashed with the same
+            size (:func:`kvframe.core.hashing.make_block_hasher`).
+        max_model_len: no request ever gets slots beyond this many tokens.
+        enable_caching: prefix caching on or off.
+        enable_kv_cache_events: record KV events for :meth:`take_events`.
+        eviction_policy: ``None`` for vLLM's LRU, or an
+            :class:`~kvframe.bases.EvictionPolicy` ordering the cached blocks
+            (see :class:`~kvframe.core.block_pool.PolicyOrderedBlockPool`).
+        use_eagle: an EAGLE-style drafter needs the hidden states of the last
+            cached block, so a prefix hit gives up its last block (vLLM's
+            ``use_eagle``).
+
+    Invariants (per request with an entry):
+
+    * ``req_to_blocks[r]`` holds ``cdiv(slots allocated, block_size)`` blocks,
+      each with one reference from this table;
+    * the first ``num_cached_block[r]`` blocks are cached (have their
+      request's hash) and the rest are not cached *by this request*;
+    * a request absent from ``num_cached_block`` has never had a prefix hit,
+      an external load or a cached block.
+    """
+
+    def __init__(
+        self,
+        num_gpu_blocks: int,
+        block_size: int,
+        max_model_len: int,
+        enable_caching: bool = True,
+        enable_kv_cache_events: bool = False,
+        eviction_policy: EvictionPolicy | None = None,
+        *,
+        use_eagle: bool = False,
+    ) -> None:
+        if block_size <= 0:
+            raise ValueError(f"block_size must be positive, got {block_size}")
+        self.block_size = block_size
+        self.max_model_len = max_model_len
+        self.enable_caching = enable_caching
+        self.use_eagle = use_eagle
+        self.block_pool = BlockPool(
+            num_gpu_blocks,
+            enable_caching=enable_caching,
+            enable_kv_cache_events=enable_kv_cache_events,
+            eviction_policy=eviction_policy,
+        )
+        self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
+        self.num_cached_block: dict[str, int] = {}
+        self.prefix_cache_stats = PrefixCacheStats()
+
+    # ----------------------------------------------------------------- state
+
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks an allocation could take now (free, including evictable cached ones)."""
+        return self.block_pool.get_num_free_blocks()
+
+    @property
+    def num_cached_blocks(self) -> int:
+        """Blocks findable by hash now (free or in use)."""
+        return self.block_pool.num_cached_blocks
+
+    @property
+    def usage(self) -> float:
+        """Fraction of usable blocks in use (0.0 .. 1.0)."""
+        return self.block_pool.get_usage()
+
+    def make_prefix_cache_stats(self) -> PrefixCacheStats:
+        """Return the counters gathered since the last call and start new ones."""
+        stats = self.prefix_cache_stats
+        self.prefix_cache_stats = PrefixCacheStats()
+        return stats
+
+    def take_events(self) -> list[KVEvent]:
+        """KV events since the last call (``[]`` unless events are enabled)."""
+        return self.block_pool.take_events()
+
+    def get_blocks(self, request_id: str) -> list[KVCacheBlock]:
+        """The request's block table (empty if it has none). Do not mutate it."""
+        return self.req_to_blocks.get(request_id) or []
+
+    def get_block_ids(self, request_id: str) -> list[int]:
+        return [block.block_id for block in self.req_to_blocks.get(request_id, ())]
+
+    def get_num_common_prefix_blocks(self, request_id: str) -> int:
+        """Leading blocks of ``request_id`` shared by every request holding blocks."""
+        num_requests = len(self.req_to_blocks)
+        count = 0
+        for block in self.req_to_blocks.get(request_id, ()):
+            if block.ref_cnt != num_requests:
+                break
+            count += 1
+        return count
+
+    # ---------------------------------------------------------------- lookup
+
+    def get_computed_blocks(self, request: Request) -> tuple[list[KVCacheBlock], int]:
+        """The longest cached prefix of the request: its blocks and token count.
+
+        Walks ``request.block_hashes`` and stops at the first miss (hashes
+        chain, so nothing after a miss can hit). At most ``num_tokens - 1``
+        tokens may hit, rounded down to whole blocks: the last prompt token
+        must be computed to produce logits, so a fully cached prompt still
+        recomputes its whole last block. Returns ``([], 0)`` without counting
+        a lookup when caching is off or the request skips prefix-cache reads.
+        """
+        if not self.enable_caching or request.skip_reading_prefix_cache:
+            return [], 0
+        num_tokens = request.num_tokens
+        hit_blocks = self.block_pool.get_cached_prefix(
+            request.block_hashes, (num_tokens - 1) // self.block_size
+        )
+        if self.use_eagle and hit_blocks:
+            hit_blocks.pop()
+        num_hit_tokens = len(hit_blocks) * self.block_size
+        self.prefix_cache_stats.record(num_tokens, num_hit_tokens, request.num_preemptions > 0)
+        return hit_blocks, num_hit_tokens
+
+    # ------------------------------------------------------------ allocation
+
+    def _num_blocks_to_allocate(
+        self,
+        request_id: str,
+        num_tokens: int,
+        new_computed_blocks: Sequence[KVCacheBlock],
+    ) -> int:
+        """Free blocks an allocation of ``num_tokens`` slots would consume.
+
+        New blocks beyond what the table and the prefix hits cover, plus every
+        hit block that is currently free: touching it takes it out of the
+        free pool just like allocating a fresh block would.
+        """
+        num_required = -(-num_tokens // self.block_size)
+        num_table_blocks = len(self.req_to_blocks.get(request_id, ()))
+        if request_id in self.num_cached_block:
+            # A request already admitted never gets new prefix hits.
+            assert not new_computed_blocks
+            return max(num_required - num_table_blocks, 0)
+        num_new = max(num_required - num_table_blocks - len(new_computed_blocks), 0)
+        num_evictable = 0
+        for block in new_computed_blocks:
+            if block.ref_cnt == 0 and not block.is_null:
+                num_evictable += 1
+        return num_new + num_evictable
+
+    def can_fit_full_sequence(
+        self,
+        request: Request,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: Sequence[KVCacheBlock] = (),
+        num_external_computed_tokens: int = 0,
+        *,
+        include_max_tokens: bool = False,
+    ) -> bool:
+        """Could the request's whole sequence get slots right now?
+
+        An admission gate for chunked prefill, which otherwise only checks the
+        first chunk. As in vLLM 0.19.1 the "whole sequence" is the request's
+        current tokens (``num_tokens``, capped at ``max_model_len``); with
+        ``include_max_tokens=True`` it is the prompt plus ``max_tokens`` (the
+        most the request can ever hold), also capped.
+        """
+        if include_max_tokens:
+            full_num_tokens = min(
+                request.num_prompt_tokens + request.max_tokens, self.max_model_len
+            )
+        else:
+            full_num_tokens = min(request.num_tokens, self.max_model_len)
+        needed = self._num_blocks_to_allocate(
+            request.request_id, full_num_tokens, new_computed_blocks
+        )
+        return needed <= self.block_pool.get_num_free_blocks()
+
+    def allocate_slots(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: Sequence[KVCacheBlock] = (),
+        num_lookahead_tokens: int = 0,
+        num_external_computed_tokens: int = 0,
+        delay_cache_blocks: bool = False,
+    ) -> list[KVCacheBlock] | None:
+        """Give the request slots for ``num_new_tokens`` more tokens.
+
+        Token layout of the request after this call::
+
+            | computed | new computed | external computed | new | lookahead |
+            |<- request.num_computed_tokens
+                       |<- prefix hits (new_computed_blocks), already cached
+                                      |<- supplied by a connector
+                                                          |<- computed this step
+                                                                |<- draft slots
+
+        ``new`` may include unverified draft tokens. Everything from *new
+        computed* on that has no block yet gets one.
+
+        Phases:
+
+        1. count the blocks needed: new blocks for the slots the table and
+           the hits do not cover, plus hit blocks that are currently free
+           (touching them removes them from the free pool);
+        2. if fewer blocks are free, return ``None`` and change nothing;
+        3. touch the hits and append them to the table, allocate blocks for
+           the external tokens and the new ones, then cache every block that
+           is now full, up to ``min(computed + new, request.num_tokens)``
+           tokens -- draft tokens beyond ``num_tokens`` are never cached.
+           With ``delay_cache_blocks`` (an asynchronous load will fill the
+           external blocks later) nothing is cached now; call
+           :meth:`cache_blocks` when the load completes.
+
+        Returns the newly allocated blocks for the new and lookahead tokens
+        (not the hits, not the external-token blocks), possibly ``[]``, or
+        ``None`` when there is not enough room.
+        """
+        if num_new_tokens == 0 and num_external_computed_tokens == 0:
+            raise ValueError("num_new_tokens must be positive when no tokens are loaded externally")
+        request_id = request.request_id
+        block_size = self.block_size
+        num_local_computed = request.num_computed_tokens + num_new_computed_tokens
+        total_computed = min(num_local_computed + num_external_computed_tokens, self.max_model_len)
+        num_tokens_need_slot = min(
+            total_computed + num_new_tokens + num_lookahead_tokens, self.max_model_len
+        )
+
+        pool = self.block_pool
+        if (
+            self._num_blocks_to_allocate(request_id, num_tokens_need_slot, new_computed_blocks)
+            > pool.get_num_free_blocks()
+        ):
+            return None
+
+        req_blocks = self.req_to_blocks.get(request_id)
+        if req_blocks is None:
+            req_blocks = self.req_to_blocks[request_id] = []
+
+        if (new_computed_blocks or num_external_computed_tokens > 0) and (
+            request_id not in self.num_cached_block
+        ):
+            # First allocation of a request with hits or external tokens.
+            assert not req_blocks, "a request with blocks cannot get new prefix hits"
+            if self.enable_caching:
+                pool.touch(new_computed_blocks)
+            else:
+                assert not new_computed_blocks, "prefix hits while caching is disabled"
+            req_blocks.extend(new_computed_blocks)
+            self.num_cached_block[request_id] = len(req_blocks)
+            if num_external_computed_tokens > 0:
+                num_total_computed = num_local_computed + num_external_computed_tokens
+                num_external_blocks = -(-num_total_computed // block_size) - len(req_blocks)
+                req_blocks.extend(pool.get_new_blocks(num_external_blocks))
+
+        num_new_blocks = -(-num_tokens_need_slot // block_size) - len(req_blocks)
+        if num_new_blocks > 0:
+            new_blocks = pool.get_new_blocks(num_new_blocks)
+            req_blocks.extend(new_blocks)
+        else:
+            new_blocks = []
+
+        if self.enable_caching and not delay_cache_blocks:
+            self._cache_blocks(
+                request, req_blocks, min(total_computed + num_new_tokens, request.num_tokens)
+            )
+        return new_blocks
+
+    def _cache_blocks(
+        self, request: Request, req_blocks: list[KVCacheBlock], num_tokens: int
+    ) -> None:
+        request_id = request.request_id
+        num_cached = self.num_cached_block.get(request_id, 0)
+        num_full = num_tokens // self.block_size
+        if num_cached >= num_full:
+            return
+        self.block_pool.cache_full_blocks(
+            request, req_blocks, num_cached, num_full, self.block_size
+        )
+        self.num_cached_block[request_id] = num_full
+
+    def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
+        """Cache the request's blocks that are full within ``num_computed_tokens``.
+
+        For delayed caching: after an asynchronous load filled the blocks
+        allocated with ``delay_cache_blocks=True``. No-op without caching.
+        """
+        if self.enable_caching:
+            self._cache_blocks(
+                request, self.req_to_blocks.get(request.request_id, []), num_computed_tokens
+            )
+
+    def free(self, request: Request) -> None:
+        """Release the request's blocks (finished, aborted or preempted).
+
+        Blocks are freed tail first, so the tail lands ahead of the head in
+        the free queue and is evicted first: tail blocks are the least likely
+        to be shared, because their hash depends on the whole prefix.
+        Freeing a request that holds nothing is a no-op.
+        """
+        blocks = self.req_to_blocks.pop(request.request_id, None)
+        self.num_cached_block.pop(request.request_id, None)
+        if blocks:
+            self.block_pool.free_blocks(reversed(blocks))
+
+    def evict_blocks(self, block_ids: Sequence[int]) -> None:
+        """Drop the given blocks from the prefix cache (e.g. a failed KV load)."""
+        self.block_pool.evict_blocks(block_ids)
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget all cached hashes; ``False`` (no change) while blocks are in use."""
+        if not self.block_pool.reset_prefix_cache():
+            return False
+        self.prefix_cache_stats.reset = True
+        return True

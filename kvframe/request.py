@@ -1,0 +1,304 @@
+"""Requests as the scheduler and the KV cache manager see them.
+
+A :class:`Request` carries a prompt, the tokens generated so far and the
+bookkeeping the core needs (status, computed tokens, block hashes). It is the
+hottest object in the engine: thousands live at once and the scheduler reads a
+handful of attributes per request per step, so it is a plain class with
+``__slots__`` rather than an attrs class, and the counters are plain attributes.
+
+The waiting-queue order is a policy decision, so this module only states the
+queue :class:`RequestQueue` protocol; the FCFS and priority queues live in their
+plugins.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from kvframe.events import BlockHash
+
+__all__ = ["Request", "RequestQueue", "RequestStatus"]
+
+
+class RequestStatus(enum.IntEnum):
+    """Where a request is in its life.
+
+    The values are ordered: every status after :attr:`PREEMPTED` is a finished
+    one, so "is finished" is one integer comparison.
+    """
+
+    WAITING = enum.auto()
+    WAITING_FOR_REMOTE_KVS = enum.auto()
+    RUNNING = enum.auto()
+    PREEMPTED = enum.auto()
+    # Everything below this line is finished.
+    FINISHED_STOPPED = enum.auto()
+    FINISHED_LENGTH_CAPPED = enum.auto()
+    FINISHED_ABORTED = enum.auto()
+    FINISHED_IGNORED = enum.auto()
+
+    def __str__(self) -> str:
+        return self.name
+
+    @staticmethod
+    def is_finished(status: RequestStatus) -> bool:
+        """True for the ``FINISHED_*`` statuses."""
+        return status > RequestStatus.PREEMPTED
+
+    @staticmethod
+    def get_finished_reason(status: RequestStatus) -> str | None:
+        """The OpenAI-style finish reason (``"stop"``, ``"length"``, ``"abort"``).
+
+        ``None`` while the request is not finished. An *ignored* request (its
+        prompt did not fit the model) reports ``"length"``, as vLLM does.
+        """
+        return _FINISHED_REASONS.get(status)
+
+
+_FINISHED_REASONS: dict[RequestStatus, str] = {
+    RequestStatus.FINISHED_STOPPED: "stop",
+    RequestStatus.FINISHED_LENGTH_CAPPED: "length",
+    RequestStatus.FINISHED_ABORTED: "abort",
+    RequestStatus.FINISHED_IGNORED: "length",
+}
+
+
+class Request:
+    """One generation request.
+
+    Token lists:
+
+    * ``prompt_token_ids`` is the prompt as given (not copied, never mutated).
+    * ``output_token_ids`` are the tokens generated so far.
+    * ``all_token_ids`` is prompt followed by outputs.
+    * ``spec_token_ids`` are draft tokens proposed for the next step; they are
+      not part of ``all_token_ids`` and are never hashed or cached.
+
+    The output lists are owned by the request: extend them only through
+    :meth:`append_output_token_ids`, which keeps ``all_token_ids`` and
+    ``block_hashes`` in step.
+
+    Block hashes: with a ``block_hasher`` (see
+    :func:`kvframe.core.hashing.make_block_hasher`), ``block_hashes[i]`` is the
+    chained hash of the ``i``-th *full* block of ``all_token_ids``. The prompt's
+    blocks are hashed here in the constructor; a block completed by generated
+    tokens is hashed when the token that fills it is appended. Partial blocks
+    are never hashed. Invariant: ``len(block_hashes) == num_tokens //
+    block_size`` whenever a hasher is set.
+
+    Counters set by the scheduler: ``num_computed_tokens`` (tokens whose KV is
+    in the cache, including prefix hits), ``num_cached_tokens`` (prefix-hit
+    tokens recorded once, at first admission; ``-1`` before),
+    ``num_external_computed_tokens`` (tokens a connector supplied),
+    ``num_output_placeholders`` (outputs scheduled but not yet returned, for
+    asynchronous stepping) and ``num_preemptions``.
+    """
+
+    __slots__ = (
+        "all_token_ids",
+        "arrival_time",
+        "block_hasher",
+        "block_hashes",
+        "cache_salt",
+        "finish_time",
+        "first_token_time",
+        "is_last_turn",
+        "is_prefill_chunk",
+        "job_id",
+        "kv_transfer_params",
+        "max_tokens",
+        "num_cached_tokens",
+        "num_computed_tokens",
+        "num_external_computed_tokens",
+        "num_output_placeholders",
+        "num_preemptions",
+        "num_prompt_tokens",
+        "output_token_ids",
+        "priority",
+        "prompt_token_ids",
+        "request_id",
+        "skip_reading_prefix_cache",
+        "spec_token_ids",
+        "status",
+        "stop_reason",
+        "stop_token_ids",
+        "tool_name",
+        "turn",
+    )
+
+    def __init__(
+        self,
+        request_id: str,
+        prompt_token_ids: Sequence[int],
+        max_tokens: int,
+        *,
+        arrival_time: float = 0.0,
+        priority: int = 0,
+        cache_salt: str | None = None,
+        stop_token_ids: Iterable[int] = (),
+        skip_reading_prefix_cache: bool = False,
+        job_id: str | None = None,
+        turn: int | None = None,
+        is_last_turn: bool = True,
+        tool_name: str | None = None,
+        block_hasher: Callable[[Request], list[BlockHash]] | None = None,
+    ) -> None:
+        self.request_id = request_id
+        self.prompt_token_ids = prompt_token_ids
+        self.num_prompt_tokens = len(prompt_token_ids)
+        self.max_tokens = max_tokens
+        self.arrival_time = arrival_time
+        self.priority = priority
+        self.cache_salt = cache_salt
+        self.stop_token_ids: frozenset[int] = frozenset(stop_token_ids)
+        self.skip_reading_prefix_cache = skip_reading_prefix_cache
+
+        # Agentic workloads: which job and turn this request belongs to.
+        self.job_id = job_id
+        self.turn = turn
+        self.is_last_turn = is_last_turn
+        self.tool_name = tool_name
+
+        self.status = RequestStatus.WAITING
+        self.stop_reason: int | str | None = None
+        self.first_token_time: float | None = None
+        self.finish_time: float | None = None
+
+        self.output_token_ids: list[int] = []
+        self.all_token_ids: list[int] = list(prompt_token_ids)
+        self.spec_token_ids: list[int] = []
+
+        self.num_computed_tokens = 0
+        self.num_output_placeholders = 0
+        self.num_cached_tokens = -1
+        self.num_external_computed_tokens = 0
+        self.num_preemptions = 0
+        self.is_prefill_chunk = False
+        self.kv_transfer_params: dict[str, Any] | None = None
+
+        self.block_hashes: list[BlockHash] = []
+        # The hasher is a plain function of the request, stored unbound, so no
+        # request -> bound method -> request cycle keeps requests alive.
+        self.block_hasher = block_hasher
+        if block_hasher is not None:
+            self.block_hashes.extend(block_hasher(self))
+
+    def set_block_hasher(self, block_hasher: Callable[[Request], list[BlockHash]]) -> None:
+        """Attach a hasher after construction (the scheduler's, at arrival).
+
+        Hashes every full block not hashed yet. Replacing a hasher after
+        blocks were hashed would mix two hash schemes in one chain, so that
+        raises ``ValueError``.
+        """
+        if self.block_hashes and self.block_hasher is not block_hasher:
+            raise ValueError(
+                f"request {self.request_id!r} already has block hashes from another hasher"
+            )
+        self.block_hasher = block_hasher
+        self.block_hashes.extend(block_hasher(self))
+
+    # ----------------------------------------------------------------- tokens
+
+    def append_output_token_ids(self, token_ids: int | list[int]) -> None:
+        """Append generated tokens and hash any block they complete."""
+        if isinstance(token_ids, int):
+            self.output_token_ids.append(token_ids)
+            self.all_token_ids.append(token_ids)
+        else:
+            self.output_token_ids.extend(token_ids)
+            self.all_token_ids.extend(token_ids)
+        if self.block_hasher is not None:
+            self.block_hashes.extend(self.block_hasher(self))
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus output tokens (speculative tokens excluded)."""
+        return len(self.all_token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.output_token_ids)
+
+    @property
+    def num_tokens_with_spec(self) -> int:
+        """Tokens including the draft tokens proposed for the next step."""
+        return len(self.all_token_ids) + len(self.spec_token_ids)
+
+    # ----------------------------------------------------------------- status
+
+    def is_finished(self) -> bool:
+        return self.status > RequestStatus.PREEMPTED
+
+    def get_finished_reason(self) -> str | None:
+        """``"stop"``, ``"length"`` or ``"abort"`` once finished, else ``None``."""
+        return _FINISHED_REASONS.get(self.status)
+
+    def __lt__(self, other: Request) -> bool:
+        """Priority order: lower ``priority`` first, then earlier arrival, then id.
+
+        The final tie-break on object identity makes the order total, so a heap
+        never has to compare anything else.
+        """
+        if self.priority != other.priority:
+            return self.priority < other.priority
+        if self.arrival_time != other.arrival_time:
+            return self.arrival_time < other.arrival_time
+        if self.request_id != other.request_id:
+            return self.request_id < other.request_id
+        return id(self) < id(other)
+
+    def __repr__(self) -> str:
+        return (
+            f"Request({self.request_id!r}, status={self.status.name}, "
+            f"num_tokens={self.num_tokens}, num_computed_tokens={self.num_computed_tokens})"
+        )
+
+
+class RequestQueue(Protocol):
+    """A waiting queue. Its order is the scheduling policy's choice.
+
+    The scheduler admits from the head (:meth:`peek_request` /
+    :meth:`pop_request`), puts back requests it could not admit with
+    :meth:`prepend_request`, and moves a whole skipped-waiting queue back with
+    :meth:`prepend_requests`. Implementations live in the scheduling plugins
+    (``fcfs``, ``priority``, ...).
+    """
+
+    def add_request(self, request: Request) -> None:
+        """Insert a request where the policy says it belongs."""
+        ...
+
+    def pop_request(self) -> Request:
+        """Remove and return the head. Raises ``IndexError`` when empty."""
+        ...
+
+    def peek_request(self) -> Request:
+        """Return the head without removing it. Raises ``IndexError`` when empty."""
+        ...
+
+    def prepend_request(self, request: Request) -> None:
+        """Put a request back at the head (a priority queue may just re-add it)."""
+        ...
+
+    def prepend_requests(self, requests: RequestQueue) -> None:
+        """Put all of another queue's requests, in its order, ahead of this queue's."""
+        ...
+
+    def remove_request(self, request: Request) -> None:
+        """Remove one request that is in the queue."""
+        ...
+
+    def remove_requests(self, requests: Iterable[Request]) -> None:
+        """Remove several requests; ones not in the queue are ignored."""
+        ...
+
+    def __len__(self) -> int: ...
+
+    def __bool__(self) -> bool: ...
+
+    def __iter__(self) -> Iterator[Request]:
+        """Iterate in admission order without changing the queue."""
+        ...

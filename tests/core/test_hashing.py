@@ -1,0 +1,191 @@
+"""Chained block hashing: determinism, chaining, extra keys, incremental hashing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from kvframe.core.hashing import (
+    DIGEST_SIZE,
+    encode_extra_keys,
+    hash_block_tokens,
+    make_block_hasher,
+    root_hash,
+)
+from kvframe.request import Request
+
+
+def reference_hashes(tokens: list[int], block_size: int, seed: int = 0, salt: str | None = None):
+    """Block-by-block hashes through the public one-block function."""
+    parent = root_hash(seed)
+    out = []
+    for i in range(len(tokens) // block_size):
+        extra = (salt,) if (i == 0 and salt) else None
+        parent = hash_block_tokens(parent, tokens[i * block_size : (i + 1) * block_size], extra)
+        out.append(parent)
+    return out
+
+
+def test_digest_is_16_bytes_and_deterministic() -> None:
+    h = hash_block_tokens(None, [1, 2, 3])
+    assert isinstance(h, bytes) and len(h) == DIGEST_SIZE
+    assert h == hash_block_tokens(None, [1, 2, 3])
+    assert h == hash_block_tokens(root_hash(0), (1, 2, 3))
+
+
+def test_hash_is_stable_across_processes() -> None:
+    code = (
+        "from kvframe.core.hashing import hash_block_tokens, root_hash;"
+        "print(hash_block_tokens(root_hash(7), [5, 6, 7, 8], ('salt', 3)).hex())"
+    )
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        ).stdout.strip()
+        for seed in ("1", "2")
+    }
+    assert outputs == {hash_block_tokens(root_hash(7), [5, 6, 7, 8], ("salt", 3)).hex()}
+
+
+def test_parent_tokens_and_extra_keys_all_matter() -> None:
+    base = hash_block_tokens(None, [1, 2, 3, 4])
+    assert hash_block_tokens(base, [1, 2, 3, 4]) != base
+    assert hash_block_tokens(None, [1, 2, 3, 5]) != base
+    assert hash_block_tokens(None, [1, 2, 3, 4], ("s",)) != base
+    assert hash_block_tokens(None, [1, 2, 3, 4], ()) == base  # empty extras == None
+    assert hash_block_tokens(None, [4, 3, 2, 1]) != base
+
+
+def test_token_count_is_part_of_the_message() -> None:
+    # [0] vs [] + extra keys that could otherwise serialise to the same bytes.
+    assert hash_block_tokens(None, [0, 0]) != hash_block_tokens(None, [0])
+    assert hash_block_tokens(None, [1], ("a",)) != hash_block_tokens(None, [1, 0], ("a",))
+
+
+def test_root_depends_on_seed() -> None:
+    assert root_hash(0) != root_hash(1)
+    assert root_hash(-1) != root_hash(1)
+    assert hash_block_tokens(root_hash(1), [1]) != hash_block_tokens(root_hash(2), [1])
+
+
+def test_extra_key_encoding_is_unambiguous() -> None:
+    encodings = [
+        encode_extra_keys(keys)
+        for keys in [
+            ("ab",),
+            ("a", "b"),
+            (b"ab",),
+            (1,),
+            (True,),
+            (1.0,),
+            (None,),
+            (("a",), "b"),
+            ("a", ("b",)),
+            (-1,),
+            (255,),
+            (256,),
+        ]
+    ]
+    assert len(set(encodings)) == len(encodings)
+
+
+def test_unsupported_extra_key_type_raises() -> None:
+    with pytest.raises(TypeError):
+        encode_extra_keys((object(),))
+
+
+def test_token_ids_out_of_uint32_range_raise() -> None:
+    with pytest.raises(OverflowError):
+        hash_block_tokens(None, [-1])
+    with pytest.raises(OverflowError):
+        hash_block_tokens(None, [2**32])
+    hash_block_tokens(None, [2**32 - 1])
+
+
+def test_hasher_matches_block_by_block_reference() -> None:
+    tokens = list(range(100, 170))
+    hasher = make_block_hasher(16, seed=3)
+    request = Request("r", tokens, 10, block_hasher=hasher)
+    assert request.block_hashes == reference_hashes(tokens, 16, seed=3)
+    assert len(request.block_hashes) == 70 // 16
+
+
+def test_only_full_blocks_are_hashed() -> None:
+    hasher = make_block_hasher(4)
+    assert Request("r", [1, 2, 3], 1, block_hasher=hasher).block_hashes == []
+    assert len(Request("r", [1, 2, 3, 4], 1, block_hasher=hasher).block_hashes) == 1
+    assert Request("r", [], 1, block_hasher=hasher).block_hashes == []
+
+
+def test_incremental_hashing_equals_hashing_all_at_once() -> None:
+    hasher = make_block_hasher(4)
+    request = Request("r", [1, 2, 3, 4, 5, 6], 20, block_hasher=hasher)
+    assert len(request.block_hashes) == 1
+    request.append_output_token_ids(7)
+    assert len(request.block_hashes) == 1
+    request.append_output_token_ids(8)  # completes block 1
+    assert len(request.block_hashes) == 2
+    request.append_output_token_ids([9, 10, 11, 12, 13, 14, 15])
+    assert len(request.block_hashes) == 3
+    assert request.block_hashes == reference_hashes(list(range(1, 16)), 4)
+    full = Request("s", list(range(1, 16)), 1, block_hasher=hasher)
+    assert full.block_hashes == request.block_hashes
+
+
+def test_hasher_returns_only_new_hashes() -> None:
+    hasher = make_block_hasher(2)
+    request = Request("r", [1, 2, 3, 4], 5, block_hasher=hasher)
+    assert hasher(request) == []  # nothing new since construction
+    request.all_token_ids.extend([5, 6])  # bypass the request to call the hasher directly
+    assert hasher(request) == reference_hashes([1, 2, 3, 4, 5, 6], 2)[2:]
+
+
+def test_equal_prefixes_share_hashes_then_diverge() -> None:
+    hasher = make_block_hasher(4)
+    a = Request("a", [1, 2, 3, 4, 5, 6, 7, 8, 9, 9, 9, 9], 1, block_hasher=hasher)
+    b = Request("b", [1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0], 1, block_hasher=hasher)
+    assert a.block_hashes[:2] == b.block_hashes[:2]
+    assert a.block_hashes[2] != b.block_hashes[2]
+    # Chaining: an equal block after a different prefix hashes differently.
+    c = Request("c", [0, 0, 0, 0, 5, 6, 7, 8], 1, block_hasher=hasher)
+    assert c.block_hashes[1] != a.block_hashes[1]
+
+
+def test_cache_salt_applies_to_first_block_and_propagates() -> None:
+    hasher = make_block_hasher(4)
+    tokens = list(range(12))
+    plain = Request("p", tokens, 1, block_hasher=hasher)
+    salted = Request("s", tokens, 1, cache_salt="tenant-a", block_hasher=hasher)
+    other = Request("o", tokens, 1, cache_salt="tenant-b", block_hasher=hasher)
+    assert all(x != y for x, y in zip(plain.block_hashes, salted.block_hashes, strict=True))
+    assert all(x != y for x, y in zip(other.block_hashes, salted.block_hashes, strict=True))
+    assert salted.block_hashes == reference_hashes(tokens, 4, salt="tenant-a")
+    # Appending to a salted request continues the chain without re-salting.
+    salted.append_output_token_ids([12, 13, 14, 15])
+    assert salted.block_hashes == reference_hashes(list(range(16)), 4, salt="tenant-a")
+
+
+def test_custom_extra_keys_function() -> None:
+    def adapter_keys(request: Request, start: int, end: int):
+        return ("adapter-x", start)
+
+    hasher = make_block_hasher(4, extra_keys_fn=adapter_keys)
+    request = Request("r", list(range(8)), 1, block_hasher=hasher)
+    expected_0 = hash_block_tokens(root_hash(0), [0, 1, 2, 3], ("adapter-x", 0))
+    expected_1 = hash_block_tokens(expected_0, [4, 5, 6, 7], ("adapter-x", 4))
+    assert request.block_hashes == [expected_0, expected_1]
+    no_extras = make_block_hasher(4, extra_keys_fn=None)
+    salted = Request("s", list(range(8)), 1, cache_salt="x", block_hasher=no_extras)
+    assert salted.block_hashes == reference_hashes(list(range(8)), 4)
+
+
+def test_invalid_block_size() -> None:
+    with pytest.raises(ValueError):
+        make_block_hasher(0)
