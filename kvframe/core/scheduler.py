@@ -1,0 +1,798 @@
+"""The scheduler: vLLM V1's step decisions, with the policy choices delegated.
+
+Each call to :meth:`Scheduler.schedule` is one engine step and reads top to
+bottom:
+
+1. release retentions whose deadline passed, then tell the policy the step began;
+2. :meth:`~Scheduler._schedule_running` — RUNNING requests first, in list order,
+   each given ``num_tokens_with_spec - num_computed_tokens`` tokens capped by
+   the chunking threshold, the remaining budget and ``max_model_len``; when
+   blocks run out the policy names a victim, which is preempted by recompute;
+3. :meth:`~Scheduler._schedule_waiting` — only if nothing was preempted: admit
+   waiting requests (from the queue the policy picks) up to ``max_num_seqs``
+   while budget and blocks last, with prefix-cache hits from the GPU cache and
+   then from the connector's tier;
+4. :meth:`~Scheduler._make_output` — new requests with full data, running and
+   resumed ones with only what changed;
+5. advance ``num_computed_tokens`` by what was scheduled (vLLM does this after
+   building the output so the output carries the pre-step counts).
+
+:meth:`Scheduler.update_from_output` then appends sampled tokens, rolls back
+rejected draft tokens, applies the stop conditions and frees — or, when the
+policy asks, retains — finished requests.
+
+The policy is called directly (never through pluggy): it is the object the
+plugin registry built. The same decisions as vLLM 0.19 for the same inputs are
+checked step by step by ``tools/differential``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+import attrs
+
+from kvframe.core.hashing import make_block_hasher
+from kvframe.core.kv_cache_manager import KVCacheManager
+from kvframe.core.retention import Retention, RetentionTable
+from kvframe.core.scheduler_config import SchedulerConfig
+from kvframe.core.scheduler_output import (
+    CachedRequestData,
+    KVConnectorOutput,
+    ModelRunnerOutput,
+    NewRequestData,
+    PrefixHit,
+    SchedulerOutput,
+)
+from kvframe.request import Request, RequestQueue, RequestStatus
+
+if TYPE_CHECKING:
+    from kvframe.bases import EvictionPolicy, SchedulingPolicy
+    from kvframe.offload.connector import SchedulerConnector
+
+__all__ = ["PolicyContractError", "Scheduler", "SchedulerConfig", "SchedulerStats"]
+
+_WAITING = RequestStatus.WAITING
+_PREEMPTED = RequestStatus.PREEMPTED
+_RUNNING = RequestStatus.RUNNING
+_WAITING_FOR_REMOTE_KVS = RequestStatus.WAITING_FOR_REMOTE_KVS
+
+
+class PolicyContractError(RuntimeError):
+    """A scheduling policy returned something the contract does not allow."""
+
+
+@attrs.define(slots=True)
+class SchedulerStats:
+    """Counters the scheduler keeps across steps (names follow vLLM's metrics).
+
+    Prefix-cache queries and hits are counted once per admission, not once per
+    step a request waits (vLLM's own stats count a waiting request again on
+    every step it fails to be admitted).
+    """
+
+    num_steps: int = 0
+    num_preemptions: int = 0
+    prefix_cache_queries: int = 0
+    """Prompt tokens looked up at first admissions."""
+    prefix_cache_hits: int = 0
+    """Of those, tokens found in the GPU prefix cache."""
+    connector_prefix_cache_queries: int = 0
+    connector_prefix_cache_hits: int = 0
+    """Tokens found in an offload tier beyond the GPU hit, at first admissions."""
+    preempted_prefix_cache_queries: int = 0
+    preempted_prefix_cache_hits: int = 0
+    """Lookups and hits when preempted requests were re-admitted."""
+    num_recomputed_tokens: int = 0
+    """Tokens computed before a preemption and computed again after it."""
+    num_retentions: int = 0
+    num_retentions_expired: int = 0
+    num_retentions_released: int = 0
+    num_aborted: int = 0
+
+
+@attrs.define(slots=True)
+class _Step:
+    """What one call to ``schedule`` has decided so far."""
+
+    token_budget: int
+    num_scheduled_tokens: dict[str, int] = attrs.Factory(dict)
+    scheduled_running: list[Request] = attrs.Factory(list)
+    scheduled_new: list[Request] = attrs.Factory(list)
+    scheduled_resumed: list[Request] = attrs.Factory(list)
+    preempted: list[Request] = attrs.Factory(list)
+    new_block_ids: dict[str, list[int] | None] = attrs.Factory(dict)
+    spec_decode_tokens: dict[str, list[int]] = attrs.Factory(dict)
+    first_admissions: list[PrefixHit] = attrs.Factory(list)
+
+
+class Scheduler:
+    """One token budget per step, shared by prefill and decode, over a paged KV cache."""
+
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        policy: SchedulingPolicy,
+        *,
+        connector: SchedulerConnector | None = None,
+        eviction_policy: EvictionPolicy | None = None,
+    ) -> None:
+        self.config = config
+        self.policy = policy
+        self.connector = connector
+        self.block_size = config.block_size
+        self.max_model_len = config.max_model_len
+        self.max_num_running_reqs = config.max_num_seqs
+        # Hashes are needed whenever something looks blocks up by hash: the GPU
+        # prefix cache or an offload tier behind the connector.
+        self.block_hasher = (
+            make_block_hasher(config.block_size, config.hash_seed)
+            if config.enable_prefix_caching or connector is not None
+            else None
+        )
+        self.kv_cache_manager = KVCacheManager(
+            num_gpu_blocks=config.num_gpu_blocks,
+            block_size=config.block_size,
+            max_model_len=config.max_model_len,
+            enable_caching=config.enable_prefix_caching,
+            enable_kv_cache_events=config.enable_kv_cache_events,
+            eviction_policy=eviction_policy,
+        )
+        self.requests: dict[str, Request] = {}
+        self.waiting: RequestQueue = policy.create_queue()
+        self.skipped_waiting: RequestQueue = policy.create_queue()
+        self.running: list[Request] = []
+        self.finished_req_ids: set[str] = set()
+        self.retained = RetentionTable()
+        self.stats = SchedulerStats()
+        # Finished requests whose blocks wait for an outbound store to land, and
+        # aborted requests whose blocks wait for an inbound load to land.
+        self._awaiting_store: dict[str, Request] = {}
+        self._awaiting_load: dict[str, Request] = {}
+        self._finished_recving: set[str] = set()
+        # Tokens a preempted request had computed, to count recomputation.
+        self._computed_before_preemption: dict[str, int] = {}
+        self._now = 0.0
+        policy.attach(_SchedulerView(self))
+
+    # ------------------------------------------------------------------
+    # Requests in and out
+    # ------------------------------------------------------------------
+
+    @property
+    def now(self) -> float:
+        """Virtual time of the current step (set by ``schedule(now=...)``)."""
+        return self._now
+
+    def add_request(self, request: Request) -> None:
+        """Queue a new request (WAITING, or skipped-waiting if it is blocked)."""
+        request_id = request.request_id
+        if request_id in self.requests:
+            raise ValueError(f"duplicate request id {request_id!r}: it is already in the scheduler")
+        if request_id in self.retained:
+            self._release_retention(request_id)
+        if request.block_hasher is None and self.block_hasher is not None:
+            request.set_block_hasher(self.block_hasher)
+        self.policy.on_arrival(request)
+        if request.status == _WAITING_FOR_REMOTE_KVS:
+            self.skipped_waiting.add_request(request)
+        else:
+            self.waiting.add_request(request)
+        self.requests[request_id] = request
+
+    def finish_requests(
+        self,
+        request_ids: str | Iterable[str] | None,
+        finished_status: RequestStatus = RequestStatus.FINISHED_ABORTED,
+    ) -> list[Request]:
+        """Finish requests from outside (abort). ``None`` finishes every request.
+
+        Unknown or already finished ids are ignored. Aborting a retained request
+        releases its blocks. Returns the requests that were finished.
+        """
+        if not RequestStatus.is_finished(finished_status):
+            raise ValueError(f"{finished_status!r} is not a finished status")
+        if isinstance(request_ids, str):
+            ids: Iterable[str] = (request_ids,)
+        elif request_ids is None:
+            ids = list(self.requests)
+        else:
+            ids = set(request_ids)
+
+        running_to_remove: set[Request] = set()
+        waiting_to_remove: list[Request] = []
+        valid: list[Request] = []
+        for request_id in ids:
+            if request_id in self.retained:
+                self._release_retention(request_id)
+                continue
+            request = self.requests.get(request_id)
+            if request is None or request.is_finished():
+                continue
+            valid.append(request)
+            if request.status == _RUNNING:
+                running_to_remove.add(request)
+            else:
+                waiting_to_remove.append(request)
+        if running_to_remove:
+            self.running = [r for r in self.running if r not in running_to_remove]
+        if waiting_to_remove:
+            self.waiting.remove_requests(waiting_to_remove)
+            self.skipped_waiting.remove_requests(waiting_to_remove)
+
+        for request in valid:
+            # An in-flight load still writes into the request's blocks: keep
+            # them until the worker reports the load done.
+            loading = (
+                request.status == _WAITING_FOR_REMOTE_KVS
+                and request.request_id not in self._finished_recving
+            )
+            self._finished_recving.discard(request.request_id)
+            request.status = finished_status
+            if finished_status == RequestStatus.FINISHED_ABORTED:
+                self.stats.num_aborted += 1
+            if loading:
+                self._awaiting_load[request.request_id] = request
+            self._on_finished(request, allow_retention=False)
+        return valid
+
+    def get_request_counts(self) -> tuple[int, int]:
+        """``(num_running, num_waiting)`` with skipped-waiting counted as waiting."""
+        return len(self.running), len(self.waiting) + len(self.skipped_waiting)
+
+    def get_num_unfinished_requests(self) -> int:
+        return len(self.requests)
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.requests)
+
+    # ------------------------------------------------------------------
+    # One step
+    # ------------------------------------------------------------------
+
+    def schedule(self, now: float | None = None) -> SchedulerOutput:
+        """Decide one step: which requests run with how many tokens."""
+        if now is not None:
+            self._now = now
+        self.stats.num_steps += 1
+        self._expire_retentions()
+        self.policy.on_step_start(self._now)
+
+        step = _Step(token_budget=self.config.max_num_batched_tokens)
+        self._schedule_running(step)
+        if not step.preempted:
+            self._schedule_waiting(step)
+
+        output = self._make_output(step)
+        if self.connector is not None:
+            output.kv_connector_metadata = self.connector.build_connector_meta(output)
+        self._advance_after_schedule(output)
+        return output
+
+    def _schedule_running(self, step: _Step) -> None:
+        """Give RUNNING requests their tokens, preempting through the policy when blocks run out."""
+        running = self.running
+        allocate_slots = self.kv_cache_manager.allocate_slots
+        threshold = self.config.long_prefill_token_threshold
+        lookahead = self.config.num_speculative_tokens
+        max_model_len = self.max_model_len
+        num_scheduled_tokens = step.num_scheduled_tokens
+
+        req_index = 0
+        while req_index < len(running) and step.token_budget > 0:
+            request = running[req_index]
+            num_new_tokens = (
+                request.num_tokens_with_spec
+                + request.num_output_placeholders
+                - request.num_computed_tokens
+            )
+            if 0 < threshold < num_new_tokens:
+                num_new_tokens = threshold
+            num_new_tokens = min(
+                num_new_tokens,
+                step.token_budget,
+                max_model_len - 1 - request.num_computed_tokens,
+            )
+            if num_new_tokens <= 0:
+                # Nothing to compute now (e.g. at max_model_len with drafts); vLLM
+                # moves on rather than blocking the requests behind it.
+                req_index += 1
+                continue
+
+            while True:
+                new_blocks = allocate_slots(request, num_new_tokens, num_lookahead_tokens=lookahead)
+                if new_blocks is not None:
+                    break
+                if self.retained and self._reclaim_retained(request, num_new_tokens, stalled=False):
+                    continue
+                victim = self._choose_victim()
+                victim_index = self._remove_running(victim)
+                victim_id = victim.request_id
+                if victim_id in num_scheduled_tokens:
+                    # Already scheduled this step: give its budget and blocks back.
+                    step.scheduled_running.remove(victim)
+                    step.token_budget += num_scheduled_tokens.pop(victim_id)
+                    step.new_block_ids.pop(victim_id)
+                    step.spec_decode_tokens.pop(victim_id, None)
+                if victim_index < req_index:
+                    req_index -= 1
+                self._preempt(victim)
+                step.preempted.append(victim)
+                if victim is request:
+                    break
+
+            if new_blocks is None:
+                # The request itself was preempted: nothing more fits this step.
+                break
+
+            request_id = request.request_id
+            step.scheduled_running.append(request)
+            step.new_block_ids[request_id] = [b.block_id for b in new_blocks] or None
+            num_scheduled_tokens[request_id] = num_new_tokens
+            step.token_budget -= num_new_tokens
+            req_index += 1
+
+            if request.spec_token_ids:
+                num_spec = (
+                    num_new_tokens
+                    + request.num_computed_tokens
+                    - request.num_tokens
+                    - request.num_output_placeholders
+                )
+                if num_spec > 0:
+                    step.spec_decode_tokens[request_id] = request.spec_token_ids[:num_spec]
+                # Fresh drafts arrive with the next model output.
+                request.spec_token_ids = []
+
+    def _schedule_waiting(self, step: _Step) -> None:
+        """Admit waiting requests while budget, sequence slots and blocks last."""
+        kv = self.kv_cache_manager
+        connector = self.connector
+        config = self.config
+        threshold = config.long_prefill_token_threshold
+        policy = self.policy
+        # Requests skipped in this pass go to a queue of their own so the loop
+        # never peeks the same blocked request twice; they rejoin skipped-waiting
+        # (ahead of older skipped requests) after the loop.
+        step_skipped = policy.create_queue()
+
+        while (self.waiting or self.skipped_waiting) and step.token_budget > 0:
+            if len(self.running) == self.max_num_running_reqs:
+                break
+            queue = self._select_queue()
+            request = queue.peek_request()
+
+            if request.status == _WAITING_FOR_REMOTE_KVS and not self._promote_loaded(request):
+                queue.pop_request()
+                step_skipped.prepend_request(request)
+                continue
+
+            num_external_tokens = 0
+            load_kv_async = False
+            if request.num_computed_tokens == 0:
+                new_computed_blocks, num_local_tokens = kv.get_computed_blocks(request)
+                if connector is not None:
+                    ext_tokens, load_kv_async = connector.get_num_new_matched_tokens(
+                        request, num_local_tokens
+                    )
+                    if ext_tokens is None:
+                        # The tier cannot answer yet: ask again next step without
+                        # blocking the requests behind this one.
+                        queue.pop_request()
+                        step_skipped.prepend_request(request)
+                        continue
+                    request.num_external_computed_tokens = ext_tokens
+                    num_external_tokens = ext_tokens
+                num_computed_tokens = num_local_tokens + num_external_tokens
+            else:
+                # A request whose async load completed: its tokens are computed.
+                new_computed_blocks = ()
+                num_local_tokens = 0
+                num_computed_tokens = request.num_computed_tokens
+
+            if load_kv_async:
+                num_new_tokens = 0
+            else:
+                # num_tokens, not the prompt length: a resumed request must also
+                # recompute the tokens it had generated.
+                num_new_tokens = request.num_tokens - num_computed_tokens
+                if 0 < threshold < num_new_tokens:
+                    num_new_tokens = threshold
+                if not config.enable_chunked_prefill and num_new_tokens > step.token_budget:
+                    break
+                num_new_tokens = min(num_new_tokens, step.token_budget)
+
+            lookahead = 0 if request.num_computed_tokens == 0 else config.num_speculative_tokens
+            if config.reserve_full_sequence and not kv.can_fit_full_sequence(
+                request,
+                num_new_computed_tokens=num_local_tokens,
+                new_computed_blocks=new_computed_blocks,
+                num_external_computed_tokens=num_external_tokens,
+            ):
+                # The whole prompt would not fit now: do not start it.
+                new_blocks = None
+            else:
+                new_blocks = kv.allocate_slots(
+                    request,
+                    num_new_tokens,
+                    num_new_computed_tokens=num_local_tokens,
+                    new_computed_blocks=new_computed_blocks,
+                    num_lookahead_tokens=lookahead,
+                    num_external_computed_tokens=num_external_tokens,
+                    delay_cache_blocks=load_kv_async,
+                )
+            if new_blocks is None:
+                stalled = not self.running and not step.num_scheduled_tokens
+                if self.retained and self._reclaim_retained(
+                    request, num_new_tokens, stalled=stalled
+                ):
+                    continue
+                break
+
+            request_id = request.request_id
+            if connector is not None:
+                connector.update_state_after_alloc(
+                    request, kv.get_blocks(request_id), num_external_tokens
+                )
+            queue.pop_request()
+            if request.num_cached_tokens < 0:
+                self._record_first_admission(step, request, num_local_tokens, num_external_tokens)
+            elif request.status == _PREEMPTED:
+                self._record_readmission(request, num_local_tokens + num_external_tokens)
+
+            if load_kv_async:
+                # Blocks are reserved; the request waits for its load to land.
+                request.status = _WAITING_FOR_REMOTE_KVS
+                request.num_computed_tokens = num_computed_tokens
+                step_skipped.prepend_request(request)
+                continue
+
+            self.running.append(request)
+            if request.status == _WAITING:
+                step.scheduled_new.append(request)
+            elif request.status == _PREEMPTED:
+                step.scheduled_resumed.append(request)
+            else:
+                raise RuntimeError(
+                    f"request {request_id!r} admitted from a waiting queue in status "
+                    f"{request.status.name}"
+                )
+            step.new_block_ids[request_id] = kv.get_block_ids(request_id)
+            step.num_scheduled_tokens[request_id] = num_new_tokens
+            step.token_budget -= num_new_tokens
+            request.status = _RUNNING
+            request.num_computed_tokens = num_computed_tokens
+            if request.num_cached_tokens < 0:
+                request.num_cached_tokens = num_computed_tokens
+
+        if step_skipped:
+            self.skipped_waiting.prepend_requests(step_skipped)
+
+    def _make_output(self, step: _Step) -> SchedulerOutput:
+        new_block_ids = step.new_block_ids
+        new_reqs = [
+            NewRequestData(
+                req_id=r.request_id,
+                prompt_token_ids=r.prompt_token_ids,
+                block_ids=new_block_ids[r.request_id] or [],
+                num_computed_tokens=r.num_computed_tokens,
+            )
+            for r in step.scheduled_new
+        ]
+        cached = CachedRequestData()
+        num_running = len(step.scheduled_running)
+        for index, r in enumerate(itertools.chain(step.scheduled_running, step.scheduled_resumed)):
+            request_id = r.request_id
+            cached.req_ids.append(request_id)
+            if index >= num_running:
+                cached.resumed_req_ids.add(request_id)
+            cached.new_block_ids.append(new_block_ids[request_id])
+            cached.num_computed_tokens.append(r.num_computed_tokens)
+            cached.num_output_tokens.append(r.num_output_tokens + r.num_output_placeholders)
+        return SchedulerOutput(
+            scheduled_new_reqs=new_reqs,
+            scheduled_cached_reqs=cached,
+            num_scheduled_tokens=step.num_scheduled_tokens,
+            total_num_scheduled_tokens=sum(step.num_scheduled_tokens.values()),
+            scheduled_spec_decode_tokens=step.spec_decode_tokens,
+            preempted_req_ids={r.request_id for r in step.preempted},
+            finished_req_ids=self.finished_req_ids,
+            first_admissions=step.first_admissions,
+        )
+
+    def _advance_after_schedule(self, output: SchedulerOutput) -> None:
+        # After the output is built, so it carries the counts the worker starts from.
+        requests = self.requests
+        for request_id, num_tokens in output.num_scheduled_tokens.items():
+            requests[request_id].num_computed_tokens += num_tokens
+        # A new set: the output keeps the old one.
+        self.finished_req_ids = set()
+
+    # ------------------------------------------------------------------
+    # Model output
+    # ------------------------------------------------------------------
+
+    def update_from_output(
+        self, scheduler_output: SchedulerOutput, model_output: ModelRunnerOutput
+    ) -> list[Request]:
+        """Apply a step's sampled tokens; return the requests that finished in it."""
+        sampled = model_output.sampled_token_ids
+        spec_tokens = scheduler_output.scheduled_spec_decode_tokens
+        requests = self.requests
+        finished: list[Request] = []
+        stopped_running: set[Request] = set()
+        stopped_waiting: set[Request] = set()
+
+        for request_id in scheduler_output.num_scheduled_tokens:
+            request = requests.get(request_id)
+            if request is None or request.is_finished():
+                # Aborted while the step ran.
+                continue
+            generated = sampled.get(request_id)
+            if not generated:
+                continue  # a partial prefill chunk samples nothing
+            drafts = spec_tokens.get(request_id)
+            if drafts:
+                num_rejected = len(drafts) - (len(generated) - 1)
+                if request.num_computed_tokens > 0:
+                    request.num_computed_tokens -= num_rejected
+                if request.num_output_placeholders > 0:
+                    request.num_output_placeholders -= num_rejected
+            status_before = request.status
+            if self._append_and_check_stop(request, generated):
+                finished.append(request)
+                if status_before == _RUNNING:
+                    stopped_running.add(request)
+                else:
+                    stopped_waiting.add(request)
+
+        if stopped_running:
+            self.running = [r for r in self.running if r not in stopped_running]
+        if stopped_waiting:
+            self.waiting.remove_requests(stopped_waiting)
+        for request in finished:
+            self._on_finished(request, allow_retention=True)
+
+        if model_output.kv_connector_output is not None:
+            self._update_from_kv_transfers(model_output.kv_connector_output)
+        if model_output.draft_token_ids:
+            for request_id, drafts in model_output.draft_token_ids.items():
+                request = requests.get(request_id)
+                if request is not None and not request.is_finished():
+                    request.spec_token_ids = list(drafts)
+        return finished
+
+    def _append_and_check_stop(self, request: Request, generated: list[int]) -> bool:
+        """Append tokens one by one; stop at the first that ends the request."""
+        max_model_len = self.max_model_len
+        stop_token_ids = request.stop_token_ids
+        for token_id in generated:
+            request.append_output_token_ids(token_id)
+            if token_id in stop_token_ids:
+                request.status = RequestStatus.FINISHED_STOPPED
+                request.stop_reason = token_id
+                return True
+            if (
+                request.num_tokens >= max_model_len
+                or request.num_output_tokens >= request.max_tokens
+            ):
+                request.status = RequestStatus.FINISHED_LENGTH_CAPPED
+                return True
+        return False
+
+    def _update_from_kv_transfers(self, output: KVConnectorOutput) -> None:
+        if self.connector is not None:
+            self.connector.update_connector_output(output)
+        for request_id in output.finished_recving:
+            if request_id in self._awaiting_load:
+                self._free_if_unheld(self._awaiting_load.pop(request_id))
+            elif request_id in self.requests:
+                self._finished_recving.add(request_id)
+        for request_id in output.finished_sending:
+            request = self._awaiting_store.pop(request_id, None)
+            if request is not None:
+                self._free_if_unheld(request)
+
+    # ------------------------------------------------------------------
+    # Finishing, retention, preemption
+    # ------------------------------------------------------------------
+
+    def _on_finished(self, request: Request, *, allow_retention: bool) -> None:
+        """A request reached a finished status: free, or hand its blocks to their holders."""
+        request_id = request.request_id
+        self.finished_req_ids.add(request_id)
+        del self.requests[request_id]
+        self._computed_before_preemption.pop(request_id, None)
+        if self.connector is not None and self.connector.request_finished(
+            request, self.kv_cache_manager.get_block_ids(request_id)
+        ):
+            self._awaiting_store[request_id] = request
+        if allow_retention:
+            deadline = self.policy.on_finish(request)
+            if deadline is not None and deadline > self._now:
+                self.retained.add(Retention(request, float(deadline), self._now))
+                self.stats.num_retentions += 1
+        self._free_if_unheld(request)
+
+    def _free_if_unheld(self, request: Request) -> None:
+        """Free a finished request's blocks unless a retention or a transfer still holds them."""
+        request_id = request.request_id
+        if (
+            request_id in self.retained
+            or request_id in self._awaiting_store
+            or request_id in self._awaiting_load
+        ):
+            return
+        self.kv_cache_manager.free(request)
+
+    def _release_retention(self, request_id: str) -> None:
+        retention = self.retained.pop(request_id)
+        self.stats.num_retentions_released += 1
+        self._free_if_unheld(retention.request)
+
+    def _expire_retentions(self) -> None:
+        if not self.retained:
+            return
+        for retention in self.retained.pop_expired(self._now):
+            self.stats.num_retentions_expired += 1
+            self._free_if_unheld(retention.request)
+
+    def _reclaim_retained(self, request: Request, num_new_tokens: int, *, stalled: bool) -> bool:
+        """An allocation failed while blocks are retained: release some if told to.
+
+        The policy decides first. If it keeps everything but the engine would
+        otherwise make no progress (nothing running, nothing scheduled), the
+        core releases the retention with the earliest deadline: retention must
+        never deadlock the engine.
+        """
+        before = len(self.retained)
+        blocks_needed = max(
+            1,
+            -(-(request.num_computed_tokens + num_new_tokens) // self.block_size)
+            - len(self.kv_cache_manager.get_blocks(request.request_id)),
+        )
+        if self.policy.reclaim_retained(blocks_needed) and len(self.retained) < before:
+            return True
+        if stalled:
+            earliest = self.retained.earliest()
+            if earliest is not None:
+                self._release_retention(earliest.request.request_id)
+                return True
+        return False
+
+    def _choose_victim(self) -> Request:
+        victim = self.policy.choose_victim(self.running)
+        if victim.status != _RUNNING:
+            raise PolicyContractError(
+                f"scheduling policy {self.policy.name!r}: choose_victim returned request "
+                f"{victim.request_id!r} in status {victim.status.name}, not a running request"
+            )
+        return victim
+
+    def _remove_running(self, victim: Request) -> int:
+        running = self.running
+        if running and running[-1] is victim:
+            running.pop()
+            return len(running)
+        for index, request in enumerate(running):
+            if request is victim:
+                del running[index]
+                return index
+        raise PolicyContractError(
+            f"scheduling policy {self.policy.name!r}: choose_victim returned request "
+            f"{victim.request_id!r}, which is not in the running list"
+        )
+
+    def _preempt(self, request: Request) -> None:
+        """Preempt by recompute: free every block and queue the request at the head."""
+        self.kv_cache_manager.free(request)
+        self._computed_before_preemption[request.request_id] = request.num_computed_tokens
+        request.status = _PREEMPTED
+        request.num_computed_tokens = 0
+        request.spec_token_ids = []
+        request.num_preemptions += 1
+        self.stats.num_preemptions += 1
+        self.waiting.prepend_request(request)
+
+    def _select_queue(self) -> RequestQueue:
+        queue = self.policy.select_queue(self.waiting, self.skipped_waiting)
+        if (queue is not self.waiting and queue is not self.skipped_waiting) or not queue:
+            raise PolicyContractError(
+                f"scheduling policy {self.policy.name!r}: select_queue must return the "
+                "waiting or the skipped-waiting queue, and a non-empty one"
+            )
+        return queue
+
+    def _promote_loaded(self, request: Request) -> bool:
+        """A request waiting for an async load: if the load landed, make it admissible."""
+        request_id = request.request_id
+        if request_id not in self._finished_recving:
+            return False
+        self._finished_recving.discard(request_id)
+        # The loaded blocks hold valid KV now: make them findable.
+        self.kv_cache_manager.cache_blocks(request, request.num_computed_tokens)
+        if request.num_computed_tokens == request.num_tokens:
+            # A full hit still recomputes the last token to sample from it.
+            request.num_computed_tokens = request.num_tokens - 1
+        if request.num_cached_tokens < 0:
+            request.num_cached_tokens = request.num_computed_tokens
+        request.status = _PREEMPTED if request.num_preemptions else _WAITING
+        return True
+
+    def _record_first_admission(
+        self, step: _Step, request: Request, local_tokens: int, external_tokens: int
+    ) -> None:
+        stats = self.stats
+        stats.prefix_cache_queries += request.num_tokens
+        stats.prefix_cache_hits += local_tokens
+        if self.connector is not None:
+            stats.connector_prefix_cache_queries += request.num_tokens - local_tokens
+            stats.connector_prefix_cache_hits += external_tokens
+        step.first_admissions.append(
+            PrefixHit(request.request_id, request.num_prompt_tokens, local_tokens, external_tokens)
+        )
+
+    def _record_readmission(self, request: Request, hit_tokens: int) -> None:
+        stats = self.stats
+        stats.preempted_prefix_cache_queries += request.num_tokens
+        stats.preempted_prefix_cache_hits += hit_tokens
+        computed_before = self._computed_before_preemption.pop(request.request_id, 0)
+        stats.num_recomputed_tokens += max(0, computed_before - hit_tokens)
+
+    # ------------------------------------------------------------------
+    # Introspection
+    # ------------------------------------------------------------------
+
+    @property
+    def num_retained_blocks(self) -> int:
+        """Blocks held by retained requests (shared blocks counted once per holder)."""
+        blocks = self.kv_cache_manager.get_blocks
+        return sum(len(blocks(request_id)) for request_id in self.retained)
+
+    def reset_prefix_cache(self) -> bool:
+        return self.kv_cache_manager.reset_prefix_cache()
+
+
+class _SchedulerView:
+    """The read-mostly view of the scheduler a policy receives in ``attach``."""
+
+    __slots__ = ("_scheduler",)
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self._scheduler = scheduler
+
+    @property
+    def now(self) -> float:
+        return self._scheduler._now
+
+    @property
+    def block_size(self) -> int:
+        return self._scheduler.block_size
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self._scheduler.kv_cache_manager.num_free_blocks
+
+    @property
+    def running(self) -> Sequence[Request]:
+        return self._scheduler.running
+
+    @property
+    def waiting(self) -> RequestQueue:
+        return self._scheduler.waiting
+
+    @property
+    def skipped_waiting(self) -> RequestQueue:
+        return self._scheduler.skipped_waiting
+
+    @property
+    def retained(self) -> Mapping[str, Retention]:
+        return MappingProxyType(self._scheduler.retained._by_id)
+
+    def release(self, request_id: str) -> None:
+        if request_id not in self._scheduler.retained:
+            raise KeyError(f"request {request_id!r} is not retained")
+        self._scheduler._release_retention(request_id)

@@ -1,0 +1,58 @@
+"""Validated settings of the scheduler and its KV cache (vLLM's SchedulerConfig + CacheConfig)."""
+
+from __future__ import annotations
+
+import attrs
+
+
+def _positive(instance: object, attribute: attrs.Attribute, value: int) -> None:
+    if value <= 0:
+        raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
+
+
+def _non_negative(instance: object, attribute: attrs.Attribute, value: int) -> None:
+    if value < 0:
+        raise ValueError(f"{attribute.name} must be >= 0, got {value!r}")
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class SchedulerConfig:
+    """The knobs vLLM V1's scheduler reads, with vLLM's names and meanings.
+
+    ``num_gpu_blocks`` counts the null block, as vLLM's ``num_blocks`` does, so
+    ``num_gpu_blocks - 1`` blocks are usable by requests.
+    """
+
+    block_size: int = attrs.field(default=16, validator=_positive)
+    num_gpu_blocks: int = attrs.field(validator=_positive)
+    max_num_batched_tokens: int = attrs.field(default=8192, validator=_positive)
+    """The per-step token budget shared by prefill and decode."""
+    max_num_seqs: int = attrs.field(default=256, validator=_positive)
+    """At most this many requests are RUNNING at once."""
+    max_model_len: int = attrs.field(default=131072, validator=_positive)
+    long_prefill_token_threshold: int = attrs.field(default=0, validator=_non_negative)
+    """Cap on tokens one request gets per step (0: no cap), vLLM's chunking threshold."""
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = True
+    reserve_full_sequence: bool = True
+    """Admit a waiting request only if blocks for all its current tokens (the whole
+    prompt, not just the first chunk) are free now. vLLM's
+    ``scheduler_reserve_full_isl``, on by default as in vLLM 0.19."""
+    num_speculative_tokens: int = attrs.field(default=0, validator=_non_negative)
+    """Lookahead slots allocated per running request for draft tokens."""
+    hash_seed: int = 0
+    """Seed of the chained block hash root (vLLM's ``PYTHONHASHSEED`` role)."""
+    enable_kv_cache_events: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        if self.num_gpu_blocks < 2:
+            raise ValueError(
+                "num_gpu_blocks must be >= 2 (block 0 is the null block), "
+                f"got {self.num_gpu_blocks}"
+            )
+        if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
+            raise ValueError(
+                "with chunked prefill disabled, max_num_batched_tokens "
+                f"({self.max_num_batched_tokens}) must be >= max_model_len "
+                f"({self.max_model_len}) or long prompts could never be scheduled"
+            )

@@ -1,0 +1,131 @@
+"""The scheduler's side of the connector seam, with a scripted connector."""
+
+from __future__ import annotations
+
+import zlib
+
+from kvframe_fcfs import FCFSPolicy
+
+from kvframe.core.scheduler import Scheduler
+from kvframe.core.scheduler_config import SchedulerConfig
+from kvframe.core.scheduler_output import KVConnectorOutput, ModelRunnerOutput
+from kvframe.request import Request, RequestStatus
+
+
+class ScriptedConnector:
+    """Answers lookups from a per-request script; records every call."""
+
+    def __init__(self, answers: dict[str, list[tuple[int | None, bool]]]) -> None:
+        self.answers = answers
+        self.allocs: list[tuple[str, int, int]] = []
+        self.finished: list[str] = []
+        self.keep_blocks_for: set[str] = set()
+        self.outputs: list[KVConnectorOutput] = []
+
+    def get_num_new_matched_tokens(self, request, num_computed_tokens):
+        script = self.answers.get(request.request_id)
+        if not script:
+            return 0, False
+        return script.pop(0)
+
+    def update_state_after_alloc(self, request, blocks, num_external_tokens):
+        self.allocs.append((request.request_id, len(blocks), num_external_tokens))
+
+    def build_connector_meta(self, scheduler_output):
+        return {"step_tokens": scheduler_output.total_num_scheduled_tokens}
+
+    def update_connector_output(self, output):
+        self.outputs.append(output)
+
+    def request_finished(self, request, block_ids):
+        self.finished.append(request.request_id)
+        return request.request_id in self.keep_blocks_for
+
+    def take_events(self):
+        return []
+
+
+def make(connector) -> Scheduler:
+    config = SchedulerConfig(
+        block_size=4,
+        num_gpu_blocks=32,
+        max_num_batched_tokens=64,
+        max_num_seqs=8,
+        max_model_len=128,
+    )
+    return Scheduler(config, FCFSPolicy(), connector=connector)
+
+
+def add(s: Scheduler, request_id: str, n: int, max_tokens: int = 2) -> Request:
+    base = zlib.crc32(request_id.encode()) % 10_000 * 100
+    request = Request(
+        request_id, [base + i for i in range(n)], max_tokens, block_hasher=s.block_hasher
+    )
+    s.add_request(request)
+    return request
+
+
+def empty_output(**kwargs) -> ModelRunnerOutput:
+    return ModelRunnerOutput({}, kv_connector_output=KVConnectorOutput(**kwargs))
+
+
+def test_unknown_external_hit_moves_the_request_aside_without_blocking_others():
+    connector = ScriptedConnector({"a": [(None, False)]})
+    s = make(connector)
+    add(s, "a", 8)
+    add(s, "b", 8)
+    out = s.schedule()
+    assert list(out.num_scheduled_tokens) == ["b"]
+    assert [r.request_id for r in s.skipped_waiting] == ["a"]
+    assert out.kv_connector_metadata == {"step_tokens": 8}
+    s.update_from_output(out, ModelRunnerOutput({"b": [7]}))
+    out = s.schedule()
+    # FCFS serves skipped-waiting first; the connector now reports no hit.
+    assert list(out.num_scheduled_tokens) == ["b", "a"]
+
+
+def test_async_load_waits_in_skipped_waiting_then_resumes_with_loaded_tokens():
+    connector = ScriptedConnector({"a": [(8, True)]})
+    s = make(connector)
+    a = add(s, "a", 12)
+    out = s.schedule()
+    assert out.num_scheduled_tokens == {}
+    assert a.status == RequestStatus.WAITING_FOR_REMOTE_KVS
+    assert connector.allocs == [("a", 2, 8)]
+    assert out.first_admissions[0].external_hit_tokens == 8
+    s.update_from_output(out, empty_output())
+    out = s.schedule()
+    assert out.num_scheduled_tokens == {}  # the load has not landed
+    s.update_from_output(out, empty_output(finished_recving={"a"}))
+    out = s.schedule()
+    assert out.num_scheduled_tokens == {"a": 4}
+    assert a.num_cached_tokens == 8
+    assert [r.req_id for r in out.scheduled_new_reqs] == ["a"]
+    assert s.stats.connector_prefix_cache_hits == 8
+
+
+def test_blocks_of_a_finished_request_stay_until_its_store_lands():
+    connector = ScriptedConnector({})
+    connector.keep_blocks_for.add("a")
+    s = make(connector)
+    add(s, "a", 8, max_tokens=1)
+    out = s.schedule()
+    s.update_from_output(out, ModelRunnerOutput({"a": [7]}))
+    assert connector.finished == ["a"]
+    assert s.kv_cache_manager.num_free_blocks == 31 - 2
+    out = s.schedule()
+    s.update_from_output(out, empty_output(finished_sending={"a"}))
+    assert s.kv_cache_manager.num_free_blocks == 31
+
+
+def test_aborting_during_a_load_frees_blocks_only_when_the_load_lands():
+    connector = ScriptedConnector({"a": [(8, True)]})
+    s = make(connector)
+    add(s, "a", 12)
+    out = s.schedule()
+    s.update_from_output(out, empty_output())
+    s.finish_requests("a")
+    assert s.kv_cache_manager.num_free_blocks == 31 - 2
+    out = s.schedule()
+    s.update_from_output(out, empty_output(finished_recving={"a"}))
+    assert s.kv_cache_manager.num_free_blocks == 31

@@ -1,0 +1,433 @@
+"""Differential fidelity check: kvframe's scheduler against vLLM V1's, step by step.
+
+::
+
+    python tools/differential/compare.py                      # every workload, both policies
+    python tools/differential/compare.py --workload pressure --workload prefix
+    python tools/differential/compare.py --vllm-python /path/to/venv/bin/python
+    python tools/differential/compare.py --vllm-only          # sanity-check the vLLM side
+
+Generates the workloads (``workloads.py``), runs ``vllm_driver.py`` under the
+vLLM reference virtualenv and ``kvframe_driver.py`` under this interpreter —
+two subprocesses, in parallel — then diffs their per-step records. Prints one
+row per (workload, policy) and, for the first differing step of each, both
+records side by side. Exits 1 on any difference or driver crash, 2 when no
+vLLM interpreter can be found.
+
+The vLLM interpreter is, in order: ``--vllm-python``, ``$KVFRAME_VLLM_PYTHON``,
+``<repo>/.vllm-reference-venv/bin/python``. Build that environment with
+``bash ../shared/tools/vllm-reference/install.sh .vllm-reference-venv``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workloads import DEFAULT_NUM_REQUESTS, POLICIES, WORKLOADS, all_workloads, write_workload
+
+HERE = Path(__file__).resolve().parent
+REPO_ROOT = HERE.parents[1]
+DEFAULT_OUT_DIR = REPO_ROOT / "out" / "differential"
+VLLM_PYTHON_ENV = "KVFRAME_VLLM_PYTHON"
+
+Record = dict[str, Any]
+
+
+def find_vllm_python(explicit: str | os.PathLike[str] | None = None) -> Path | None:
+    """The vLLM reference interpreter, or None when there is none to use."""
+    candidates: list[str | os.PathLike[str]] = []
+    if explicit:
+        candidates.append(explicit)
+    if os.environ.get(VLLM_PYTHON_ENV):
+        candidates.append(os.environ[VLLM_PYTHON_ENV])
+    candidates.append(REPO_ROOT / ".vllm-reference-venv" / "bin" / "python")
+    for candidate in candidates:
+        path = Path(candidate)
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+        if explicit and candidate is explicit:
+            return None  # an explicit choice that does not exist is not silently replaced
+    return None
+
+
+# --------------------------------------------------------------------------
+# Running the drivers
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class DriverRun:
+    side: str
+    returncode: int
+    output: str
+
+
+def _run_driver(
+    side: str, python: Path | str, script: str, paths: Sequence[Path], out_dir: Path, blocks: bool
+) -> DriverRun:
+    cmd = [str(python), str(HERE / script), *map(str, paths), "--out-dir", str(out_dir)]
+    if blocks:
+        cmd.append("--blocks")
+    env = dict(os.environ, VLLM_LOGGING_LEVEL="ERROR", PYTHONHASHSEED="0")
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=HERE)
+    return DriverRun(side, proc.returncode, proc.stdout + proc.stderr)
+
+
+def run_drivers(
+    workload_paths: Sequence[Path],
+    out_dir: Path,
+    *,
+    vllm_python: Path | None,
+    kvframe_python: Path | str | None = sys.executable,
+    blocks: bool = False,
+) -> dict[str, DriverRun]:
+    """Run the drivers (both in parallel); records land in ``out_dir/{vllm,kvframe}``."""
+    jobs = []
+    if vllm_python is not None:
+        jobs.append(("vllm", vllm_python, "vllm_driver.py"))
+    if kvframe_python is not None:
+        jobs.append(("kvframe", kvframe_python, "kvframe_driver.py"))
+    with ThreadPoolExecutor(max_workers=len(jobs) or 1) as pool:
+        futures = [
+            pool.submit(_run_driver, side, py, script, workload_paths, out_dir / side, blocks)
+            for side, py, script in jobs
+        ]
+        return {f.result().side: f.result() for f in futures}
+
+
+def iter_records(path: Path) -> Iterator[Record]:
+    """Step records of one run, streamed; a driver's in-band error record included."""
+    if not path.exists():
+        yield {"error": f"no records at {path}"}
+        return
+    with path.open() as fh:
+        for line in fh:
+            yield json.loads(line)
+
+
+# --------------------------------------------------------------------------
+# Diffing and reporting
+# --------------------------------------------------------------------------
+
+
+def same_step(a: Record, b: Record) -> bool:
+    """Records agree; ``blocks`` counts only when both sides recorded it."""
+    if ("blocks" in a) != ("blocks" in b):
+        a = {k: v for k, v in a.items() if k != "blocks"}
+        b = {k: v for k, v in b.items() if k != "blocks"}
+    return a == b
+
+
+class Summary:
+    """Running totals of one side's records (what the table shows)."""
+
+    __slots__ = ("hit_tokens", "preemptions", "requests", "steps")
+
+    def __init__(self) -> None:
+        self.steps = self.requests = self.preemptions = self.hit_tokens = 0
+
+    def add(self, r: Record) -> None:
+        self.steps += 1
+        self.requests += len(r["new"])
+        self.preemptions += len(r["preempted"])
+        self.hit_tokens += sum(r["prefix_hits"].values())
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "steps": self.steps,
+            "requests": self.requests,
+            "preemptions": self.preemptions,
+            "prefix_hit_tokens": self.hit_tokens,
+        }
+
+
+def summarize(records: Iterable[Record]) -> dict[str, int]:
+    """Totals used in the table: steps, requests, preemptions, prefix-hit tokens."""
+    summary = Summary()
+    for r in records:
+        if "error" not in r:
+            summary.add(r)
+    return summary.as_dict()
+
+
+@dataclass
+class Result:
+    """The comparison of one workload under one policy.
+
+    Only totals and the first differing step are kept: a 1000-request
+    pressure run is ~25,000 steps per side, too many to hold for 26 runs.
+    """
+
+    workload: str
+    vllm_path: Path
+    kvframe_path: Path | None
+    vllm: dict[str, int] = field(default_factory=dict)
+    kvframe: dict[str, int] | None = None
+    vllm_error: str | None = None
+    kvframe_error: str | None = None
+    num_diffs: int = 0
+    first_diff: int | None = None
+    first_pair: tuple[Record | None, Record | None] = (None, None)
+    previous: Record | None = None
+    """The step before the first differing one (identical on both sides)."""
+
+    @property
+    def ok(self) -> bool:
+        return not (self.num_diffs or self.vllm_error or self.kvframe_error)
+
+
+def _error_text(r: Record) -> str:
+    return r["error"] + ("\n" + r["traceback"] if r.get("traceback") else "")
+
+
+def compare_runs(workload: str, vllm_path: Path, kvframe_path: Path | None) -> Result:
+    """Stream both record files side by side; a step only one side has differs."""
+    res = Result(workload, vllm_path, kvframe_path)
+    vs, ks = Summary(), Summary()
+    other: Iterator[Record] = iter_records(kvframe_path) if kvframe_path else iter(())
+    prev: Record | None = None
+    sentinel: Record = {}
+    for a in iter_records(vllm_path):
+        if "error" in a:
+            res.vllm_error = _error_text(a)
+            a = sentinel
+        else:
+            vs.add(a)
+        b = next(other, None) if kvframe_path else sentinel
+        if b is not None and "error" in b:
+            res.kvframe_error = _error_text(b)
+            b = None
+        elif b is not None and b is not sentinel:
+            ks.add(b)
+        if kvframe_path and a is not sentinel and (b is None or not same_step(a, b)):
+            res.num_diffs += 1
+            if res.first_diff is None:
+                res.first_diff, res.first_pair, res.previous = a["step"], (a, b), prev
+        prev = a
+    for b in other:  # steps only kvframe ran
+        if "error" in b:
+            res.kvframe_error = _error_text(b)
+            continue
+        ks.add(b)
+        res.num_diffs += 1
+        if res.first_diff is None:
+            res.first_diff, res.first_pair, res.previous = b["step"], (None, b), prev
+    res.vllm = vs.as_dict()
+    res.kvframe = ks.as_dict() if kvframe_path else None
+    return res
+
+
+def _fmt_table(rows: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for n, row in enumerate(rows):
+        cells = [
+            c.ljust(w) if i < 2 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  ".join(cells).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def format_table(results: Sequence[Result]) -> str:
+    header = [
+        "workload",
+        "policy",
+        "steps",
+        "requests",
+        "preemptions",
+        "prefix-hit tok",
+        "diff steps",
+    ]
+    rows = [header]
+    for res in results:
+        s = res.vllm
+        base, _, policy = res.workload.rpartition("-")
+        if res.kvframe is None:
+            diff = "-"
+        elif res.vllm_error or res.kvframe_error:
+            diff = "CRASH"
+        else:
+            diff = str(res.num_diffs)
+        k = res.kvframe if res.kvframe is not None else s
+
+        def cell(key: str, s: dict[str, int] = s, k: dict[str, int] = k) -> str:
+            return str(s[key]) if s[key] == k[key] else f"{s[key]}/{k[key]}"
+
+        rows.append(
+            [
+                base,
+                policy,
+                cell("steps"),
+                cell("requests"),
+                cell("preemptions"),
+                cell("prefix_hit_tokens"),
+                diff,
+            ]
+        )
+    note = "(a/b: vLLM/kvframe where they disagree)"
+    return _fmt_table(rows) + "\n" + note
+
+
+def _wrap(value: Any, width: int) -> list[str]:
+    text = json.dumps(value, separators=(",", ":"))
+    return textwrap.wrap(text, width, break_on_hyphens=False) or [""]
+
+
+def side_by_side(a: Record | None, b: Record | None, width: int = 64) -> str:
+    """Both records of one step in two columns; differing fields marked ``!``."""
+    lines = [f"  {'':12} {'vLLM':<{width}} | kvframe"]
+    keys = list((a or b or {}).keys())
+    for extra in b or {}:
+        if extra not in keys:
+            keys.append(extra)
+    for key in keys:
+        va = a.get(key, "<absent>") if a is not None else "<no step>"
+        vb = b.get(key, "<absent>") if b is not None else "<no step>"
+        mark = "!" if va != vb else " "
+        left, right = _wrap(va, width), _wrap(vb, width)
+        for i in range(max(len(left), len(right))):
+            label = f"{mark}{key}" if i == 0 else ""
+            lc = left[i] if i < len(left) else ""
+            rc = right[i] if i < len(right) else ""
+            lines.append(f"  {label:12} {lc:<{width}} | {rc}")
+    if a is not None and b is not None and a.get("scheduled") != b.get("scheduled"):
+        sa, sb = a["scheduled"], b["scheduled"]
+        i = next(
+            (j for j, (x, y) in enumerate(zip(sa, sb, strict=False)) if x != y),
+            min(len(sa), len(sb)),
+        )
+        lines.append(
+            f"  scheduled lists agree on their first {i} entries; then vLLM "
+            f"{sa[i] if i < len(sa) else '<end>'} vs kvframe {sb[i] if i < len(sb) else '<end>'}"
+        )
+    return "\n".join(lines)
+
+
+def format_details(res: Result) -> str:
+    out = [f"== {res.workload}"]
+    if res.vllm_error:
+        out.append(f"vLLM driver crashed after {res.vllm['steps']} steps:\n{res.vllm_error}")
+    if res.kvframe_error:
+        steps = res.kvframe["steps"] if res.kvframe else 0
+        out.append(f"kvframe driver crashed after {steps} steps:\n{res.kvframe_error}")
+    if res.first_diff is not None and res.kvframe is not None:
+        out.append(
+            f"first differing step: {res.first_diff} ({res.num_diffs} differing steps; "
+            f"vLLM ran {res.vllm['steps']} steps, kvframe {res.kvframe['steps']})"
+        )
+        if res.previous is not None:
+            out.append("previous step (identical on both sides):")
+            out.append("  " + json.dumps(res.previous, separators=(",", ":"))[:2000])
+        out.append(side_by_side(*res.first_pair))
+    out.append(f"records: {res.vllm_path}  {res.kvframe_path or ''}".rstrip())
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------
+# Entry points
+# --------------------------------------------------------------------------
+
+
+def run_comparison(
+    names: Sequence[str] | None = None,
+    policies: Sequence[str] = POLICIES,
+    *,
+    num_requests: int = DEFAULT_NUM_REQUESTS,
+    seed: int = 0,
+    vllm_python: Path,
+    kvframe_python: Path | str | None = sys.executable,
+    out_dir: Path = DEFAULT_OUT_DIR,
+    blocks: bool = False,
+) -> tuple[list[Result], dict[str, DriverRun]]:
+    """Generate, run both drivers, diff. ``kvframe_python=None`` runs vLLM only."""
+    workloads = all_workloads(names, policies, num_requests, seed)
+    paths = [write_workload(wl, out_dir / "workloads" / f"{wl['name']}.json") for wl in workloads]
+    runs = run_drivers(
+        paths, out_dir, vllm_python=vllm_python, kvframe_python=kvframe_python, blocks=blocks
+    )
+    results = [
+        compare_runs(
+            wl["name"],
+            out_dir / "vllm" / f"{wl['name']}.jsonl",
+            out_dir / "kvframe" / f"{wl['name']}.jsonl" if kvframe_python is not None else None,
+        )
+        for wl in workloads
+    ]
+    return results, runs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="workloads:\n"
+        + "\n".join(f"  {n:20} {desc}" for n, (_, _, desc) in WORKLOADS.items()),
+    )
+    parser.add_argument("--workload", action="append", choices=list(WORKLOADS), dest="names")
+    parser.add_argument("--policy", action="append", choices=list(POLICIES), dest="policies")
+    parser.add_argument("--num-requests", type=int, default=DEFAULT_NUM_REQUESTS)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--vllm-python", help=f"default: ${VLLM_PYTHON_ENV} or the repo's venv")
+    parser.add_argument("--kvframe-python", default=sys.executable)
+    parser.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR)
+    parser.add_argument(
+        "--blocks", action="store_true", help="also compare block ids (the free-queue order)"
+    )
+    parser.add_argument("--vllm-only", action="store_true", help="run and summarize vLLM only")
+    args = parser.parse_args(argv)
+
+    vllm_python = find_vllm_python(args.vllm_python)
+    if vllm_python is None:
+        print(
+            "no vLLM reference interpreter: pass --vllm-python, set "
+            f"{VLLM_PYTHON_ENV}, or build <repo>/.vllm-reference-venv with "
+            "`bash ../shared/tools/vllm-reference/install.sh .vllm-reference-venv`",
+            file=sys.stderr,
+        )
+        return 2
+    results, runs = run_comparison(
+        args.names,
+        args.policies or POLICIES,
+        num_requests=args.num_requests,
+        seed=args.seed,
+        vllm_python=vllm_python,
+        kvframe_python=None if args.vllm_only else args.kvframe_python,
+        out_dir=args.out_dir,
+        blocks=args.blocks,
+    )
+    for run in runs.values():
+        if run.returncode != 0 and not any(
+            (r.vllm_error if run.side == "vllm" else r.kvframe_error) for r in results
+        ):
+            print(f"{run.side} driver exited {run.returncode}:\n{run.output}", file=sys.stderr)
+    print(format_table(results))
+    failed = [r for r in results if not r.ok]
+    for res in failed:
+        print()
+        print(format_details(res))
+    print(f"\nrecords and workloads: {args.out_dir}")
+    if failed or any(run.returncode != 0 for run in runs.values()):
+        print(f"{len(failed)} of {len(results)} runs differ or crashed")
+        return 1
+    if args.vllm_only:
+        print(f"vLLM only: {len(results)} runs completed (nothing compared)")
+    else:
+        print(f"all {len(results)} runs identical step by step")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

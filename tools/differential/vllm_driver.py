@@ -1,0 +1,243 @@
+"""Run workloads through vLLM V1's real Scheduler and write per-step records.
+
+Runs under the vLLM reference virtualenv only (``install.sh`` in
+``shared/tools/vllm-reference``); kvframe never imports this file or vLLM::
+
+    .vllm-reference-venv/bin/python tools/differential/vllm_driver.py \
+        WORKLOAD.json [WORKLOAD.json ...] --out-dir DIR [--blocks]
+
+writes ``DIR/<workload name>.jsonl`` (schema in ``stepping.py``). Several
+workloads go through one process because importing vLLM and resolving its first
+ModelConfig costs ~15 s on this machine; each workload gets a fresh Scheduler.
+
+The Scheduler is built the way vLLM's own unit tests build one
+(``tests/v1/core/utils.py``: ``create_scheduler``): a VllmConfig with
+SchedulerConfig / ModelConfig (a folder holding only ``config.json``) /
+CacheConfig / ``DeviceConfig("cpu")``, and a KVCacheConfig with a single
+FullAttentionSpec group of ``num_gpu_blocks`` blocks. No model, no worker.
+
+Request equivalence with kvframe: ``priority`` and ``arrival_time`` are passed
+straight through. In vLLM 0.19.1 they matter only under the priority policy:
+the waiting heap orders by ``Request.__lt__`` = (priority, arrival_time,
+request_id) and the preemption victim is ``max(running, key=(priority,
+arrival_time))``; under fcfs the waiting queue is a deque in insertion order.
+Sampling: ``ignore_eos=True``, no stop tokens, so a request stops only at
+max_tokens or max_model_len (``check_stop``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+# Quiet vLLM's import-time INFO/WARNING chatter (no Triton / no CUDA on this box).
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+# Deterministic root hash for the chained block hash (init_none_hash reads it).
+os.environ.setdefault("PYTHONHASHSEED", "0")
+
+import stepping
+from workloads import RequestSpec, Workload, load_workload
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_MODEL_DIR = REPO_ROOT.parent / "shared" / "tools" / "vllm-reference" / "model"
+HASH_ALGO = "sha256"
+
+
+def _model_dir() -> Path:
+    env = os.environ.get("KVFRAME_VLLM_MODEL_DIR")
+    return Path(env) if env else DEFAULT_MODEL_DIR
+
+
+class VllmAdapter:
+    """:class:`stepping.SchedulerAdapter` over ``vllm.v1.core.sched.scheduler.Scheduler``."""
+
+    def __init__(self, config: dict[str, Any], *, record_blocks: bool = False) -> None:
+        import torch
+        from vllm.config import (
+            CacheConfig,
+            DeviceConfig,
+            ModelConfig,
+            SchedulerConfig,
+            VllmConfig,
+        )
+        from vllm.sampling_params import SamplingParams
+        from vllm.utils.hashing import get_hash_fn_by_name
+        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+        from vllm.v1.core.sched.scheduler import Scheduler
+        from vllm.v1.kv_cache_interface import (
+            FullAttentionSpec,
+            KVCacheConfig,
+            KVCacheGroupSpec,
+        )
+        from vllm.v1.outputs import ModelRunnerOutput
+        from vllm.v1.request import Request
+        from vllm.v1.structured_output import StructuredOutputManager
+
+        self._Request = Request
+        self._SamplingParams = SamplingParams
+        self._ModelRunnerOutput = ModelRunnerOutput
+        self.record_blocks = record_blocks
+
+        block_size = config["block_size"]
+        max_model_len = config["max_model_len"]
+        scheduler_config = SchedulerConfig(
+            max_num_seqs=config["max_num_seqs"],
+            max_num_batched_tokens=config["max_num_batched_tokens"],
+            max_model_len=max_model_len,
+            is_encoder_decoder=False,
+            long_prefill_token_threshold=config["long_prefill_token_threshold"],
+            enable_chunked_prefill=config["enable_chunked_prefill"],
+            policy=config["policy"],
+            scheduler_reserve_full_isl=config.get("reserve_full_sequence", True),
+            async_scheduling=False,
+        )
+        model_config = ModelConfig(
+            model=str(_model_dir()),
+            max_model_len=max_model_len,
+            skip_tokenizer_init=True,
+            dtype="float16",
+            seed=0,
+        )
+        cache_config = CacheConfig(
+            block_size=block_size,
+            enable_prefix_caching=config["enable_prefix_caching"],
+            prefix_caching_hash_algo=HASH_ALGO,
+        )
+        vllm_config = VllmConfig(
+            scheduler_config=scheduler_config,
+            model_config=model_config,
+            cache_config=cache_config,
+            device_config=DeviceConfig(device="cpu"),
+        )
+        kv_cache_config = KVCacheConfig(
+            num_blocks=config["num_gpu_blocks"],
+            kv_cache_tensors=[],
+            kv_cache_groups=[
+                KVCacheGroupSpec(
+                    ["layer"],
+                    FullAttentionSpec(
+                        block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32
+                    ),
+                )
+            ],
+        )
+        cache_config.num_gpu_blocks = config["num_gpu_blocks"]
+        self.scheduler = Scheduler(
+            vllm_config=vllm_config,
+            kv_cache_config=kv_cache_config,
+            structured_output_manager=StructuredOutputManager(vllm_config),
+            block_size=block_size,
+            log_stats=False,
+        )
+        self._check_effective_config(config)
+
+        hash_fn = get_hash_fn_by_name(HASH_ALGO)
+        init_none_hash(hash_fn)
+        self._block_hasher = get_request_block_hasher(block_size, hash_fn)
+
+    def _check_effective_config(self, config: dict[str, Any]) -> None:
+        """VllmConfig post-init may silently rewrite settings; refuse if it did."""
+        s = self.scheduler
+        effective = {
+            "policy": s.policy.value,
+            "max_num_seqs": s.max_num_running_reqs,
+            "max_num_batched_tokens": s.max_num_scheduled_tokens,
+            "max_model_len": s.max_model_len,
+            "long_prefill_token_threshold": s.scheduler_config.long_prefill_token_threshold,
+            "enable_chunked_prefill": s.scheduler_config.enable_chunked_prefill,
+            "enable_prefix_caching": s.kv_cache_manager.enable_caching,
+            "reserve_full_sequence": s.scheduler_reserve_full_isl,
+            "num_gpu_blocks": s.kv_cache_manager.block_pool.num_gpu_blocks,
+            "async_scheduling": bool(s.scheduler_config.async_scheduling),
+            "num_lookahead_tokens": s.num_lookahead_tokens,
+        }
+        wanted = {**{k: config.get(k, True) for k in effective}, "async_scheduling": False}
+        wanted["num_lookahead_tokens"] = 0
+        bad = {k: (wanted[k], v) for k, v in effective.items() if wanted[k] != v}
+        if bad:
+            raise RuntimeError(f"vLLM rewrote the config (wanted, got): {bad}")
+
+    # -- SchedulerAdapter ---------------------------------------------------
+
+    def add_request(self, spec: RequestSpec) -> None:
+        params = self._SamplingParams(max_tokens=spec["max_tokens"], ignore_eos=True)
+        request = self._Request(
+            request_id=spec["request_id"],
+            prompt_token_ids=list(spec["prompt_token_ids"]),
+            sampling_params=params,
+            pooling_params=None,
+            arrival_time=spec["arrival_time"],
+            priority=spec["priority"],
+            block_hasher=self._block_hasher,
+        )
+        self.scheduler.add_request(request)
+
+    def schedule(self) -> stepping.StepView:
+        out = self.scheduler.schedule()
+        requests = self.scheduler.requests
+        new = [d.req_id for d in out.scheduled_new_reqs]
+        cached = out.scheduled_cached_reqs
+        blocks: dict[str, list[int]] | None = None
+        if self.record_blocks:
+            blocks = {d.req_id: list(d.block_ids[0]) for d in out.scheduled_new_reqs}
+            for rid, ids in zip(cached.req_ids, cached.new_block_ids, strict=True):
+                blocks[rid] = list(ids[0]) if ids is not None else []
+        return stepping.StepView(
+            scheduled=list(out.num_scheduled_tokens.items()),
+            new=new,
+            resumed=sorted(cached.resumed_req_ids),
+            preempted=sorted(out.preempted_req_ids),
+            prefix_hits={rid: requests[rid].num_cached_tokens for rid in new},
+            free_blocks=self.scheduler.kv_cache_manager.block_pool.get_num_free_blocks(),
+            blocks=blocks,
+            raw=out,
+        )
+
+    def progress(self, req_id: str) -> tuple[int, int]:
+        request = self.scheduler.requests[req_id]
+        return request.num_computed_tokens, request.num_tokens
+
+    def update(self, view: stepping.StepView, sampled: dict[str, list[int]]) -> list[str]:
+        req_ids = [rid for rid, _ in view.scheduled]
+        runner_output = self._ModelRunnerOutput(
+            req_ids=req_ids,
+            req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
+            # vLLM's model runner returns [] for a partial prefill chunk.
+            sampled_token_ids=[list(sampled.get(rid, ())) for rid in req_ids],
+        )
+        engine_outputs = self.scheduler.update_from_output(view.raw, runner_output)
+        return [
+            o.request_id
+            for eco in engine_outputs.values()
+            for o in eco.outputs
+            if o.finish_reason is not None
+        ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("workloads", nargs="+", type=Path)
+    parser.add_argument("--out-dir", type=Path, required=True)
+    parser.add_argument("--blocks", action="store_true", help="also record block ids")
+    parser.add_argument("--max-steps", type=int, default=stepping.DEFAULT_MAX_STEPS)
+    args = parser.parse_args(argv)
+    ok = True
+    for path in args.workloads:
+        workload: Workload = load_workload(path)
+        t0 = time.perf_counter()
+        out = args.out_dir / f"{workload['name']}.jsonl"
+        ok &= stepping.write_records(
+            workload,
+            lambda cfg=workload["config"]: VllmAdapter(cfg, record_blocks=args.blocks),
+            out,
+            args.max_steps,
+        )
+        print(f"vllm_driver: {workload['name']} -> {out} ({time.perf_counter() - t0:.1f}s)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
