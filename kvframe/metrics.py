@@ -1,0 +1,567 @@
+"""Run metrics: per-request latencies, their distributions, and engine counters.
+
+The engine feeds a :class:`MetricsCollector` as events happen (arrival, first
+scheduling, first token, preemption, finish, step). Every feed is O(1): a dict
+lookup and a few attribute writes on a slotted record, or a few integer
+additions for a step. Nothing is sorted or aggregated until
+:meth:`MetricsCollector.summary`, which runs once at the end (or when a run is
+interrupted, with ``partial=True``).
+
+Names follow vLLM's metrics where one exists (without the ``vllm:`` prefix):
+
+=====================================  ==========================================
+``time_to_first_token_seconds``        first token time - arrival
+``time_per_output_token_seconds``      (finish - first token) / (output tokens - 1),
+                                       per request, over requests with >= 2 tokens
+                                       (vLLM's per-request
+                                       ``request_time_per_output_token_seconds``)
+``e2e_request_latency_seconds``        finish - arrival
+``request_queue_time_seconds``         first scheduled - arrival
+``request_prefill_time_seconds``       first token - first scheduled
+``request_decode_time_seconds``        finish - first token
+``job_completion_time_seconds``        (kvframe) last turn's finish - first turn's
+                                       arrival, per agentic job
+``prefix_cache_queries`` / ``_hits``   prompt tokens looked up / found at first
+                                       admission (once per request)
+``num_preemptions``                    recompute preemptions
+``prompt_tokens_total``                prompt tokens of arrived requests
+``generation_tokens_total``            tokens sampled
+=====================================  ==========================================
+
+Percentiles use linear interpolation between closest ranks (NumPy's default
+``"linear"`` method), so they agree with ``numpy.percentile``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import IO, Any
+
+import attrs
+
+__all__ = [
+    "LATENCY_METRICS",
+    "Distribution",
+    "MetricsCollector",
+    "MetricsSummary",
+    "RequestMetrics",
+    "percentile",
+]
+
+LATENCY_METRICS = (
+    "time_to_first_token_seconds",
+    "time_per_output_token_seconds",
+    "e2e_request_latency_seconds",
+    "request_queue_time_seconds",
+    "request_prefill_time_seconds",
+    "request_decode_time_seconds",
+    "job_completion_time_seconds",
+)
+"""The distributions a summary reports, in display order."""
+
+PERCENTILES = (50, 90, 99)
+
+# Counter pairs whose ratio a summary reports as ``<prefix>_hit_rate``.
+_HIT_RATE_PAIRS = ("prefix_cache", "connector_prefix_cache", "preempted_prefix_cache")
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0-100) of already sorted values, linearly interpolated.
+
+    :raises ValueError: for an empty sequence or ``q`` outside [0, 100].
+    """
+    if not sorted_values:
+        raise ValueError("percentile of no values")
+    if not 0 <= q <= 100:
+        raise ValueError(f"q must be in [0, 100], got {q}")
+    rank = (len(sorted_values) - 1) * q / 100.0
+    low = math.floor(rank)
+    high = min(low + 1, len(sorted_values) - 1)
+    fraction = rank - low
+    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * fraction
+
+
+@attrs.frozen(slots=True)
+class Distribution:
+    """Summary statistics of one latency metric over the requests that have it."""
+
+    count: int
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+    max: float
+
+    @classmethod
+    def of(cls, values: Iterable[float]) -> Distribution | None:
+        """``None`` when there are no values (e.g. no request finished)."""
+        ordered = sorted(values)
+        if not ordered:
+            return None
+        return cls(
+            count=len(ordered),
+            mean=math.fsum(ordered) / len(ordered),
+            p50=percentile(ordered, 50),
+            p90=percentile(ordered, 90),
+            p99=percentile(ordered, 99),
+            max=ordered[-1],
+        )
+
+
+class _Record:
+    """Mutable per-request state while a run is in progress (slotted: cheap to update)."""
+
+    __slots__ = (
+        "arrival_time",
+        "finish_status",
+        "finish_time",
+        "first_scheduled_time",
+        "first_token_time",
+        "is_last_turn",
+        "job_id",
+        "num_cached_tokens",
+        "num_external_cached_tokens",
+        "num_output_tokens",
+        "num_preemptions",
+        "num_prompt_tokens",
+        "num_recomputed_tokens",
+        "request_id",
+        "turn",
+    )
+
+    def __init__(
+        self,
+        request_id: str,
+        arrival_time: float,
+        num_prompt_tokens: int,
+        job_id: str | None,
+        turn: int | None,
+        is_last_turn: bool,
+    ) -> None:
+        self.request_id = request_id
+        self.arrival_time = arrival_time
+        self.num_prompt_tokens = num_prompt_tokens
+        self.job_id = job_id
+        self.turn = turn
+        self.is_last_turn = is_last_turn
+        self.first_scheduled_time: float | None = None
+        self.first_token_time: float | None = None
+        self.finish_time: float | None = None
+        self.finish_status: str | None = None
+        self.num_output_tokens = 0
+        self.num_cached_tokens = 0
+        self.num_external_cached_tokens = 0
+        self.num_preemptions = 0
+        self.num_recomputed_tokens = 0
+
+
+@attrs.frozen(slots=True)
+class RequestMetrics:
+    """One request's record and the latencies derived from it (``None``: not reached)."""
+
+    request_id: str
+    job_id: str | None
+    turn: int | None
+    is_last_turn: bool
+    arrival_time: float
+    first_scheduled_time: float | None
+    first_token_time: float | None
+    finish_time: float | None
+    finish_status: str | None
+    num_prompt_tokens: int
+    num_output_tokens: int
+    num_cached_tokens: int
+    num_external_cached_tokens: int
+    num_preemptions: int
+    num_recomputed_tokens: int
+    time_to_first_token_seconds: float | None
+    time_per_output_token_seconds: float | None
+    e2e_request_latency_seconds: float | None
+    request_queue_time_seconds: float | None
+    request_prefill_time_seconds: float | None
+    request_decode_time_seconds: float | None
+
+    @classmethod
+    def from_record(cls, record: _Record) -> RequestMetrics:
+        arrival = record.arrival_time
+        scheduled = record.first_scheduled_time
+        first = record.first_token_time
+        finish = record.finish_time
+        tpot = None
+        if first is not None and finish is not None and record.num_output_tokens >= 2:
+            tpot = (finish - first) / (record.num_output_tokens - 1)
+        return cls(
+            request_id=record.request_id,
+            job_id=record.job_id,
+            turn=record.turn,
+            is_last_turn=record.is_last_turn,
+            arrival_time=arrival,
+            first_scheduled_time=scheduled,
+            first_token_time=first,
+            finish_time=finish,
+            finish_status=record.finish_status,
+            num_prompt_tokens=record.num_prompt_tokens,
+            num_output_tokens=record.num_output_tokens,
+            num_cached_tokens=record.num_cached_tokens,
+            num_external_cached_tokens=record.num_external_cached_tokens,
+            num_preemptions=record.num_preemptions,
+            num_recomputed_tokens=record.num_recomputed_tokens,
+            time_to_first_token_seconds=None if first is None else first - arrival,
+            time_per_output_token_seconds=tpot,
+            e2e_request_latency_seconds=None if finish is None else finish - arrival,
+            request_queue_time_seconds=None if scheduled is None else scheduled - arrival,
+            request_prefill_time_seconds=(
+                None if first is None or scheduled is None else first - scheduled
+            ),
+            request_decode_time_seconds=(
+                None if finish is None or first is None else finish - first
+            ),
+        )
+
+
+CSV_COLUMNS = tuple(field.name for field in attrs.fields(RequestMetrics))
+
+
+@attrs.frozen(slots=True)
+class MetricsSummary:
+    """Everything a run reports: ``metrics.json``, ``requests.csv`` and a text table.
+
+    ``partial`` marks a run that was interrupted: latencies then cover only the
+    requests that got that far, and counters stop where the run stopped.
+    """
+
+    partial: bool
+    counters: Mapping[str, int | float]
+    distributions: Mapping[str, Distribution | None]
+    requests: tuple[RequestMetrics, ...] = attrs.field(repr=False)
+    metadata: Mapping[str, Any] = attrs.field(factory=dict)
+
+    # -- serialisation ---------------------------------------------------------
+
+    def to_dict(self, *, include_requests: bool = False) -> dict[str, Any]:
+        """JSON-ready: counters, distributions (``null`` when empty), metadata."""
+        data: dict[str, Any] = {
+            "partial": self.partial,
+            "metadata": dict(self.metadata),
+            "counters": dict(self.counters),
+            "distributions": {
+                name: None if dist is None else attrs.asdict(dist)
+                for name, dist in self.distributions.items()
+            },
+        }
+        if include_requests:
+            data["requests"] = [attrs.asdict(row) for row in self.requests]
+        return data
+
+    def write_json(self, path: str | os.PathLike[str] | IO[str]) -> None:
+        """Write ``metrics.json`` (without the per-request rows; see :meth:`write_csv`)."""
+        text = json.dumps(self.to_dict(), indent=2, sort_keys=False, allow_nan=False) + "\n"
+        if hasattr(path, "write"):
+            path.write(text)  # type: ignore[union-attr]
+            return
+        with open(path, "w", encoding="utf-8") as out:  # type: ignore[arg-type]
+            out.write(text)
+
+    def write_csv(self, path: str | os.PathLike[str] | IO[str]) -> None:
+        """Write one row per request (empty cells for times a request never reached)."""
+
+        def emit(out: IO[str]) -> None:
+            writer = csv.writer(out, lineterminator="\n")
+            writer.writerow(CSV_COLUMNS)
+            for row in self.requests:
+                writer.writerow(
+                    "" if value is None else value
+                    for value in (getattr(row, name) for name in CSV_COLUMNS)
+                )
+
+        if hasattr(path, "write"):
+            emit(path)  # type: ignore[arg-type]
+            return
+        with open(path, "w", encoding="utf-8", newline="") as out:  # type: ignore[arg-type]
+            emit(out)
+
+    # -- the text table --------------------------------------------------------
+
+    def render_table(self) -> str:
+        """A plain-text summary for a terminal: counters, then latency percentiles."""
+        c = self.counters
+        lines: list[str] = []
+        title = "kvframe run summary"
+        if self.partial:
+            title += " (PARTIAL: the run was interrupted)"
+        lines += [title, "=" * len(title)]
+
+        def row(label: str, value: str) -> None:
+            lines.append(f"{label:<38}{value:>18}")
+
+        row(
+            "requests finished / arrived",
+            f"{c.get('num_requests_finished', 0)} / {c.get('num_requests', 0)}",
+        )
+        for key in (
+            "prompt_tokens_total",
+            "generation_tokens_total",
+            "num_steps",
+            "num_preemptions",
+            "num_recomputed_tokens",
+        ):
+            if key in c:
+                row(key, f"{c[key]:,}")
+        for prefix in _HIT_RATE_PAIRS:
+            rate = c.get(f"{prefix}_hit_rate")
+            if rate is not None and c.get(f"{prefix}_queries"):
+                row(
+                    f"{prefix}_hits / queries",
+                    f"{c[f'{prefix}_hits']:,} / {c[f'{prefix}_queries']:,}",
+                )
+                row(f"{prefix}_hit_rate", f"{rate:.2%}")
+        for key, fmt in (
+            ("simulated_duration_seconds", "{:.3f}"),
+            ("output_throughput_tokens_per_second", "{:.1f}"),
+            ("request_throughput_per_second", "{:.3f}"),
+            ("wall_clock_seconds", "{:.3f}"),
+            ("simulated_requests_per_wall_second", "{:.1f}"),
+        ):
+            if c.get(key) is not None:
+                row(key, fmt.format(c[key]))
+
+        shown = [(name, dist) for name, dist in self.distributions.items() if dist is not None]
+        if shown:
+            lines.append("")
+            header = f"{'latency (seconds)':<32}{'count':>7}" + "".join(
+                f"{label:>10}" for label in ("mean", "p50", "p90", "p99", "max")
+            )
+            lines += [header, "-" * len(header)]
+            for name, dist in shown:
+                lines.append(
+                    f"{name:<32}{dist.count:>7}"
+                    + "".join(
+                        f"{value:>10.4f}"
+                        for value in (dist.mean, dist.p50, dist.p90, dist.p99, dist.max)
+                    )
+                )
+        return "\n".join(lines)
+
+
+class MetricsCollector:
+    """What the engine feeds as a run proceeds; turns into a :class:`MetricsSummary`.
+
+    Each ``on_*`` method is O(1). Times are virtual seconds. A request must be
+    announced with :meth:`on_arrival` before any other event names it; the
+    "first" events (scheduled, first token) keep only their first occurrence,
+    so the engine may call them without tracking whether it already did.
+
+    Counters the scheduler keeps itself (prefix-cache queries and hits,
+    preemptions, recomputed tokens) are best passed to :meth:`summary` as
+    ``counters``; without them the summary derives the same names from the
+    per-request records, counting each request's first admission once.
+    """
+
+    def __init__(self) -> None:
+        self._records: dict[str, _Record] = {}
+        self._counters: dict[str, int | float] = {}
+        self.num_steps = 0
+        self.busy_seconds = 0.0
+        """Sum of step durations: time the (simulated) GPU was running a step."""
+        self.generation_tokens = 0
+        self.computed_tokens = 0
+        self.first_arrival: float | None = None
+        self.last_event_time = 0.0
+        self.num_finished = 0
+
+    # -- per request -----------------------------------------------------------
+
+    def on_arrival(
+        self,
+        request_id: str,
+        now: float,
+        num_prompt_tokens: int,
+        *,
+        job_id: str | None = None,
+        turn: int | None = None,
+        is_last_turn: bool = True,
+    ) -> None:
+        if request_id in self._records:
+            raise ValueError(f"request {request_id!r} arrived twice")
+        self._records[request_id] = _Record(
+            request_id, now, num_prompt_tokens, job_id, turn, is_last_turn
+        )
+        if self.first_arrival is None or now < self.first_arrival:
+            self.first_arrival = now
+        if now > self.last_event_time:
+            self.last_event_time = now
+
+    def on_scheduled(
+        self,
+        request_id: str,
+        now: float,
+        *,
+        num_cached_tokens: int = 0,
+        num_external_cached_tokens: int = 0,
+    ) -> None:
+        """The request was scheduled; only its first admission is recorded.
+
+        ``num_cached_tokens`` are prompt tokens found in the GPU prefix cache,
+        ``num_external_cached_tokens`` those an offload tier supplied beyond them.
+        """
+        record = self._records[request_id]
+        if record.first_scheduled_time is None:
+            record.first_scheduled_time = now
+            record.num_cached_tokens = num_cached_tokens
+            record.num_external_cached_tokens = num_external_cached_tokens
+
+    def on_first_token(self, request_id: str, now: float) -> None:
+        record = self._records[request_id]
+        if record.first_token_time is None:
+            record.first_token_time = now
+
+    def on_preempted(self, request_id: str) -> None:
+        self._records[request_id].num_preemptions += 1
+
+    def on_recomputed(self, request_id: str, num_tokens: int) -> None:
+        """``num_tokens`` computed before a preemption had to be computed again."""
+        self._records[request_id].num_recomputed_tokens += num_tokens
+
+    def on_finished(
+        self, request_id: str, now: float, *, num_output_tokens: int, status: str = "finished"
+    ) -> None:
+        """The request left the engine (``status``: e.g. ``"stop"``, ``"length"``, ``"abort"``)."""
+        record = self._records[request_id]
+        if record.finish_time is not None:
+            raise ValueError(f"request {request_id!r} finished twice")
+        record.finish_time = now
+        record.finish_status = status
+        record.num_output_tokens = num_output_tokens
+        self.num_finished += 1
+        if now > self.last_event_time:
+            self.last_event_time = now
+
+    # -- per step --------------------------------------------------------------
+
+    def on_step(
+        self,
+        now: float,
+        duration: float,
+        *,
+        num_generated_tokens: int = 0,
+        num_computed_tokens: int = 0,
+    ) -> None:
+        """A step started at ``now`` and took ``duration`` seconds.
+
+        ``num_computed_tokens`` counts all tokens the step ran through the model
+        (prefill and decode), ``num_generated_tokens`` the tokens it sampled.
+        """
+        self.num_steps += 1
+        self.busy_seconds += duration
+        self.generation_tokens += num_generated_tokens
+        self.computed_tokens += num_computed_tokens
+        end = now + duration
+        if end > self.last_event_time:
+            self.last_event_time = end
+
+    def count(self, name: str, value: int | float = 1) -> None:
+        """Add to a named counter (offload bytes, evictions, ...); reported as is."""
+        self._counters[name] = self._counters.get(name, 0) + value
+
+    # -- the end ---------------------------------------------------------------
+
+    @property
+    def num_requests(self) -> int:
+        return len(self._records)
+
+    def summary(
+        self,
+        *,
+        counters: Mapping[str, int | float] | None = None,
+        wall_clock_seconds: float | None = None,
+        partial: bool = False,
+        end_time: float | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> MetricsSummary:
+        """Aggregate everything collected so far.
+
+        :param counters: engine counters (e.g. ``attrs.asdict(scheduler.stats)``);
+            they override same-named values derived here.
+        :param wall_clock_seconds: real time the run took, for the simulation
+            speed figures.
+        :param partial: the run was interrupted before the workload finished.
+        :param end_time: virtual time the run ended (default: the latest event).
+        """
+        rows = tuple(RequestMetrics.from_record(record) for record in self._records.values())
+        start = self.first_arrival if self.first_arrival is not None else 0.0
+        end = self.last_event_time if end_time is None else end_time
+        duration = max(0.0, end - start)
+
+        merged: dict[str, int | float] = {
+            "num_requests": len(rows),
+            "num_requests_finished": self.num_finished,
+            "num_requests_unfinished": len(rows) - self.num_finished,
+            "prompt_tokens_total": sum(row.num_prompt_tokens for row in rows),
+            "generation_tokens_total": (
+                self.generation_tokens
+                if self.num_steps
+                else sum(row.num_output_tokens for row in rows)
+            ),
+            "computed_tokens_total": self.computed_tokens,
+            "prefix_cache_queries": sum(
+                row.num_prompt_tokens for row in rows if row.first_scheduled_time is not None
+            ),
+            "prefix_cache_hits": sum(row.num_cached_tokens for row in rows),
+            "connector_prefix_cache_hits": sum(row.num_external_cached_tokens for row in rows),
+            "num_preemptions": sum(row.num_preemptions for row in rows),
+            "num_recomputed_tokens": sum(row.num_recomputed_tokens for row in rows),
+            "num_steps": self.num_steps,
+            "busy_seconds": self.busy_seconds,
+        }
+        merged.update(self._counters)
+        if counters:
+            merged.update(counters)
+        for prefix in _HIT_RATE_PAIRS:
+            queries = merged.get(f"{prefix}_queries")
+            hits = merged.get(f"{prefix}_hits")
+            if queries is not None and hits is not None:
+                merged[f"{prefix}_hit_rate"] = hits / queries if queries else 0.0
+        generated = merged["generation_tokens_total"]
+        merged["simulated_duration_seconds"] = duration
+        merged["output_throughput_tokens_per_second"] = generated / duration if duration else 0.0
+        merged["request_throughput_per_second"] = self.num_finished / duration if duration else 0.0
+        if wall_clock_seconds is not None:
+            merged["wall_clock_seconds"] = wall_clock_seconds
+            merged["simulated_requests_per_wall_second"] = (
+                self.num_finished / wall_clock_seconds if wall_clock_seconds > 0 else 0.0
+            )
+
+        distributions: dict[str, Distribution | None] = {
+            name: Distribution.of(
+                value for value in (getattr(row, name) for row in rows) if value is not None
+            )
+            for name in LATENCY_METRICS
+            if name != "job_completion_time_seconds"
+        }
+        distributions["job_completion_time_seconds"] = Distribution.of(_job_completion_times(rows))
+        return MetricsSummary(
+            partial=partial,
+            counters=merged,
+            distributions=distributions,
+            requests=rows,
+            metadata=dict(metadata or {}),
+        )
+
+
+def _job_completion_times(rows: Iterable[RequestMetrics]) -> list[float]:
+    """Per complete job (its last turn finished): last turn's finish - first arrival."""
+    first_arrival: dict[str, float] = {}
+    completed_at: dict[str, float] = {}
+    for row in rows:
+        job = row.job_id
+        if job is None:
+            continue
+        if job not in first_arrival or row.arrival_time < first_arrival[job]:
+            first_arrival[job] = row.arrival_time
+        if row.is_last_turn and row.finish_time is not None:
+            completed_at[job] = row.finish_time
+    return [finish - first_arrival[job] for job, finish in completed_at.items()]

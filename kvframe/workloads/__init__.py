@@ -1,0 +1,249 @@
+"""Workloads: request specs, trace readers and generators.
+
+:func:`load_workload` reads a Mooncake or kvframe JSONL file (optionally
+gzip-compressed) into a :class:`Workload`. Reading is eager at the level of
+*specs* — every line is parsed and checked before a run starts, so a bad line
+400 requests in fails now rather than an hour into a simulation — but lazy at
+the level of *tokens*: prompts stay recipes until the engine reads
+``spec.prompt_token_ids``. ``limit`` stops reading after that many requests.
+
+Arrival order. Specs must come out in non-decreasing arrival time because the
+engine releases them as its virtual clock passes. A file whose arrivals go
+backwards is an error by default (pointing at the first offending line),
+because silently reordering a trace usually hides a bug in whatever wrote it;
+``sort_arrivals=True`` instead sorts stably (equal arrivals keep file order),
+which needs the whole file before ``limit`` applies. Backward arrivals are a
+property of the file, not of one line, so ``skip_bad_lines`` does not skip them.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import time
+from collections.abc import Iterator
+from operator import attrgetter
+from pathlib import Path
+from typing import IO, Any, Literal, Protocol
+
+import structlog
+
+from kvframe.workloads.errors import WorkloadError, describe_value
+from kvframe.workloads.kvframe_jsonl import HEADER_KEY, KvframeJsonlParser, write_jsonl
+from kvframe.workloads.mooncake import MooncakeParser, looks_like_mooncake
+from kvframe.workloads.spec import (
+    MOONCAKE_BLOCK_TOKENS,
+    MooncakePrompt,
+    Prompt,
+    RequestSpec,
+    SyntheticPrompt,
+    TokenPrompt,
+    Workload,
+)
+
+__all__ = [
+    "FORMATS",
+    "MAX_KEPT_ERRORS",
+    "MooncakePrompt",
+    "Prompt",
+    "RequestSpec",
+    "SyntheticPrompt",
+    "TokenPrompt",
+    "Workload",
+    "WorkloadError",
+    "detect_format",
+    "load_workload",
+    "write_jsonl",
+]
+
+log = structlog.get_logger(__name__)
+
+FORMATS = ("auto", "mooncake", "kvframe")
+MAX_KEPT_ERRORS = 10
+"""How many skipped-line errors a :class:`Workload` keeps (all are counted)."""
+
+Format = Literal["auto", "mooncake", "kvframe"]
+
+
+class _RecordParser(Protocol):
+    format: str
+    metadata: dict[str, Any]
+
+    def parse(self, obj: dict[str, Any], line: int) -> RequestSpec | None: ...
+
+    def finish(self, specs: list[RequestSpec]) -> list[RequestSpec]: ...
+
+
+def detect_format(obj: dict[str, Any]) -> str:
+    """``"mooncake"`` or ``"kvframe"`` from the first JSON object of a file."""
+    if HEADER_KEY in obj:
+        return "kvframe"
+    return "mooncake" if looks_like_mooncake(obj) else "kvframe"
+
+
+def _open_text(path: Path) -> IO[str]:
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8")
+    return path.open("r", encoding="utf-8")
+
+
+def _decoded_lines(
+    stream: IO[str], display: str
+) -> Iterator[tuple[int, dict[str, Any] | WorkloadError]]:
+    """(line number, object) for each non-blank line, or the error that line has."""
+    decode = json.loads
+    for line_no, text in enumerate(stream, 1):
+        if not text.strip():
+            continue
+        try:
+            obj = decode(text)
+        except json.JSONDecodeError as exc:
+            yield (
+                line_no,
+                WorkloadError(
+                    f"invalid JSON: {exc.msg} (column {exc.colno})", path=display, line=line_no
+                ),
+            )
+            continue
+        if type(obj) is not dict:
+            yield (
+                line_no,
+                WorkloadError(
+                    f"expected a JSON object, got {describe_value(obj)}", path=display, line=line_no
+                ),
+            )
+            continue
+        yield line_no, obj
+
+
+def load_workload(
+    path: str | os.PathLike[str],
+    *,
+    format: Format = "auto",
+    limit: int | None = None,
+    skip_bad_lines: bool = False,
+    sort_arrivals: bool = False,
+    mooncake_block_tokens: int = MOONCAKE_BLOCK_TOKENS,
+    name: str | None = None,
+) -> Workload:
+    """Read a workload file into a :class:`Workload` of specs in arrival order.
+
+    :param path: a ``.jsonl`` file, or ``.jsonl.gz``.
+    :param format: ``"mooncake"``, ``"kvframe"``, or ``"auto"`` (from the first
+        JSON object: a kvframe header or record vs. Mooncake's fields).
+    :param limit: keep only the first ``limit`` requests (the earliest
+        ``limit`` when sorting). Reading stops there unless sorting.
+    :param skip_bad_lines: drop malformed lines instead of raising; the count
+        and the first :data:`MAX_KEPT_ERRORS` errors are kept on the workload.
+    :param sort_arrivals: sort stably by arrival instead of rejecting a file
+        whose arrivals go backwards.
+    :param mooncake_block_tokens: tokens per Mooncake hash id.
+    :param name: the workload's name (default: the header's, else the file stem).
+    :raises WorkloadError: on malformed input (``file:line: field 'x': ...``),
+        backward arrivals without ``sort_arrivals``, or a file with no requests.
+    :raises FileNotFoundError: if the file does not exist.
+    """
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be >= 1 or None, got {limit}")
+    display = os.fspath(path)
+    file_path = Path(path)
+    started = time.perf_counter()
+
+    parser: _RecordParser | None = None
+    if format == "mooncake":
+        parser = MooncakeParser(path=display, block_tokens=mooncake_block_tokens)
+    elif format == "kvframe":
+        parser = KvframeJsonlParser(path=display)
+
+    specs: list[RequestSpec] = []
+    kept_errors: list[WorkloadError] = []
+    num_skipped = 0
+    last_arrival = 0.0
+    last_arrival_line = 0
+    unsorted = False
+
+    with _open_text(file_path) as stream:
+        for line_no, item in _decoded_lines(stream, display):
+            try:
+                if isinstance(item, WorkloadError):
+                    raise item
+                if parser is None:
+                    detected = detect_format(item)
+                    parser = (
+                        MooncakeParser(path=display, block_tokens=mooncake_block_tokens)
+                        if detected == "mooncake"
+                        else KvframeJsonlParser(path=display)
+                    )
+                spec = parser.parse(item, line_no)
+            except WorkloadError as exc:
+                if not skip_bad_lines:
+                    raise
+                num_skipped += 1
+                if len(kept_errors) < MAX_KEPT_ERRORS:
+                    kept_errors.append(exc)
+                continue
+            if spec is None:  # a header line
+                continue
+            if spec.arrival_time < last_arrival:
+                if not sort_arrivals:
+                    raise WorkloadError(
+                        f"arrival {spec.arrival_time:g} s is earlier than "
+                        f"{last_arrival:g} s on line {last_arrival_line}; arrivals must "
+                        "not decrease (pass sort_arrivals=True to sort them stably)",
+                        path=display,
+                        line=line_no,
+                        field="timestamp" if parser.format == "mooncake" else "arrival",
+                    )
+                unsorted = True
+            else:
+                last_arrival, last_arrival_line = spec.arrival_time, line_no
+            specs.append(spec)
+            if limit is not None and len(specs) >= limit and not sort_arrivals:
+                break
+
+    if unsorted:
+        specs.sort(key=attrgetter("arrival_time"))  # list.sort is stable
+    if limit is not None:
+        del specs[limit:]
+    if parser is not None:
+        specs = parser.finish(specs)
+    if not specs:
+        reason = "no requests in the file"
+        if num_skipped:
+            reason += f" ({num_skipped} bad lines skipped; first: {kept_errors[0]})"
+        raise WorkloadError(reason, path=display)
+
+    metadata = dict(parser.metadata) if parser is not None else {}
+    workload = Workload(
+        specs,
+        name=name or metadata.get("name") or _stem(file_path),
+        source=file_path,
+        format=parser.format if parser is not None else "kvframe",
+        num_skipped_lines=num_skipped,
+        errors=tuple(kept_errors),
+        metadata=metadata,
+    )
+    log.debug(
+        "workload_loaded",
+        path=display,
+        format=workload.format,
+        requests=len(workload),
+        skipped_lines=num_skipped,
+        sorted=unsorted,
+        seconds=round(time.perf_counter() - started, 4),
+    )
+    if num_skipped:
+        log.warning(
+            "workload_lines_skipped", path=display, skipped=num_skipped, first=str(kept_errors[0])
+        )
+    return workload
+
+
+def _stem(path: Path) -> str:
+    name = path.name
+    for suffix in (".gz", ".jsonl", ".json"):
+        name = name.removesuffix(suffix)
+    return name
