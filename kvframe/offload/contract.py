@@ -65,7 +65,9 @@ class OffloadManager(Protocol):
 class TransferHandler(Protocol):
     """Worker-side mover of block bytes between the device KV cache and the tier."""
 
-    def start_transfers(self, loads: Sequence[tuple[int, int]], stores: Sequence[tuple[int, int]]) -> int:
+    def start_transfers(
+        self, loads: Sequence[tuple[int, int]], stores: Sequence[tuple[int, int]]
+    ) -> int:
         """Start copies of (gpu block id, tier slot id) pairs; return a transfer id."""
         ...
 
