@@ -1,8 +1,23 @@
 """Types an offload tier implements: the scheduler-side ledger and the worker-side mover.
 
-These follow vLLM V1's ``OffloadingManager`` and ``OffloadingHandler`` split: the
-manager runs next to the scheduler and never touches tensors; the handler runs on
-the worker and moves bytes.
+These follow vLLM V1's ``OffloadingManager`` / ``OffloadingHandler`` split
+(``vllm/v1/kv_offload/abstract.py``): the manager runs next to the scheduler and
+never touches tensors; the handler runs on the worker and moves bytes.
+
+Vocabulary. An *offloaded block* covers ``block_size_factor`` consecutive GPU
+blocks (``OffloadManager.block_size`` tokens) and is named by the hash of its
+*last* GPU block, which, hashes being chained, identifies the whole prefix up to
+it. A tier has a fixed number of *slots*, each holding one offloaded block; slot
+ids are what the worker side needs to find the bytes.
+
+The ref-count lifecycle of a block in a tier (vLLM's ``BlockStatus``)::
+
+    prepare_store ──> -1 (being written, not findable by lookup)
+                        │ complete_store(success=True)      complete_store(False)
+                        v                                     ──> slot freed
+                        0 (ready: lookup finds it; evictable)
+                        │ prepare_load ──> n > 0 (being read; not evictable)
+                        │ <── complete_load (n - 1)
 """
 
 from __future__ import annotations
@@ -15,6 +30,13 @@ import attrs
 if TYPE_CHECKING:
     from kvframe.events import BlockHash, KVEvent
 
+__all__ = [
+    "OffloadContext",
+    "OffloadManager",
+    "PrepareStoreResult",
+    "TransferHandler",
+]
+
 
 @attrs.frozen(slots=True)
 class OffloadContext:
@@ -23,13 +45,29 @@ class OffloadContext:
     gpu_block_size: int
     """Tokens per GPU block."""
     kv_bytes_per_token: int
-    """KV bytes for one token across all layers (K and V)."""
+    """KV bytes for one token across all layers (K and V) and all tensor-parallel
+    ranks: what one token costs in the tier."""
     num_gpu_blocks: int
+    enable_events: bool = True
+    """Whether the manager records KV events for ``take_events`` (vLLM records them
+    only when KV events are enabled; with no consumer they would pile up)."""
+
+    @property
+    def gpu_block_bytes(self) -> int:
+        """Bytes of one GPU block of KV (all layers, K and V)."""
+        return self.gpu_block_size * self.kv_bytes_per_token
 
 
 @attrs.frozen(slots=True)
 class PrepareStoreResult:
-    """Slots to write for a store, and what was evicted to make room."""
+    """Slots to write for a store, and what was evicted to make room.
+
+    ``block_hashes_to_store`` is the subset of the requested hashes that were not
+    in the tier yet, in request order; ``slot_ids[i]`` is where the i-th of them
+    goes. Both may be empty (everything was already stored), which is not a
+    failure. ``evicted_block_hashes`` left the tier to make room, in eviction
+    order.
+    """
 
     block_hashes_to_store: tuple[BlockHash, ...]
     slot_ids: tuple[int, ...]
@@ -37,29 +75,73 @@ class PrepareStoreResult:
 
 
 class OffloadManager(Protocol):
-    """Scheduler-side ledger of an offload tier (which blocks it holds, ref counts)."""
+    """Scheduler-side ledger of an offload tier: which blocks it holds, their states.
 
-    def lookup(self, block_hashes: Sequence[BlockHash]) -> int:
-        """Length of the leading run of hashes that are stored and ready."""
+    Called directly by the connector on the scheduler's hot path, never through
+    pluggy. Methods taking ``block_hashes`` accept any iterable; a batch names
+    each hash at most once (chained hashes of one request are distinct).
+    """
+
+    @property
+    def medium(self) -> str:
+        """Where the tier lives (``"CPU"``); the ``medium`` of its KV events."""
         ...
 
-    def prepare_load(self, block_hashes: Sequence[BlockHash]) -> Sequence[int]:
-        """Pin the blocks for an in-flight load; return their slot ids."""
+    @property
+    def block_size(self) -> int:
+        """Tokens per offloaded block (GPU block size x block_size_factor)."""
         ...
 
-    def touch(self, block_hashes: Sequence[BlockHash]) -> None:
-        """Feed the eviction policy a use of these blocks."""
+    def lookup(self, block_hashes: Iterable[BlockHash]) -> int | None:
+        """Length of the leading run of hashes that are stored and ready.
+
+        Stops at the first hash that is absent or still being written. ``None``
+        means "not known yet, ask again next step" (a remote tier may need a round
+        trip); a local tier always answers.
+        """
         ...
 
-    def prepare_store(self, block_hashes: Sequence[BlockHash]) -> PrepareStoreResult | None:
-        """Allocate not-ready slots for new hashes, evicting atomically; None if impossible."""
+    def prepare_load(self, block_hashes: Iterable[BlockHash]) -> Sequence[int]:
+        """Pin ready blocks for an in-flight load; return their slot ids, in order.
+
+        Every hash must be stored and ready (a previous ``lookup`` said so).
+        Pinned blocks are not evictable until ``complete_load``.
+        """
         ...
 
-    def complete_load(self, block_hashes: Sequence[BlockHash]) -> None: ...
+    def touch(self, block_hashes: Iterable[BlockHash]) -> None:
+        """Tell the eviction policy these blocks were used, the first most importantly.
 
-    def complete_store(self, block_hashes: Sequence[BlockHash], success: bool = True) -> None: ...
+        Separate from ``prepare_load`` so that a use served by the GPU prefix
+        cache still counts. Unknown hashes are fine (an adaptive policy learns
+        from hashes it evicted).
+        """
+        ...
 
-    def take_events(self) -> Iterable[KVEvent]: ...
+    def prepare_store(self, block_hashes: Iterable[BlockHash]) -> PrepareStoreResult | None:
+        """Reserve not-ready slots for the hashes not stored yet, evicting if needed.
+
+        Eviction goes through the eviction policy, all at once, and never takes
+        one of ``block_hashes`` (the batch's own blocks stay). Returns ``None``,
+        with nothing changed, when not enough blocks can be evicted.
+        """
+        ...
+
+    def complete_load(self, block_hashes: Iterable[BlockHash]) -> None:
+        """A load finished: unpin the blocks (one pin each)."""
+        ...
+
+    def complete_store(self, block_hashes: Iterable[BlockHash], success: bool = True) -> None:
+        """A store finished: its blocks become ready, or on failure are freed.
+
+        Hashes that are not being written (already ready, or unknown) are ignored,
+        so a store may be completed twice.
+        """
+        ...
+
+    def take_events(self) -> Iterable[KVEvent]:
+        """``BlockStored`` / ``BlockRemoved`` events since the last call, in order."""
+        ...
 
 
 class TransferHandler(Protocol):

@@ -1,0 +1,292 @@
+"""Generic scheduler-side ledgers for offload tiers: slots ordered by an eviction policy.
+
+:class:`SlotOffloadManager` is vLLM 0.19's ``CPUOffloadingManager``
+(``vllm/v1/kv_offload/cpu/manager.py``) with the policy, the medium and the
+geometry as parameters, so any tier made of fixed-size slots (pinned DRAM, a
+file of blocks) gets the same bookkeeping. :class:`FilteredOffloadManager` is
+vLLM's ``FilterReusedOffloadingManager`` with the filtering rule as a
+:class:`kvframe.ReuseFilter`.
+
+Neither knows a policy or a filter by name: the offload spec plugin builds them
+(``cpu:capacity=8GiB,eviction=arc``) and hands the objects in. The host never
+imports a plugin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, cast
+
+import attrs
+
+from kvframe.events import BlockHash, BlockRemoved, BlockStored, KVEvent
+from kvframe.offload.contract import PrepareStoreResult
+
+if TYPE_CHECKING:
+    from kvframe.bases import EvictionPolicy, ReuseFilter
+    from kvframe.offload.contract import OffloadManager
+
+__all__ = [
+    "FilteredOffloadManager",
+    "OffloadBlock",
+    "OffloadStateError",
+    "SlotOffloadManager",
+]
+
+
+class OffloadStateError(RuntimeError):
+    """A caller broke the ledger's lifecycle (loading an absent block, unpinning twice).
+
+    Raised before anything changes, so the ledger stays consistent.
+    """
+
+
+@attrs.define(slots=True, eq=False)
+class OffloadBlock:
+    """The ledger's record of one block in the tier.
+
+    ``ref_cnt`` is ``-1`` while the block is being written (not findable),
+    ``0`` when ready and idle (the only state an eviction policy may take), and
+    the number of in-flight loads otherwise. Identity, not value, is what
+    matters (``eq=False``): policies hold these objects and see ``ref_cnt``
+    change in place.
+    """
+
+    slot_id: int
+    ref_cnt: int = -1
+
+    @property
+    def is_ready(self) -> bool:
+        return self.ref_cnt >= 0
+
+
+class SlotOffloadManager:
+    """A tier of ``num_blocks`` slots whose occupants an eviction policy orders.
+
+    The manager owns the slots, the ref counts and the events; the policy owns
+    the map from hash to block and the eviction order (it is vLLM's
+    ``CachePolicy``: ``get`` is the ledger's only index). Semantics match vLLM
+    0.19's ``CPUOffloadingManager`` call for call:
+
+    * slots are handed out fresh in increasing order until all have been used
+      once, then from a free list, most recently freed first;
+    * ``prepare_store`` skips hashes already present (ready *or* being written),
+      evicts ``len(new) - free`` blocks through ``policy.evict`` with every hash
+      of the call protected, frees their slots, then inserts the new blocks at
+      ``ref_cnt == -1`` in request order;
+    * ``complete_store`` only acts on blocks still being written; a failure
+      removes them from the policy and frees their slots without an event;
+    * events: one ``BlockRemoved`` per ``prepare_store`` that evicted, one
+      ``BlockStored`` per ``complete_store`` that made something ready, both
+      with ``medium``; ``BlockStored.parent_block_hash`` is ``None`` (an
+      offloaded block's parent is not tracked, as in vLLM).
+
+    Where this class differs, it is stricter, never different on valid input:
+    lifecycle violations raise :class:`OffloadStateError` *before* changing
+    anything (vLLM asserts midway), and a hash repeated within one
+    ``prepare_store`` batch is stored once (vLLM would allocate two slots and
+    leak one).
+    """
+
+    def __init__(
+        self,
+        policy: EvictionPolicy,
+        num_blocks: int,
+        *,
+        block_size: int,
+        medium: str = "CPU",
+        enable_events: bool = True,
+    ) -> None:
+        """
+        :param policy: the eviction policy, built for ``num_blocks`` blocks and
+            empty; the manager is its only user.
+        :param num_blocks: slots in the tier.
+        :param block_size: tokens per offloaded block (reported in events).
+        :param medium: the tier's name in KV events.
+        :param enable_events: record events for :meth:`take_events`.
+        """
+        if num_blocks < 0:
+            raise ValueError(f"num_blocks must be >= 0, not {num_blocks}")
+        self.policy = policy
+        # The policy hands back the blocks this manager inserted: OffloadBlocks.
+        self._get = cast(Callable[[BlockHash], OffloadBlock | None], policy.get)
+        self.num_blocks = num_blocks
+        self._block_size = block_size
+        self._medium = medium
+        self._num_allocated = 0
+        """Slots handed out at least once: ids ``0 .. _num_allocated - 1``."""
+        self._free_slots: list[int] = []
+        """Slots given back, reused last-in first-out."""
+        self._events: list[KVEvent] | None = [] if enable_events else None
+
+    # -- geometry -------------------------------------------------------------
+
+    @property
+    def medium(self) -> str:
+        return self._medium
+
+    @property
+    def block_size(self) -> int:
+        return self._block_size
+
+    @property
+    def num_free_blocks(self) -> int:
+        """Slots a store can take without evicting."""
+        return len(self._free_slots) + self.num_blocks - self._num_allocated
+
+    # -- the OffloadManager protocol -----------------------------------------
+
+    def lookup(self, block_hashes: Iterable[BlockHash]) -> int:
+        get = self._get
+        hits = 0
+        for block_hash in block_hashes:
+            block = get(block_hash)
+            if block is None or block.ref_cnt < 0:
+                break
+            hits += 1
+        return hits
+
+    def prepare_load(self, block_hashes: Iterable[BlockHash]) -> tuple[int, ...]:
+        blocks = []
+        get = self._get
+        for block_hash in block_hashes:
+            block = get(block_hash)
+            if block is None:
+                raise OffloadStateError(f"cannot load block {block_hash!r}: not in the tier")
+            if block.ref_cnt < 0:
+                raise OffloadStateError(f"cannot load block {block_hash!r}: still being stored")
+            blocks.append(block)
+        for block in blocks:
+            block.ref_cnt += 1
+        return tuple(block.slot_id for block in blocks)
+
+    def touch(self, block_hashes: Iterable[BlockHash]) -> None:
+        self.policy.touch(block_hashes)
+
+    def complete_load(self, block_hashes: Iterable[BlockHash]) -> None:
+        blocks = []
+        get = self._get
+        for block_hash in block_hashes:
+            block = get(block_hash)
+            if block is None:
+                raise OffloadStateError(f"cannot complete load of {block_hash!r}: not in the tier")
+            if block.ref_cnt <= 0:
+                raise OffloadStateError(
+                    f"cannot complete load of {block_hash!r}: it is not being loaded"
+                )
+            blocks.append(block)
+        for block in blocks:
+            block.ref_cnt -= 1
+
+    def prepare_store(self, block_hashes: Iterable[BlockHash]) -> PrepareStoreResult | None:
+        requested = list(block_hashes)
+        get = self._get
+        new = [h for h in dict.fromkeys(requested) if get(h) is None]
+        if not new:
+            return PrepareStoreResult((), (), ())
+        evicted: tuple[BlockHash, ...] = ()
+        num_to_evict = len(new) - self.num_free_blocks
+        if num_to_evict > 0:
+            # The call's own hashes are protected: a block asked to be stored
+            # that is already there must still be there afterwards.
+            victims = self.policy.evict(num_to_evict, set(requested))
+            if victims is None:
+                return None
+            evicted = tuple(cast(BlockHash, h) for h, _ in victims)
+            self._free_slots.extend(cast(OffloadBlock, block).slot_id for _, block in victims)
+            if self._events is not None:
+                self._events.append(BlockRemoved(evicted, medium=self._medium))
+        blocks = self._allocate(len(new))
+        insert = self.policy.insert
+        for block_hash, block in zip(new, blocks, strict=True):
+            insert(block_hash, block)
+        return PrepareStoreResult(tuple(new), tuple(b.slot_id for b in blocks), evicted)
+
+    def complete_store(self, block_hashes: Iterable[BlockHash], success: bool = True) -> None:
+        get = self._get
+        if success:
+            stored = []
+            for block_hash in block_hashes:
+                block = get(block_hash)
+                if block is not None and block.ref_cnt < 0:
+                    block.ref_cnt = 0
+                    stored.append(block_hash)
+            if stored and self._events is not None:
+                self._events.append(
+                    BlockStored(tuple(stored), None, self._block_size, medium=self._medium)
+                )
+            return
+        for block_hash in block_hashes:
+            block = get(block_hash)
+            if block is not None and block.ref_cnt < 0:
+                self.policy.remove(block_hash)
+                self._free_slots.append(block.slot_id)
+
+    def take_events(self) -> list[KVEvent]:
+        if not self._events:
+            return []
+        events, self._events = self._events, []
+        return events
+
+    # -- slots ----------------------------------------------------------------
+
+    def _allocate(self, n: int) -> list[OffloadBlock]:
+        """``n`` new not-ready blocks: never-used slots first, then recently freed ones."""
+        num_fresh = min(n, self.num_blocks - self._num_allocated)
+        first = self._num_allocated
+        blocks = [OffloadBlock(slot_id) for slot_id in range(first, first + num_fresh)]
+        self._num_allocated += num_fresh
+        pop = self._free_slots.pop
+        blocks.extend(OffloadBlock(pop()) for _ in range(n - num_fresh))
+        return blocks
+
+
+class FilteredOffloadManager:
+    """An :class:`OffloadManager` that stores only what a :class:`ReuseFilter` allows.
+
+    vLLM's ``FilterReusedOffloadingManager``: ``lookup`` first shows the filter
+    every hash it is given (all of them, hit or miss, not only the leading
+    run), then asks the backing manager; ``prepare_store`` passes only the
+    hashes the filter lets through. Everything else goes straight to the
+    backing manager.
+
+    Note what that implies, as in vLLM: the backing manager protects only the
+    hashes that pass the filter, so an already-stored block of the same batch
+    that the filter rejects may be evicted by that very store.
+    """
+
+    def __init__(self, backing: OffloadManager, reuse_filter: ReuseFilter) -> None:
+        self.backing = backing
+        self.reuse_filter = reuse_filter
+
+    @property
+    def medium(self) -> str:
+        return self.backing.medium
+
+    @property
+    def block_size(self) -> int:
+        return self.backing.block_size
+
+    def lookup(self, block_hashes: Iterable[BlockHash]) -> int | None:
+        hashes = block_hashes if isinstance(block_hashes, Sequence) else list(block_hashes)
+        self.reuse_filter.on_lookup(hashes)
+        return self.backing.lookup(hashes)
+
+    def prepare_store(self, block_hashes: Iterable[BlockHash]) -> PrepareStoreResult | None:
+        hashes = block_hashes if isinstance(block_hashes, Sequence) else list(block_hashes)
+        return self.backing.prepare_store(self.reuse_filter.filter_store(hashes))
+
+    def prepare_load(self, block_hashes: Iterable[BlockHash]) -> Sequence[int]:
+        return self.backing.prepare_load(block_hashes)
+
+    def touch(self, block_hashes: Iterable[BlockHash]) -> None:
+        self.backing.touch(block_hashes)
+
+    def complete_load(self, block_hashes: Iterable[BlockHash]) -> None:
+        self.backing.complete_load(block_hashes)
+
+    def complete_store(self, block_hashes: Iterable[BlockHash], success: bool = True) -> None:
+        self.backing.complete_store(block_hashes, success)
+
+    def take_events(self) -> Iterable[KVEvent]:
+        return self.backing.take_events()

@@ -1,0 +1,299 @@
+"""Adaptive Replacement Cache (ARC) eviction, in two variants.
+
+``arc`` (``variant="vllm"``, the default) behaves exactly as vLLM 0.19's
+``ARCCachePolicy`` (``vllm/v1/kv_offload/cpu/policies/arc.py``);
+``arc:variant=paper`` is the algorithm of Megiddo and Modha, "ARC: A
+Self-Tuning, Low Overhead Replacement Cache" (FAST 2003), mapped onto the
+five-operation interface. ``docs/offload.md`` lists every place where vLLM's
+ARC departs from the paper and how the paper's cases map onto the interface.
+
+Both keep the paper's four lists, each an ``OrderedDict`` whose front is the
+least recently used entry:
+
+* ``t1`` — resident blocks seen once since they (re-)entered the cache;
+* ``t2`` — resident blocks seen at least twice;
+* ``b1``/``b2`` — *ghosts*: keys (no blocks) recently evicted from ``t1``/``t2``;
+
+and the adaptive target size of ``t1`` (the paper's ``p``),
+``target_t1_size``. A ghost hit in ``b1`` means recency was given too little
+room, so the target grows; a ghost hit in ``b2`` shrinks it.
+
+Costs. ``get``/``insert``/``remove`` and a touch of one key are O(1).
+``evict(n)`` walks each list at most once from its LRU end (not once per
+victim), so it costs ``n`` plus the blocks it must skip (protected or in
+use). The vLLM variant trims the ghost lists after each eviction (amortised
+O(1) per evicted block); the paper variant trims at most one ghost per insert.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable, Iterable, Iterator, Set
+from typing import Literal
+
+import kvframe
+from kvframe.bases import EvictableBlock
+
+__all__ = ["ARCPolicy"]
+
+Victim = tuple[Hashable, EvictableBlock]
+_SEQUENCES = (list, tuple)
+
+
+def _evictable(
+    blocks: OrderedDict[Hashable, EvictableBlock], protected: Set[Hashable]
+) -> Iterator[Victim]:
+    """The blocks the paper variant's ``evict`` may take from one list, LRU first.
+
+    A generator so that choosing several victims from the same list resumes
+    where the previous one was found instead of rescanning from the front;
+    nothing changes during the choice, so the result is the same.
+    """
+    for key, block in blocks.items():
+        if block.ref_cnt == 0 and key not in protected:
+            yield key, block
+
+
+class ARCPolicy(kvframe.EvictionPolicy):
+    """Adaptive replacement (recency T1 vs frequency T2, tuned by ghost hits)."""
+
+    name = "arc"
+    description = "Adaptive Replacement Cache: vLLM 0.19's ARCCachePolicy, or variant=paper."
+
+    def __init__(self, capacity: int, *, variant: Literal["vllm", "paper"] = "vllm") -> None:
+        if variant not in ("vllm", "paper"):
+            raise ValueError(f"variant must be 'vllm' or 'paper', not {variant!r}")
+        if capacity < 0:
+            raise ValueError(f"capacity must be >= 0, not {capacity}")
+        super().__init__(capacity)
+        self.variant = variant
+        self._paper = variant == "paper"
+        self.target_t1_size: float = 0.0
+        """The adaptive target for ``len(t1)`` (the paper's ``p``), in [0, capacity]."""
+        self.t1: OrderedDict[Hashable, EvictableBlock] = OrderedDict()
+        self.t2: OrderedDict[Hashable, EvictableBlock] = OrderedDict()
+        self.b1: OrderedDict[Hashable, bool] = OrderedDict()
+        """Ghosts of ``t1``. The value is only used by the paper variant: True once
+        the ghost's hit has adapted the target (so a hit adapts it once)."""
+        self.b2: OrderedDict[Hashable, bool] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self.t1) + len(self.t2)
+
+    def __repr__(self) -> str:
+        return (
+            f"ARCPolicy(capacity={self.capacity}, variant={self.variant!r}, "
+            f"target_t1_size={self.target_t1_size}, t1={len(self.t1)}, t2={len(self.t2)}, "
+            f"b1={len(self.b1)}, b2={len(self.b2)})"
+        )
+
+    # -- the two operations the variants share ------------------------------
+
+    def get(self, key: Hashable) -> EvictableBlock | None:
+        block = self.t1.get(key)
+        return block if block is not None else self.t2.get(key)
+
+    def remove(self, key: Hashable) -> None:
+        # Tolerant of absent keys, as vLLM's ARC is; no ghost is left behind
+        # (a removed block was never evicted, so its absence teaches nothing).
+        if self.t1.pop(key, None) is None:
+            self.t2.pop(key, None)
+
+    # -- insert -------------------------------------------------------------
+
+    def insert(self, key: Hashable, block: EvictableBlock) -> None:
+        if self._paper:
+            self._insert_paper(key, block)
+            return
+        # vLLM: a new block always starts in T1, even after a ghost hit, and
+        # leaves the ghost lists.
+        self.t1[key] = block
+        self.b1.pop(key, None)
+        self.b2.pop(key, None)
+
+    def _insert_paper(self, key: Hashable, block: EvictableBlock) -> None:
+        if key in self.b1 or key in self.b2:
+            # Cases II/III: a ghost hit comes back as a frequent block.
+            self._see_ghost(key)
+            self.b1.pop(key, None)
+            self.b2.pop(key, None)
+            self.t2[key] = block
+            return
+        # Case IV: a brand-new key enters T1. The paper first drops the LRU
+        # ghost of B1 when |T1|+|B1| == c (case A), else that of B2 when the
+        # directory holds 2c keys (case B), then REPLACEs. Here REPLACE already
+        # ran in ``evict``, which moves a key between lists without changing
+        # either count, so checking the counts one insert later drops the same
+        # ghost. (Case A with |T1| == c, where the paper discards T1's LRU
+        # without a ghost, falls out too: that block entered the empty B1 in
+        # ``evict`` and is the ghost dropped here.)
+        self.t1[key] = block
+        c = self.capacity
+        if len(self.t1) + len(self.b1) > c:
+            if self.b1:
+                self.b1.popitem(last=False)
+        elif len(self.t1) + len(self.t2) + len(self.b1) + len(self.b2) > 2 * c and self.b2:
+            self.b2.popitem(last=False)
+
+    # -- touch --------------------------------------------------------------
+
+    def touch(self, keys: Iterable[Hashable]) -> None:
+        t1, t2, b1, b2 = self.t1, self.t2, self.b1, self.b2
+        paper = self._paper
+        # Reverse so the first key ends up most recent, as in vLLM.
+        for key in reversed(keys if isinstance(keys, _SEQUENCES) else list(keys)):
+            if key in t1:
+                block = t1.pop(key)
+                if block.ref_cnt < 0:
+                    # Being written: inserted by this very store, not a second
+                    # use. It stays in T1 as its most recent entry.
+                    t1[key] = block
+                else:
+                    t2[key] = block
+            elif key in t2:
+                t2.move_to_end(key)
+            elif paper:
+                if key in b1 or key in b2:
+                    self._see_ghost(key)
+            elif key in b1:
+                delta = max(1, len(b2) / len(b1))
+                self.target_t1_size = min(self.target_t1_size + delta, self.capacity)
+                b1.move_to_end(key)
+            elif key in b2:
+                delta = max(1, len(b1) / len(b2))
+                self.target_t1_size = max(self.target_t1_size - delta, 0)
+                b2.move_to_end(key)
+
+    def _see_ghost(self, key: Hashable) -> None:
+        """Paper variant: adapt ``p`` the first time a ghost's hit is seen."""
+        b1, b2 = self.b1, self.b2
+        if key in b1:
+            if not b1[key]:
+                b1[key] = True
+                delta = max(1, len(b2) / len(b1))
+                self.target_t1_size = min(self.target_t1_size + delta, self.capacity)
+        elif key in b2 and not b2[key]:
+            b2[key] = True
+            delta = max(1, len(b1) / len(b2))
+            self.target_t1_size = max(self.target_t1_size - delta, 0)
+
+    # -- evict --------------------------------------------------------------
+
+    def evict(self, n: int, protected: Set[Hashable]) -> list[Victim] | None:
+        if n == 0:
+            return []
+        if self._paper:
+            return self._evict_paper(n, protected)
+        # vLLM picks victim by victim: from T1 while the running |T1| (minus the
+        # T1 victims so far) is >= int(target) and T1 has an evictable block,
+        # else from T2. The running size only shrinks and the target is fixed
+        # for the call, so once a victim comes from T2 all later ones do: the
+        # victims are a run of T1 blocks, at most |T1| - int(target) + 1 of
+        # them, then a run of T2 blocks. Choosing the two runs directly gives
+        # the same victims in the same order without per-victim bookkeeping.
+        t1, t2 = self.t1, self.t2
+        from_t1: list[Victim] = []
+        room = min(n, len(t1) - int(self.target_t1_size) + 1)
+        if room > 0:
+            for key, block in t1.items():
+                if block.ref_cnt == 0 and key not in protected:
+                    from_t1.append((key, block))
+                    if len(from_t1) == room:
+                        break
+        from_t2: list[Victim] = []
+        rest = n - len(from_t1)
+        if rest:
+            # No fallback from T2 to T1: with T1 below target and nothing
+            # evictable in T2, vLLM's eviction fails.
+            for key, block in t2.items():
+                if block.ref_cnt == 0 and key not in protected:
+                    from_t2.append((key, block))
+                    if len(from_t2) == rest:
+                        break
+            else:
+                return None
+        b1, b2 = self.b1, self.b2
+        for key, _ in from_t1:
+            del t1[key]
+            b1[key] = False
+        for key, _ in from_t2:
+            del t2[key]
+            b2[key] = False
+        # vLLM bounds each ghost list by the capacity on its own, only here.
+        capacity = self.capacity
+        for ghosts in (b1, b2):
+            excess = len(ghosts) - capacity
+            while excess > 0:
+                ghosts.popitem(last=False)
+                excess -= 1
+        if from_t2:
+            from_t1 += from_t2
+        return from_t1
+
+    def _evict_paper(self, n: int, protected: Set[Hashable]) -> list[Victim] | None:
+        b1, b2 = self.b1, self.b2
+        saved_target = self.target_t1_size
+        # The paper adapts p on a ghost hit *before* REPLACE. A caller that did
+        # not touch the incoming key shows it here first, in ``protected``. A
+        # batch's B1 hits all add the same delta (the list sizes do not change
+        # while adapting), as its B2 hits all subtract the same one; B1 first
+        # makes the clamped result independent of set order.
+        unseen1: list[Hashable] = []
+        unseen2: list[Hashable] = []
+        if b1 or b2:
+            for key in protected:
+                if b1.get(key) is False:
+                    unseen1.append(key)
+                elif b2.get(key) is False:
+                    unseen2.append(key)
+        for key in unseen1:
+            self._see_ghost(key)
+        for key in unseen2:
+            self._see_ghost(key)
+        p = self.target_t1_size
+        # REPLACE's tie rule: with |T1| == p, evict from T1 only if the
+        # incoming key is a B2 ghost. The incoming keys are the protected ones.
+        incoming_from_b2 = not b2.keys().isdisjoint(protected)
+        chosen: list[tuple[Hashable, EvictableBlock, bool]] = []
+        t1_candidates = _evictable(self.t1, protected)
+        t2_candidates = _evictable(self.t2, protected)
+        virtual_t1_size = len(self.t1)
+        for _ in range(n):
+            from_t1 = virtual_t1_size >= 1 and (
+                virtual_t1_size > p or (incoming_from_b2 and virtual_t1_size == p)
+            )
+            first, second = (
+                (t1_candidates, t2_candidates) if from_t1 else (t2_candidates, t1_candidates)
+            )
+            pick = next(first, None)
+            if pick is None:
+                # The list REPLACE names has nothing evictable (in use,
+                # protected, or empty): take the other list's LRU instead.
+                pick = next(second, None)
+                from_t1 = not from_t1
+            if pick is None:
+                # Atomic: undo the adaptation too.
+                self.target_t1_size = saved_target
+                for key in unseen1:
+                    b1[key] = False
+                for key in unseen2:
+                    b2[key] = False
+                return None
+            if from_t1:
+                virtual_t1_size -= 1
+            chosen.append((*pick, from_t1))
+        return self._apply_paper(chosen)
+
+    def _apply_paper(self, chosen: list[tuple[Hashable, EvictableBlock, bool]]) -> list[Victim]:
+        """Make the chosen victims ghosts. The paper variant trims ghosts on insert."""
+        t1, t2, b1, b2 = self.t1, self.t2, self.b1, self.b2
+        victims: list[Victim] = []
+        for key, block, from_t1 in chosen:
+            if from_t1:
+                del t1[key]
+                b1[key] = False
+            else:
+                del t2[key]
+                b2[key] = False
+            victims.append((key, block))
+        return victims

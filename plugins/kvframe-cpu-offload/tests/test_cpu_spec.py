@@ -1,0 +1,105 @@
+"""The ``cpu`` offload spec: sizing, eviction policy by config string, the reuse filter."""
+
+from __future__ import annotations
+
+import pytest
+from kvframe_cpu_offload import CPUOffloadSpec, ThresholdReuseFilter
+
+import kvframe
+from kvframe.events import BlockRemoved, BlockStored
+from kvframe.offload.contract import OffloadContext
+from kvframe.offload.manager import FilteredOffloadManager, SlotOffloadManager
+
+# 16 tokens x 2 KiB per token = 32 KiB per GPU block.
+CONTEXT = OffloadContext(gpu_block_size=16, kv_bytes_per_token=2048, num_gpu_blocks=100)
+
+
+def test_capacity_is_divided_by_the_bytes_of_an_offloaded_block():
+    spec = CPUOffloadSpec(capacity=10 * 32 * 1024 + 5)
+    assert spec.num_blocks(CONTEXT) == 10
+    wide = CPUOffloadSpec(capacity=10 * 32 * 1024, block_size_factor=4)
+    assert wide.offloaded_block_bytes(CONTEXT) == 4 * 32 * 1024
+    assert wide.num_blocks(CONTEXT) == 2
+    manager = wide.create_manager(CONTEXT)
+    assert isinstance(manager, SlotOffloadManager)
+    assert manager.num_blocks == 2 and manager.block_size == 64 and manager.medium == "CPU"
+
+
+def test_a_tier_smaller_than_one_block_stores_nothing():
+    manager = CPUOffloadSpec(capacity=1000).create_manager(CONTEXT)
+    assert manager.prepare_store([b"a"]) is None
+
+
+def test_selected_from_a_config_string_with_a_size_and_a_nested_policy():
+    pytest.importorskip("kvframe_arc")
+    spec = kvframe.get_registry().create(
+        "offload", "cpu:capacity=1MiB,eviction='arc:variant=paper',block_size_factor=2"
+    )
+    assert spec.capacity == 1024 * 1024
+    manager = spec.create_manager(CONTEXT)
+    assert manager.num_blocks == 16
+    assert type(manager.policy).__name__ == "ARCPolicy"
+    assert manager.policy.variant == "paper" and manager.policy.capacity == 16
+
+
+def test_the_default_eviction_policy_is_lru():
+    manager = CPUOffloadSpec(capacity=3 * 32 * 1024).create_manager(CONTEXT)
+    assert type(manager.policy).__name__ == "LRUPolicy"
+    for h in (b"a", b"b", b"c"):
+        manager.prepare_store([h])
+        manager.complete_store([h])
+    manager.touch([b"a"])
+    assert manager.prepare_store([b"d"]).evicted_block_hashes == (b"b",)
+    assert manager.take_events()[-1] == BlockRemoved((b"b",), medium="CPU")
+
+
+def test_an_unknown_policy_is_reported_when_the_spec_is_built():
+    with pytest.raises(kvframe.ConfigError) as err:
+        CPUOffloadSpec(capacity=1 << 20, eviction="lur")
+    assert "lur" in str(err.value) and "lru" in str(err.value)
+
+
+def test_store_threshold_wraps_the_tier_in_the_reuse_filter():
+    spec = CPUOffloadSpec(capacity=4 * 32 * 1024, store_threshold=2, max_tracker_size=7)
+    manager = spec.create_manager(CONTEXT)
+    assert isinstance(manager, FilteredOffloadManager)
+    assert isinstance(manager.reuse_filter, ThresholdReuseFilter)
+    assert manager.reuse_filter.max_tracker_size == 7
+    manager.lookup([b"a", b"b"])
+    assert manager.prepare_store([b"a"]).block_hashes_to_store == ()
+    manager.lookup([b"a"])
+    assert manager.prepare_store([b"a", b"b"]).block_hashes_to_store == (b"a",)
+    manager.complete_store([b"a"])
+    assert manager.take_events() == [BlockStored((b"a",), None, 16, medium="CPU")]
+    assert not isinstance(
+        CPUOffloadSpec(capacity=1 << 20, store_threshold=1).create_manager(CONTEXT),
+        FilteredOffloadManager,
+    )
+
+
+def test_events_follow_the_context():
+    context = OffloadContext(16, 2048, 100, enable_events=False)
+    manager = CPUOffloadSpec(capacity=1 << 20).create_manager(context)
+    manager.prepare_store([b"a"])
+    manager.complete_store([b"a"])
+    assert list(manager.take_events()) == []
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"capacity": 0}, "capacity must be a positive number of bytes, not 0"),
+        ({"capacity": 1, "block_size_factor": 0}, "block_size_factor must be >= 1, not 0"),
+        ({"capacity": 1, "store_threshold": -2}, "store_threshold must be >= 0, not -2"),
+        ({"capacity": 1, "max_tracker_size": 0}, "max_tracker_size must be >= 1, not 0"),
+    ],
+)
+def test_rejects_impossible_options(options, message):
+    with pytest.raises(ValueError) as err:
+        CPUOffloadSpec(**options)
+    assert str(err.value) == message
+
+
+def test_capacity_is_required():
+    with pytest.raises(kvframe.ConfigError, match="capacity"):
+        kvframe.get_registry().create("offload", "cpu")
