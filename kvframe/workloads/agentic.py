@@ -1,0 +1,558 @@
+"""Synthetic multi-turn agent workload (``kvframe gen agentic``).
+
+Models agents that interleave LLM calls with tool calls. A *job* is one agent
+run: it arrives (Poisson process at ``rate`` jobs per second, the first at
+``start_time``), then runs ``N`` turns, ``N`` drawn from ``num_turns``. Every
+turn but the last ends with a tool call; the tool's result is appended to the
+context and the next turn starts. So, with ``P_k`` the prompt length of turn
+``k`` and ``O_k`` its output length (``max_tokens``)::
+
+    P_0     = system prompt + task
+    P_{k+1} = P_k + O_k + R_k          (R_k: the tool result's tokens)
+
+and turn ``k``'s prompt is a prefix of turn ``k + 1``'s: prefixes grow and are
+shared within a job (and, with ``share_system_prompt``, the system prompt is
+shared across jobs).
+
+**Tokens.** Every prompt is a :class:`~kvframe.workloads.spec.SyntheticPrompt`:
+the agent's system prompt (a shared prefix ``s{seed}-agent{a}``) followed by
+the job's own token stream (key ``s{seed}-{job_id}``). Streams are
+prefix-stable, so turn ``k``'s prompt is exactly the first ``P_k`` tokens of
+turn ``k + 1``'s, and files stay compact (a length and two names per line).
+
+**Output stand-in.** A turn's real output is not known in advance, yet the next
+turn's prompt must contain it. The generator uses a deterministic stand-in:
+turn ``k``'s output is *the next ``O_k`` tokens of the job's stream* -- exactly
+the tokens that turn ``k + 1``'s prompt holds at positions ``[P_k, P_k + O_k)``
+-- and :func:`scripted_output_tokens` returns them. A trace has no stop tokens,
+so a simulator generates exactly ``max_tokens`` tokens per turn, as the
+stand-in assumes. An executor that *replays* the stand-in makes turn ``k``'s
+output blocks hittable by turn ``k + 1``, as on a real server where the agent
+sends the model's output back verbatim. kvframe's sim executor samples a
+constant token instead, so under it only turn ``k``'s *prompt* blocks (the
+first ``floor(P_k / block_size)`` blocks) can be hit by turn ``k + 1``; the
+output and the partial block are recomputed. That understates cross-turn reuse
+by at most ``O_k + block_size`` tokens per turn, equally for every policy.
+
+**Arrivals are closed loop.** Turn ``k + 1`` arrives ``tool_duration`` seconds
+after turn ``k`` *finishes*, which only the engine knows. The ``arrival`` a
+follow-up turn carries in the file is therefore a placeholder: the earliest it
+could arrive, ``job arrival + sum of the job's earlier tool durations`` (a lower
+bound, since every turn takes some time). The engine recomputes it as
+``max(placeholder, finish(k) + tool_duration(k))`` =
+``finish(k) + tool_duration(k)``. Specs come out sorted by that placeholder
+(stable), so the file is in non-decreasing arrival order as the reader requires.
+
+**Tools.** Each non-final turn picks a tool from ``tools`` (weighted); the tool
+decides the call's duration (a float distribution in seconds, e.g. fast tools
+around 0.1-2 s, slow ones 5-30 s and heavy-tailed) and its result's length.
+The final turn has no tool and ``is_last_turn`` set. ``tool_time_scale``
+multiplies every duration (a knob for "short" vs "long" tool calls).
+
+**Determinism.** The output depends only on the config. Job-level quantities
+(arrival gaps, turn counts, task lengths, system-prompt choice) have one stream
+each, advanced once per job; each job has its own turn stream, advanced
+exactly four times per turn (output length, tool, duration, result length)
+whatever the distributions, so changing one tool's duration distribution
+changes only durations. Sampling uses only ``random.Random.random()`` and
+closed-form inverse CDFs.
+"""
+
+from __future__ import annotations
+
+import bisect
+import difflib
+import math
+import os
+import random
+from collections.abc import Callable, Iterable, Mapping
+from statistics import NormalDist
+from typing import IO, Any
+
+import attrs
+
+from kvframe.workloads.chat import (
+    Fixed,
+    LengthDistribution,
+    LogNormal,
+    Uniform,
+    parse_length_distribution,
+)
+from kvframe.workloads.kvframe_jsonl import write_jsonl
+from kvframe.workloads.spec import RequestSpec, SyntheticPrompt
+
+__all__ = [
+    "TOOL_MIXES",
+    "AgenticConfig",
+    "DurationDistribution",
+    "FixedDuration",
+    "LogNormalDuration",
+    "ParetoDuration",
+    "ToolSpec",
+    "UniformDuration",
+    "generate_agentic",
+    "parse_duration_distribution",
+    "scripted_output_tokens",
+    "write_agentic_jsonl",
+]
+
+_STANDARD_NORMAL = NormalDist()
+
+
+def _check_finite_non_negative(instance: Any, attribute: attrs.Attribute, value: float) -> None:
+    if not (value >= 0 and math.isfinite(value)):
+        raise ValueError(f"{attribute.name} must be a finite number >= 0, got {value!r}")
+
+
+def _check_positive_float(instance: Any, attribute: attrs.Attribute, value: float) -> None:
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{attribute.name} must be a finite number > 0, got {value!r}")
+
+
+# --------------------------------------------------------------------------
+# Duration distributions (seconds, floats). Like the length distributions of
+# the chat generator, each draws exactly one ``random()`` per sample and prints
+# as the string that parses back to it.
+# --------------------------------------------------------------------------
+
+
+@attrs.frozen(slots=True)
+class FixedDuration:
+    """Always ``value`` seconds."""
+
+    value: float = attrs.field(validator=_check_finite_non_negative)
+
+    def sample(self, rng: random.Random) -> float:
+        rng.random()  # keep the stream in step with the other distributions
+        return float(self.value)
+
+    def __str__(self) -> str:
+        return f"fixed:value={self.value:g}"
+
+
+@attrs.frozen(slots=True)
+class UniformDuration:
+    """Uniform on ``[low, high]`` seconds."""
+
+    low: float = attrs.field(validator=_check_finite_non_negative)
+    high: float = attrs.field(validator=_check_finite_non_negative)
+
+    def __attrs_post_init__(self) -> None:
+        if self.high < self.low:
+            raise ValueError(f"uniform needs low <= high, got low={self.low} high={self.high}")
+
+    def sample(self, rng: random.Random) -> float:
+        return self.low + rng.random() * (self.high - self.low)
+
+    def __str__(self) -> str:
+        return f"uniform:low={self.low:g},high={self.high:g}"
+
+
+@attrs.frozen(slots=True)
+class LogNormalDuration:
+    """Log-normal with the given median (seconds) and log-space sigma, clamped to ``[min, max]``."""
+
+    median: float = attrs.field(validator=_check_positive_float)
+    sigma: float = attrs.field(default=1.0, validator=_check_finite_non_negative)
+    min: float = attrs.field(default=0.0, validator=_check_finite_non_negative)
+    max: float = attrs.field(default=3600.0, validator=_check_finite_non_negative)
+
+    def __attrs_post_init__(self) -> None:
+        if self.max < self.min:
+            raise ValueError(f"lognormal needs min <= max, got min={self.min} max={self.max}")
+
+    def sample(self, rng: random.Random) -> float:
+        u = rng.random() or 0.5 / 2**53  # inv_cdf is undefined at 0
+        value = self.median * math.exp(self.sigma * _STANDARD_NORMAL.inv_cdf(u))
+        return max(self.min, min(self.max, value))
+
+    def __str__(self) -> str:
+        return (
+            f"lognormal:median={self.median:g},sigma={self.sigma:g},"
+            f"min={self.min:g},max={self.max:g}"
+        )
+
+
+@attrs.frozen(slots=True)
+class ParetoDuration:
+    """Pareto (type I): ``scale / U ** (1 / alpha)`` seconds, capped at ``max``.
+
+    The classic heavy tail: most calls take about ``scale``, a few take many
+    times longer (``alpha <= 2`` has infinite variance before the cap).
+    """
+
+    scale: float = attrs.field(validator=_check_positive_float)
+    alpha: float = attrs.field(default=1.5, validator=_check_positive_float)
+    max: float = attrs.field(default=3600.0, validator=_check_finite_non_negative)
+
+    def __attrs_post_init__(self) -> None:
+        if self.max < self.scale:
+            raise ValueError(f"pareto needs scale <= max, got scale={self.scale} max={self.max}")
+
+    def sample(self, rng: random.Random) -> float:
+        u = 1.0 - rng.random()  # in (0, 1]
+        return min(self.max, self.scale / u ** (1.0 / self.alpha))
+
+    def __str__(self) -> str:
+        return f"pareto:scale={self.scale:g},alpha={self.alpha:g},max={self.max:g}"
+
+
+DurationDistribution = FixedDuration | UniformDuration | LogNormalDuration | ParetoDuration
+
+_DURATIONS: dict[str, Callable[..., Any]] = {
+    "fixed": FixedDuration,
+    "uniform": UniformDuration,
+    "lognormal": LogNormalDuration,
+    "pareto": ParetoDuration,
+}
+
+
+def parse_duration_distribution(text: str | float) -> DurationDistribution:
+    """Parse ``2.5``, ``fixed:value=2.5``, ``uniform:low=0.1,high=2``,
+    ``lognormal:median=0.5,sigma=1[,min=0.05,max=30]`` or
+    ``pareto:scale=5,alpha=1.5[,max=120]`` (seconds).
+
+    :raises ValueError: naming the bad text, with the known names or keys.
+    """
+    if isinstance(text, int | float):
+        return FixedDuration(float(text))
+    text = text.strip()
+    try:
+        return FixedDuration(float(text))
+    except ValueError:
+        pass
+    name, _, options = text.partition(":")
+    factory = _DURATIONS.get(name)
+    if factory is None:
+        close = difflib.get_close_matches(name, _DURATIONS, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ValueError(
+            f"unknown duration distribution {name!r} in {text!r}{hint} "
+            f"(known: {', '.join(_DURATIONS)}, or a plain number of seconds)"
+        )
+    kwargs: dict[str, float] = {}
+    for item in filter(None, options.split(",")):
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep:
+            raise ValueError(f"expected key=value in {text!r}, got {item!r}")
+        if key not in attrs.fields_dict(factory):  # type: ignore[arg-type]
+            known = ", ".join(attrs.fields_dict(factory))  # type: ignore[arg-type]
+            raise ValueError(f"{name} has no parameter {key!r} in {text!r} (known: {known})")
+        try:
+            kwargs[key] = float(value)
+        except ValueError:
+            raise ValueError(f"{key} must be a number in {text!r}, got {value!r}") from None
+    try:
+        return factory(**kwargs)
+    except TypeError as exc:
+        raise ValueError(f"bad parameters in {text!r}: {exc}") from None
+
+
+def _as_duration(value: DurationDistribution | float | str) -> DurationDistribution:
+    if isinstance(value, FixedDuration | UniformDuration | LogNormalDuration | ParetoDuration):
+        return value
+    return parse_duration_distribution(value)
+
+
+def _as_length(value: LengthDistribution | int | str) -> LengthDistribution:
+    if isinstance(value, Fixed | Uniform | LogNormal):
+        return value
+    return parse_length_distribution(value)
+
+
+# --------------------------------------------------------------------------
+# Tools
+# --------------------------------------------------------------------------
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class ToolSpec:
+    """A tool an agent calls: how often, how long the call takes, how long its result is."""
+
+    name: str = attrs.field()
+    weight: float = attrs.field(default=1.0, validator=_check_positive_float)
+    """Relative frequency among the config's tools."""
+    duration: DurationDistribution = attrs.field(converter=_as_duration)
+    """Seconds between the turn finishing and the job's next turn arriving."""
+    result_length: LengthDistribution = attrs.field(
+        default=LogNormal(median=256, sigma=0.8, max=8192), converter=_as_length
+    )
+    """Tokens the tool's result adds to the next turn's prompt."""
+
+    @name.validator
+    def _check_name(self, attribute: attrs.Attribute, value: str) -> None:
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"a tool needs a non-empty name, got {value!r}")
+
+    def to_params(self) -> dict[str, Any]:
+        """JSON-ready form; ``ToolSpec(**params)`` rebuilds it."""
+        return {
+            "name": self.name,
+            "weight": self.weight,
+            "duration": str(self.duration),
+            "result_length": str(self.result_length),
+        }
+
+
+TOOL_MIXES: dict[str, tuple[ToolSpec, ...]] = {
+    "mixed": (
+        ToolSpec(
+            name="read_file",
+            weight=0.35,
+            duration=LogNormalDuration(median=0.3, sigma=0.8, min=0.05, max=10.0),
+            result_length=LogNormal(median=400, sigma=0.8, max=8192),
+        ),
+        ToolSpec(
+            name="search",
+            weight=0.25,
+            duration=LogNormalDuration(median=1.0, sigma=0.6, min=0.1, max=15.0),
+            result_length=LogNormal(median=300, sigma=0.7, max=4096),
+        ),
+        ToolSpec(
+            name="edit",
+            weight=0.2,
+            duration=LogNormalDuration(median=0.2, sigma=0.5, min=0.05, max=5.0),
+            result_length=LogNormal(median=60, sigma=0.6, max=1024),
+        ),
+        ToolSpec(
+            name="run_tests",
+            weight=0.2,
+            duration=ParetoDuration(scale=5.0, alpha=1.5, max=120.0),
+            result_length=LogNormal(median=800, sigma=0.9, max=8192),
+        ),
+    ),
+}
+"""Built-in tool sets, selectable by name (``tools="fast"``).
+
+``mixed`` resembles a coding agent (SWE-bench-like): fast file reads, edits and
+searches (median 0.2-1 s) and a slow, heavy-tailed test run (Pareto from 5 s,
+median about 8 s). ``fast`` and ``slow`` are its two halves.
+"""
+TOOL_MIXES["fast"] = TOOL_MIXES["mixed"][:3]
+TOOL_MIXES["slow"] = TOOL_MIXES["mixed"][3:]
+
+
+def _as_tools(value: str | Iterable[ToolSpec | Mapping[str, Any]]) -> tuple[ToolSpec, ...]:
+    if isinstance(value, str):
+        tools = TOOL_MIXES.get(value)
+        if tools is None:
+            close = difflib.get_close_matches(value, TOOL_MIXES, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(f"unknown tool mix {value!r}{hint} (known: {', '.join(TOOL_MIXES)})")
+        return tools
+    tools = tuple(t if isinstance(t, ToolSpec) else ToolSpec(**t) for t in value)
+    if not tools:
+        raise ValueError("an agentic workload needs at least one tool")
+    names = [t.name for t in tools]
+    if len(set(names)) != len(names):
+        raise ValueError(f"tool names must be unique, got {names}")
+    return tools
+
+
+# --------------------------------------------------------------------------
+# The generator
+# --------------------------------------------------------------------------
+
+
+def _check_positive_int(instance: Any, attribute: attrs.Attribute, value: int) -> None:
+    if type(value) is not int or value < 1:
+        raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
+
+
+def _check_rate(instance: Any, attribute: attrs.Attribute, value: float | None) -> None:
+    if value is not None and not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"rate must be > 0 jobs/s (or None: all at once), got {value!r}")
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class AgenticConfig:
+    """Every knob of the agentic generator; the whole config goes into the file header."""
+
+    num_jobs: int = attrs.field(default=100, validator=_check_positive_int)
+    rate: float | None = attrs.field(default=1.0, validator=_check_rate)
+    """Poisson job arrival rate in jobs per second; ``None``: all jobs at ``start_time``."""
+    num_turns: LengthDistribution = attrs.field(
+        default=LogNormal(median=6, sigma=0.6, min=1, max=40), converter=_as_length
+    )
+    """Turns per job (LLM calls); every turn but the last ends with a tool call."""
+    num_system_prompts: int = attrs.field(default=1, validator=_check_positive_int)
+    """Distinct agents (system prompts); each job uses one, chosen uniformly."""
+    system_prompt_length: LengthDistribution = attrs.field(
+        default=Fixed(1024), converter=_as_length
+    )
+    """Drawn once per system prompt."""
+    share_system_prompt: bool = True
+    """Jobs of one agent share its system prompt's tokens; ``False``: every job's are its own."""
+    task_length: LengthDistribution = attrs.field(
+        default=LogNormal(median=512, sigma=0.8, max=8192), converter=_as_length
+    )
+    """The first user message, after the system prompt."""
+    output_length: LengthDistribution = attrs.field(
+        default=LogNormal(median=128, sigma=0.8, min=8, max=2048), converter=_as_length
+    )
+    """Tokens each turn generates (``max_tokens``)."""
+    tools: tuple[ToolSpec, ...] = attrs.field(default="mixed", converter=_as_tools)
+    """A name from :data:`TOOL_MIXES` or a sequence of :class:`ToolSpec` (or their dicts)."""
+    tool_time_scale: float = attrs.field(default=1.0, validator=_check_finite_non_negative)
+    """Multiplies every tool duration."""
+    max_context_tokens: int = attrs.field(default=32768, validator=_check_positive_int)
+    """A job ends early, at its last turn whose prompt plus output fits."""
+    seed: int = 0
+    start_time: float = attrs.field(default=0.0, validator=_check_finite_non_negative)
+    id_prefix: str = "job-"
+
+    def __attrs_post_init__(self) -> None:
+        if self.max_context_tokens < 2:
+            raise ValueError("max_context_tokens must be >= 2 (a prompt and one output token)")
+
+    def to_params(self) -> dict[str, Any]:
+        """JSON-ready parameters; ``AgenticConfig(**params)`` rebuilds the config."""
+        params: dict[str, Any] = {}
+        for field in attrs.fields(AgenticConfig):
+            value = getattr(self, field.name)
+            if field.name == "tools":
+                value = [tool.to_params() for tool in value]
+            elif isinstance(value, Fixed | Uniform | LogNormal):
+                value = str(value)
+            params[field.name] = value
+        return params
+
+
+def _job_streams(config: AgenticConfig) -> Callable[[str], random.Random]:
+    def stream(name: str) -> random.Random:
+        # A str seed is hashed with SHA-512 by random.Random: stable across
+        # processes and independent of PYTHONHASHSEED.
+        return random.Random(f"kvframe.agentic:{config.seed}:{name}")
+
+    return stream
+
+
+def generate_agentic(config: AgenticConfig | None = None, /, **options: Any) -> list[RequestSpec]:
+    """Generate an agentic multi-turn workload; see the module docstring.
+
+    Pass an :class:`AgenticConfig`, or its fields as keyword arguments (which
+    override the config's). Job ids are ``{id_prefix}{index:05d}``, request ids
+    ``{job_id}-t{turn}``; system prompt ids ``s{seed}-agent{a}`` and job stream
+    keys ``s{seed}-{job_id}``, so workloads made with different seeds never
+    share tokens by accident.
+    """
+    if config is None:
+        config = AgenticConfig(**options)
+    elif options:
+        config = attrs.evolve(config, **options)
+
+    stream = _job_streams(config)
+    arrivals, turn_counts = stream("arrival"), stream("turns")
+    agent_choice, task_len = stream("agent"), stream("task")
+    system_lengths = [
+        config.system_prompt_length.sample(stream("system-prompts"))
+        for _ in range(config.num_system_prompts)
+    ]
+
+    tools = config.tools
+    total_weight = sum(tool.weight for tool in tools)
+    cumulative: list[float] = []
+    acc = 0.0
+    for tool in tools:
+        acc += tool.weight / total_weight
+        cumulative.append(acc)
+
+    max_context = config.max_context_tokens
+    generated: list[RequestSpec] = []
+    job_arrival = config.start_time
+    for index in range(config.num_jobs):
+        if index and config.rate is not None:
+            job_arrival += -math.log(1.0 - arrivals.random()) / config.rate
+        num_turns = config.num_turns.sample(turn_counts)
+        agent = min(int(agent_choice.random() * config.num_system_prompts),
+                    config.num_system_prompts - 1)  # fmt: skip
+        task_length = config.task_length.sample(task_len)
+        job_id = f"{config.id_prefix}{index:05d}"
+        key = f"s{config.seed}-{job_id}"
+        system_id = f"s{config.seed}-agent{agent}" if config.share_system_prompt else None
+        system_length = system_lengths[agent]
+
+        # The job's own stream: four draws per turn, always in this order
+        # (output length, tool, duration, result length).
+        turns = random.Random(f"kvframe.agentic:{config.seed}:job:{index}")
+
+        prompt_length = min(system_length + task_length, max_context - 1)
+        placeholder = job_arrival
+        job_specs: list[RequestSpec] = []
+        for turn in range(num_turns):
+            output_length = config.output_length.sample(turns)
+            tool = tools[min(bisect.bisect_left(cumulative, turns.random()), len(tools) - 1)]
+            duration = round(tool.duration.sample(turns) * config.tool_time_scale, 6)
+            result_length = tool.result_length.sample(turns)
+            if turn == 0:
+                output_length = min(output_length, max_context - prompt_length)
+            elif prompt_length + output_length > max_context:
+                break  # the context is full: the previous turn was the last
+            if system_id is not None:
+                prompt = SyntheticPrompt(
+                    prompt_length, system_id, min(system_length, prompt_length), key=key
+                )
+            else:
+                prompt = SyntheticPrompt(prompt_length, key=key)
+            job_specs.append(
+                RequestSpec(
+                    request_id=f"{job_id}-t{turn}",
+                    prompt=prompt,
+                    max_tokens=output_length,
+                    arrival_time=placeholder,
+                    job_id=job_id,
+                    turn=turn,
+                    is_last_turn=False,
+                    tool_name=tool.name,
+                    tool_duration=duration,
+                )
+            )
+            placeholder += duration
+            prompt_length += output_length + result_length
+        last = job_specs[-1]
+        job_specs[-1] = attrs.evolve(last, is_last_turn=True, tool_name=None, tool_duration=None)
+        generated.extend(job_specs)
+
+    generated.sort(key=lambda spec: spec.arrival_time)  # stable: ties keep job, turn order
+    return generated
+
+
+def scripted_output_tokens(spec: RequestSpec) -> list[int]:
+    """The output stand-in of a generated turn: the next ``max_tokens`` tokens of its stream.
+
+    These are exactly the tokens the job's next turn has at positions
+    ``[len(prompt), len(prompt) + max_tokens)``. An executor that samples them
+    (instead of a constant token) makes a turn's output blocks hittable by the
+    next turn, as on a real server.
+
+    :raises TypeError: if the spec's prompt is not a :class:`SyntheticPrompt`.
+    """
+    prompt = spec.prompt
+    if not isinstance(prompt, SyntheticPrompt):
+        raise TypeError(
+            f"request {spec.request_id!r}: scripted outputs need a SyntheticPrompt, "
+            f"got {type(prompt).__name__}"
+        )
+    longer = attrs.evolve(prompt, length=prompt.length + spec.max_tokens)
+    return longer.token_ids()[prompt.length :]
+
+
+def write_agentic_jsonl(
+    path: str | os.PathLike[str] | IO[str], config: AgenticConfig | None = None, /, **options: Any
+) -> int:
+    """Generate an agentic workload and write it as kvframe JSONL with its config in the header.
+
+    ``AgenticConfig(**load_workload(path).metadata["params"])`` rebuilds the config.
+    """
+    if config is None:
+        config = AgenticConfig(**options)
+    elif options:
+        config = attrs.evolve(config, **options)
+    return write_jsonl(
+        generate_agentic(config),
+        path,
+        name="agentic",
+        generator="agentic",
+        params=config.to_params(),
+    )

@@ -1,0 +1,547 @@
+"""The Continuum scheduling policy (arXiv 2511.02230) on kvframe's retention seam.
+
+What it decides, and where:
+
+* **Pin on finish** (:meth:`ContinuumPolicy.on_finish`). A non-final turn of a
+  job asks the core to retain its KV blocks; the TTL comes from the rule in
+  :mod:`kvframe_continuum.ttl`. One pin per job: a new pin (or a final turn, or
+  a decision not to pin) releases the job's previous one. The next turn shares
+  the previous turns' full blocks, which are ref-counted, so releasing an old
+  pin frees only what nobody else holds.
+* **Expiry** (:meth:`ContinuumPolicy.on_step_start`). The paper releases pins
+  "whose TTL passed and whose job has nothing queued". The core's retention
+  expires unconditionally at its deadline, before the policy runs, so the
+  policy gives the core a *hard* deadline ``finish + tau + queued_grace`` and
+  keeps the *soft* one, ``finish + tau``, itself: at every step start it
+  releases pins whose soft deadline passed unless the job has a turn in flight
+  (arrived, not finished: waiting or running). Such a pin stays until that turn
+  finishes (its own pin replaces this one), until memory pressure reclaims it,
+  or until the hard deadline.
+* **Queue** (:class:`kvframe_continuum.queue.ContinuumQueue`): preempted, then
+  turns of pinned jobs, then the rest, each by the job's first arrival.
+* **Preemption** (:meth:`ContinuumPolicy.choose_victim`,
+  :meth:`ContinuumPolicy.reclaim_retained`): a running request of a job without
+  a pin, latest job first; only when there is none are pins released (latest
+  job first), and only when no pin is left are pinned jobs' turns preempted.
+
+What it learns, and from what:
+
+* tool durations -- from the gap between a turn's finish (the step at which
+  the core reported it) and the arrival of the job's next turn
+  (:meth:`on_arrival`);
+* the queueing delay ``T`` -- from turns that arrive while their job holds no
+  pin: the time from their arrival to the step that admits them (the queue
+  reports the pop; the next step start confirms the admission);
+* ``eta`` -- from the number of turns of each finished job.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import weakref
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal
+
+import attrs
+
+import kvframe
+from kvframe.executors.presets import get_preset
+from kvframe.request import RequestStatus
+from kvframe_continuum.queue import PINNED, PREEMPTED, UNPINNED, ContinuumQueue, Rank
+from kvframe_continuum.ttl import DurationHistory, SlidingMean, TurnCorrelation, choose_ttl
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from kvframe.bases import Retention, SchedulerContext
+    from kvframe.executors.cost_model import CostModel
+    from kvframe.request import Request, RequestQueue
+
+__all__ = ["ContinuumPolicy", "ContinuumStats", "TTLDecision"]
+
+_RUNNING = RequestStatus.RUNNING
+_ABORTED = RequestStatus.FINISHED_ABORTED
+
+
+@attrs.define(slots=True)
+class ContinuumStats:
+    """What the policy did, for reports and tests."""
+
+    num_pinned: int = 0
+    """Non-final turns whose KV was pinned."""
+    num_not_pinned: int = 0
+    """Non-final turns for which the rule chose ``tau = 0``."""
+    released_replaced: int = 0
+    """Pins released because the job pinned its next turn."""
+    released_final: int = 0
+    """Pins released because the job's final turn finished."""
+    released_not_repinned: int = 0
+    """Pins released because the job's next turn finished with ``tau = 0``."""
+    released_expired: int = 0
+    """Pins released at their soft deadline with nothing of the job in flight."""
+    released_reclaimed: int = 0
+    """Pins released under memory pressure."""
+    released_aborted: int = 0
+    """Pins released because the job's waiting turn was aborted."""
+    lost_to_core: int = 0
+    """Pins the core released by itself (hard deadline, abort of the pinned request)."""
+    num_duration_samples: int = 0
+    num_delay_samples: int = 0
+
+
+@attrs.frozen(slots=True)
+class TTLDecision:
+    """One TTL decision with its inputs (the policy keeps the last one)."""
+
+    request_id: str
+    tool: str | None
+    ttl: float
+    source: str
+    """``"tool"``, ``"global"``, ``"cold-start"`` or ``"fixed"``."""
+    queue_delay: float
+    eta: float
+    reload: float
+
+    @property
+    def benefit(self) -> float:
+        return self.queue_delay * self.eta + self.reload
+
+
+@attrs.define(slots=True, eq=False)
+class _Pin:
+    request_id: str
+    job_id: str
+    ttl: float
+    soft_deadline: float
+    hard_deadline: float
+    seq: int
+
+
+@attrs.define(slots=True, eq=False)
+class _Job:
+    first_arrival: float
+    order: int
+    in_flight: Request | None = None
+    last_finish: float | None = None
+    last_tool: str | None = None
+    pin: _Pin | None = None
+    num_finished: int = 0
+
+
+def _check(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)
+
+
+class ContinuumPolicy(kvframe.SchedulingPolicy):
+    """Pin each agent turn's KV for a tool-aware TTL; serve jobs first-come-first-served.
+
+    Options (``--scheduler continuum:key=value,...``):
+
+    :param ttl: ``"dynamic"`` (the paper's rule) or ``"fixed"`` (the preview
+        implementation: pin for ``fixed_ttl`` unless the tool's running mean
+        duration exceeds it).
+    :param fixed_ttl: seconds, for ``ttl=fixed``.
+    :param min_samples: ``K``: a tool's own durations are used once it has this
+        many in its window, the global distribution before.
+    :param duration_window: observations kept per tool (and globally).
+    :param delay_window: queueing-delay samples averaged into ``T``.
+    :param job_window: finished jobs ``eta`` is computed over.
+    :param cold_start_ttl: seconds to pin before any duration was observed.
+    :param cold_eta: ``eta`` while it is undefined (too few or too uniform jobs).
+    :param eta: a fixed ``eta`` instead of the learned one (``none``: learn it).
+    :param max_ttl: no TTL above this many seconds (``none``: no cap).
+    :param queued_grace: seconds a pin may outlive its TTL while its job has a
+        turn waiting or running (the core releases it then, whatever happens).
+    :param preset: the cost-model preset ``reload`` is computed with, until the
+        engine supplies its own through :meth:`set_cost_model`.
+    """
+
+    name = "continuum"
+    description = "Continuum: pin agent turns' KV for a tool-aware TTL, program-level FCFS."
+
+    def __init__(
+        self,
+        *,
+        ttl: Literal["dynamic", "fixed"] = "dynamic",
+        fixed_ttl: float = 2.0,
+        min_samples: int = 100,
+        duration_window: int = 1000,
+        delay_window: int = 100,
+        job_window: int = 1000,
+        cold_start_ttl: float = 2.0,
+        cold_eta: float = 1.0,
+        eta: float | None = None,
+        max_ttl: float | None = None,
+        queued_grace: float = 30.0,
+        preset: str = "llama3.1-8b-h100",
+    ) -> None:
+        _check(ttl in ("dynamic", "fixed"), f"ttl must be 'dynamic' or 'fixed', got {ttl!r}")
+        _check(fixed_ttl >= 0, f"fixed_ttl must be >= 0, got {fixed_ttl}")
+        _check(min_samples >= 1, f"min_samples must be >= 1, got {min_samples}")
+        _check(duration_window >= 1, f"duration_window must be >= 1, got {duration_window}")
+        _check(delay_window >= 1, f"delay_window must be >= 1, got {delay_window}")
+        _check(job_window >= 1, f"job_window must be >= 1, got {job_window}")
+        _check(cold_start_ttl >= 0, f"cold_start_ttl must be >= 0, got {cold_start_ttl}")
+        _check(0 <= cold_eta <= 1, f"cold_eta must be in [0, 1], got {cold_eta}")
+        _check(eta is None or 0 <= eta <= 1, f"eta must be in [0, 1], got {eta}")
+        _check(max_ttl is None or max_ttl >= 0, f"max_ttl must be >= 0, got {max_ttl}")
+        _check(queued_grace >= 0, f"queued_grace must be >= 0, got {queued_grace}")
+        self.ttl_mode = ttl
+        self.fixed_ttl = fixed_ttl
+        self.cold_start_ttl = cold_start_ttl
+        self.cold_eta = cold_eta
+        self.fixed_eta = eta
+        self.max_ttl = math.inf if max_ttl is None else max_ttl
+        self.queued_grace = queued_grace
+        self.cost_model: CostModel = get_preset(preset).cost_model
+
+        self.durations = DurationHistory(window=duration_window, min_samples=min_samples)
+        self.queue_delay = SlidingMean(delay_window)
+        self.turns = TurnCorrelation(job_window)
+        self.stats = ContinuumStats()
+        self.last_decision: TTLDecision | None = None
+
+        self._context: SchedulerContext | None = None
+        self._retained: Mapping[str, Retention] = {}
+        self._jobs: dict[str, _Job] = {}
+        self._job_order = itertools.count()
+        self._pin_seq = itertools.count()
+        self._queue_seq = itertools.count()
+        self._queues: weakref.WeakSet[ContinuumQueue] = weakref.WeakSet()
+        # (deadline to look at the pin again, pin seq, job id); see on_step_start.
+        self._deadlines: list[tuple[float, int, str]] = []
+        # (-job first arrival, -job order, pin seq, job id): latest job on top.
+        self._latest_pins: list[tuple[float, int, int, str]] = []
+        self._num_pins = 0
+        self._rerank_pending: set[str] = set()
+        # Queueing-delay measurement: watched turns, and those popped this step.
+        self._delay_watch: dict[str, Request] = {}
+        self._popped: dict[str, tuple[Request, float]] = {}
+        self._removed_jobs: set[str] = set()
+
+    # ------------------------------------------------------------------ set-up
+
+    def attach(self, context: SchedulerContext) -> None:
+        self._context = context
+        self._retained = context.retained
+
+    def set_cost_model(self, cost_model: CostModel) -> None:
+        """Use the engine's cost model for ``reload`` (instead of the ``preset`` option)."""
+        self.cost_model = cost_model
+
+    @property
+    def _now(self) -> float:
+        return self._context.now if self._context is not None else 0.0
+
+    # ------------------------------------------------------------------ state
+
+    def job_pin(self, job_id: str) -> str | None:
+        """The request id pinned for ``job_id`` (if the core still retains it), else ``None``."""
+        job = self._jobs.get(job_id)
+        if job is None or job.pin is None:
+            return None
+        return job.pin.request_id if job.pin.request_id in self._retained else None
+
+    def _is_pinned(self, job_id: str | None) -> bool:
+        if job_id is None:
+            return False
+        job = self._jobs.get(job_id)
+        return job is not None and job.pin is not None and job.pin.request_id in self._retained
+
+    def _rank(self, request: Request) -> Rank:
+        job_id = request.job_id
+        job = self._jobs.get(job_id) if job_id is not None else None
+        first = job.first_arrival if job is not None else request.arrival_time
+        if request.num_preemptions:
+            return (PREEMPTED, first, request.arrival_time)
+        if job is not None and job.pin is not None and job.pin.request_id in self._retained:
+            return (PINNED, first, request.arrival_time)
+        return (UNPINNED, first, request.arrival_time)
+
+    def _rerank(self, job_id: str) -> None:
+        for queue in self._queues:
+            queue.rerank_job(job_id)
+
+    def _release_pin(self, job_id: str, job: _Job) -> bool:
+        """Release the job's pin now; ``True`` if the core still held it."""
+        pin = job.pin
+        if pin is None:
+            return False
+        job.pin = None
+        self._num_pins -= 1
+        held = pin.request_id in self._retained
+        if held and self._context is not None:
+            self._context.release(pin.request_id)
+        elif not held:
+            self.stats.lost_to_core += 1
+        self._rerank(job_id)
+        return held
+
+    def _push_latest(self, job_id: str, job: _Job, seq: int) -> None:
+        heap = self._latest_pins
+        if len(heap) > 2 * self._num_pins + 64:
+            # Entries of released pins are skipped lazily; sweep them out before
+            # they outnumber the live ones.
+            heap[:] = [
+                (-j.first_arrival, -j.order, j.pin.seq, jid)
+                for jid, j in self._jobs.items()
+                if j.pin is not None and j.pin.seq != seq
+            ]
+            heapq.heapify(heap)
+        heapq.heappush(heap, (-job.first_arrival, -job.order, seq, job_id))
+
+    def _has_turn_in_flight(self, job: _Job) -> bool:
+        request = job.in_flight
+        return request is not None and not request.is_finished()
+
+    # ------------------------------------------------------------------ queue
+
+    def create_queue(self) -> ContinuumQueue:
+        queue = ContinuumQueue(
+            self._rank,
+            self._is_pinned,
+            on_pop=self._on_pop,
+            on_remove=self._on_remove,
+            seq=self._queue_seq,
+        )
+        self._queues.add(queue)
+        return queue
+
+    def select_queue(self, waiting: RequestQueue, skipped_waiting: RequestQueue) -> RequestQueue:
+        if not skipped_waiting:
+            return waiting
+        if not waiting:
+            return skipped_waiting
+        if isinstance(waiting, ContinuumQueue) and isinstance(skipped_waiting, ContinuumQueue):
+            return (
+                waiting if waiting.head_rank() <= skipped_waiting.head_rank() else skipped_waiting
+            )
+        return skipped_waiting
+
+    def _on_pop(self, request: Request) -> None:
+        if request.request_id in self._delay_watch:
+            self._popped[request.request_id] = (request, self._now)
+
+    def _on_remove(self, request: Request) -> None:
+        self._delay_watch.pop(request.request_id, None)
+        if request.job_id is not None:
+            self._removed_jobs.add(request.job_id)
+
+    # ------------------------------------------------------------------ preemption
+
+    def choose_victim(self, running: Sequence[Request]) -> Request:
+        """A running request of a job without a pin, the latest-arrived job first.
+
+        Ties (same job, same arrival) go to the later one in running order, as
+        FCFS's tail victim. Only if every running request belongs to a pinned
+        job -- which :meth:`reclaim_retained` lets happen only once no pin is
+        left to release -- is the latest job among all chosen.
+        """
+        jobs = self._jobs
+        retained = self._retained
+        best: Request | None = None
+        best_key = (-math.inf, -math.inf)
+        for request in running:
+            job_id = request.job_id
+            job = jobs.get(job_id) if job_id is not None else None
+            if job is not None and job.pin is not None and job.pin.request_id in retained:
+                continue
+            key = (job.first_arrival if job is not None else request.arrival_time,
+                   request.arrival_time)  # fmt: skip
+            if key >= best_key:
+                best, best_key = request, key
+        if best is not None:
+            return best
+        for request in running:
+            job = jobs.get(request.job_id) if request.job_id is not None else None
+            key = (job.first_arrival if job is not None else request.arrival_time,
+                   request.arrival_time)  # fmt: skip
+            if key >= best_key:
+                best, best_key = request, key
+        assert best is not None  # running is non-empty
+        return best
+
+    def reclaim_retained(self, num_blocks_needed: int) -> bool:
+        """Release pins, latest job first, only if no running request of an unpinned job exists.
+
+        While such a request runs, the core preempts it (through
+        :meth:`choose_victim`) or, when admitting, waits for it; pins outrank
+        it. Otherwise pins are released until ``num_blocks_needed`` blocks are
+        free or none is left. With nothing running this is what keeps a full
+        pool of pins from stalling the engine.
+        """
+        context = self._context
+        if context is None:
+            return False
+        for request in context.running:
+            if not self._is_pinned(request.job_id):
+                return False
+        released = False
+        heap = self._latest_pins
+        while heap:
+            _, _, seq, job_id = heapq.heappop(heap)
+            job = self._jobs.get(job_id)
+            if job is None or job.pin is None or job.pin.seq != seq:
+                continue
+            if self._release_pin(job_id, job):
+                released = True
+                self.stats.released_reclaimed += 1
+                if context.num_free_blocks >= num_blocks_needed:
+                    break
+        return released
+
+    # ------------------------------------------------------------------ events
+
+    def on_arrival(self, request: Request) -> None:
+        job_id = request.job_id
+        if job_id is None:
+            return
+        job = self._jobs.get(job_id)
+        if job is None:
+            job = self._jobs[job_id] = _Job(request.arrival_time, next(self._job_order))
+        else:
+            if job.last_finish is not None:
+                gap = request.arrival_time - job.last_finish
+                if gap >= 0:  # a closed-loop follow-up (not a turn released early)
+                    self.durations.add(job.last_tool, gap)
+                    self.stats.num_duration_samples += 1
+                job.last_finish = None
+            if not self._is_pinned(job_id):
+                self._delay_watch[request.request_id] = request
+        job.in_flight = request
+
+    def on_finish(self, request: Request) -> float | None:
+        if self._delay_watch.pop(request.request_id, None) is not None:
+            popped = self._popped.pop(request.request_id, None)
+            if popped is not None:  # admitted and finished within one step
+                self._add_delay_sample(request, popped[1])
+        job_id = request.job_id
+        if job_id is None:
+            return None
+        job = self._jobs.get(job_id)
+        if job is None:  # attached mid-run, or the job was forgotten
+            job = self._jobs[job_id] = _Job(request.arrival_time, next(self._job_order))
+        if job.in_flight is request:
+            job.in_flight = None
+        job.num_finished += 1
+        now = self._now
+
+        if request.is_last_turn:
+            if self._release_pin(job_id, job):
+                self.stats.released_final += 1
+            self.turns.add_job(request.turn + 1 if request.turn is not None else job.num_finished)
+            del self._jobs[job_id]
+            return None
+
+        job.last_finish = now
+        job.last_tool = request.tool_name
+        ttl = self._choose_ttl(request)
+        if ttl <= 0:
+            self.stats.num_not_pinned += 1
+            if self._release_pin(job_id, job):
+                self.stats.released_not_repinned += 1
+            return None
+        if self._release_pin(job_id, job):
+            self.stats.released_replaced += 1
+        seq = next(self._pin_seq)
+        soft = now + ttl
+        # The core gets the later, hard deadline: expiring at the soft one, it
+        # would release the pin before this policy can see that the job's next
+        # turn is queued (see on_step_start).
+        hard = soft + self.queued_grace
+        job.pin = _Pin(request.request_id, job_id, ttl, soft, hard, seq)
+        self._num_pins += 1
+        heapq.heappush(self._deadlines, (soft, seq, job_id))
+        self._push_latest(job_id, job, seq)
+        # The core adds the retention after this returns: re-rank at the next step start.
+        self._rerank_pending.add(job_id)
+        self.stats.num_pinned += 1
+        return hard
+
+    def on_step_start(self, now: float) -> None:
+        if self._popped:
+            self._record_admissions()
+        if self._rerank_pending:
+            for job_id in self._rerank_pending:
+                self._rerank(job_id)
+            self._rerank_pending.clear()
+        if self._removed_jobs:
+            self._release_aborted()
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][0] <= now:
+            _, seq, job_id = heapq.heappop(deadlines)
+            job = self._jobs.get(job_id)
+            pin = job.pin if job is not None else None
+            if pin is None or pin.seq != seq:
+                continue  # released or replaced since
+            if pin.request_id not in self._retained:
+                self._release_pin(job_id, job)  # the core let it go: forget and re-rank
+                continue
+            if self._has_turn_in_flight(job):
+                # Paper: expire only if the job has nothing queued. Look again at
+                # the hard deadline (where the core releases it anyway).
+                if pin.hard_deadline > now:
+                    heapq.heappush(deadlines, (pin.hard_deadline, seq, job_id))
+                continue
+            self._release_pin(job_id, job)
+            self.stats.released_expired += 1
+
+    def _record_admissions(self) -> None:
+        """Turns popped last step and since admitted: their queueing delay feeds ``T``."""
+        watch = self._delay_watch
+        for request, popped_at in self._popped.values():
+            if request.request_id not in watch:
+                continue
+            if request.num_cached_tokens >= 0 or request.status == _RUNNING:
+                del watch[request.request_id]
+                self._add_delay_sample(request, popped_at)
+            elif request.is_finished():
+                del watch[request.request_id]
+            # else: set aside (e.g. an async load); it is popped again later.
+        self._popped.clear()
+
+    def _add_delay_sample(self, request: Request, admitted_at: float) -> None:
+        self.queue_delay.add(max(0.0, admitted_at - request.arrival_time))
+        self.stats.num_delay_samples += 1
+
+    def _release_aborted(self) -> None:
+        """A job whose queued turn was aborted keeps no pin (the core sees only the turn)."""
+        for job_id in self._removed_jobs:
+            job = self._jobs.get(job_id)
+            if job is None or job.in_flight is None or job.in_flight.status != _ABORTED:
+                continue
+            job.in_flight = None
+            if self._release_pin(job_id, job):
+                self.stats.released_aborted += 1
+        self._removed_jobs.clear()
+
+    # ------------------------------------------------------------------ TTL
+
+    def reload_time(self, request: Request) -> float:
+        """Seconds to prefill the request's whole context again, on the cost model."""
+        return self.cost_model.step_time(request.num_tokens, 0, 0)
+
+    def _choose_ttl(self, request: Request) -> float:
+        tool = request.tool_name
+        if self.ttl_mode == "fixed":
+            mean = self.durations.running_mean(tool)
+            ttl = self.fixed_ttl if mean is None or mean <= self.fixed_ttl else 0.0
+            ttl = min(ttl, self.max_ttl)
+            self.last_decision = TTLDecision(request.request_id, tool, ttl, "fixed", 0.0, 0.0, 0.0)
+            return ttl
+        durations, source = self.durations.distribution(tool)
+        delay = self.queue_delay.mean
+        eta = self.fixed_eta if self.fixed_eta is not None else self.turns.eta
+        if eta is None:
+            eta = self.cold_eta
+        reload = self.reload_time(request)
+        if not durations:
+            ttl = min(self.cold_start_ttl, self.max_ttl)
+            source = "cold-start"
+        else:
+            ttl = choose_ttl(durations, delay * eta + reload, max_ttl=self.max_ttl)
+        self.last_decision = TTLDecision(request.request_id, tool, ttl, source, delay, eta, reload)
+        return ttl
