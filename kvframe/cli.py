@@ -34,6 +34,7 @@ from kvframe.config import (
     load_config,
     merge,
 )
+from kvframe.run_cli import add_gen_command, add_run_command
 
 if TYPE_CHECKING:
     from kvframe.plugins import PluginEntry, PluginRegistry
@@ -252,7 +253,12 @@ def _run_check(args: argparse.Namespace, ctx: Context) -> int:
 # Entry point
 # ==========================================================================
 
-SUBCOMMANDS: list[Callable[[Any], None]] = [add_plugins_command, add_check_command]
+SUBCOMMANDS: list[Callable[[Any], None]] = [
+    add_plugins_command,
+    add_check_command,
+    add_run_command,
+    add_gen_command,
+]
 """Functions that each add one subcommand; later commands append themselves here."""
 
 

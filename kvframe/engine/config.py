@@ -1,0 +1,318 @@
+"""Validated engine settings: the scheduler's knobs, the cost-model preset, the plugins.
+
+:class:`EngineConfig` is what :meth:`kvframe.engine.Engine.from_config` builds
+an engine from. Every field has vLLM's meaning and default where vLLM has one.
+The same settings come from three places, in increasing precedence: the
+defaults here, the engine keys of ``kvframe.toml``, and command-line flags;
+:meth:`EngineConfig.from_settings` takes the merged mapping and names the file
+key or flag in every error.
+
+Derived values (the GPU block count, ``max_model_len``) are resolved lazily from
+the preset, so a config stays a plain description that prints and compares
+well.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from kvframe.config import ConfigError, PluginSpec, format_spec, parse_size
+from kvframe.core.scheduler_config import SchedulerConfig
+from kvframe.executors.cost_model import num_gpu_blocks_for
+from kvframe.executors.presets import get_preset
+
+if TYPE_CHECKING:
+    from kvframe.executors.presets import Preset
+
+__all__ = ["DEFAULT_MAX_MODEL_LEN", "DEFAULT_PRESET", "ENGINE_KEYS", "EngineConfig"]
+
+DEFAULT_PRESET = "llama3.1-8b-h100"
+"""The cost model used when none is named: Llama-3.1-8B on one H100."""
+
+DEFAULT_MAX_MODEL_LEN = 131072
+"""The context length of the bundled presets' models (Llama 3.1's
+``max_position_embeddings`` in its config.json), used when neither the config
+nor the preset's model shape says otherwise."""
+
+PluginSelection = str | PluginSpec
+
+
+def _positive_or_none(instance: Any, attribute: attrs.Attribute, value: int | None) -> None:
+    if value is None:
+        return
+    if type(value) is not int or value < 1:
+        raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
+
+
+def _positive(instance: Any, attribute: attrs.Attribute, value: int) -> None:
+    if type(value) is not int or value < 1:
+        raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
+
+
+def _non_negative(instance: Any, attribute: attrs.Attribute, value: int) -> None:
+    if type(value) is not int or value < 0:
+        raise ValueError(f"{attribute.name} must be an integer >= 0, got {value!r}")
+
+
+def _is_bool(instance: Any, attribute: attrs.Attribute, value: bool) -> None:
+    if type(value) is not bool:
+        raise ValueError(f"{attribute.name} must be true or false, got {value!r}")
+
+
+def _selection(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is None and attribute.name == "gpu_eviction":
+        return
+    if not isinstance(value, str | PluginSpec):
+        raise ValueError(f"{attribute.name} must be a config string, got {value!r}")
+
+
+def _tracers(value: Any) -> tuple[PluginSelection, ...]:
+    if isinstance(value, str | PluginSpec):
+        return (value,)
+    return tuple(value)
+
+
+def _spec_text(value: PluginSelection | None) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return format_spec(value)
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class EngineConfig:
+    """Everything an :class:`~kvframe.engine.Engine` is built from.
+
+    GPU KV blocks: give ``num_gpu_blocks`` (counting vLLM's null block) *or*
+    ``kv_memory`` (bytes for KV cache, divided by the preset model's KV bytes
+    per block), not both; with neither, the preset's own KV budget is used
+    (what vLLM would leave for KV on that hardware).
+
+    ``max_model_len`` defaults to the preset model's context length. Requests
+    whose prompt does not fit it, or whose prompt + ``max_tokens`` could never
+    fit the GPU pool even alone, are finished as ignored (see
+    :meth:`kvframe.engine.Engine.run`).
+    """
+
+    preset: str = DEFAULT_PRESET
+    """Cost-model preset name (``kvframe.executors.presets.preset_names()``)."""
+    scheduling: PluginSelection = attrs.field(default="fcfs", validator=_selection)
+    """Scheduling policy config string (vLLM's default is FCFS)."""
+    gpu_eviction: PluginSelection | None = attrs.field(default=None, validator=_selection)
+    """Eviction policy ordering the GPU prefix cache's free cached blocks; ``None``
+    is vLLM's own LRU free queue."""
+    tracers: tuple[PluginSelection, ...] = attrs.field(default=(), converter=_tracers)
+    block_size: int = attrs.field(default=16, validator=_positive)
+    num_gpu_blocks: int | None = attrs.field(default=None, validator=_positive_or_none)
+    kv_memory: int | None = attrs.field(default=None, validator=_positive_or_none)
+    """Bytes of KV cache; converted to blocks with the preset's model shape."""
+    max_num_batched_tokens: int = attrs.field(default=8192, validator=_positive)
+    max_num_seqs: int = attrs.field(default=256, validator=_positive)
+    max_model_len: int | None = attrs.field(default=None, validator=_positive_or_none)
+    long_prefill_token_threshold: int = attrs.field(default=0, validator=_non_negative)
+    enable_prefix_caching: bool = attrs.field(default=True, validator=_is_bool)
+    enable_chunked_prefill: bool = attrs.field(default=True, validator=_is_bool)
+    reserve_full_sequence: bool | None = attrs.field(
+        default=None, validator=attrs.validators.optional(_is_bool)
+    )
+    """Admit a request only if its whole prompt fits the free blocks now (vLLM's
+    ``scheduler_reserve_full_isl``); ``None`` keeps the core's default (on, as in
+    vLLM 0.19)."""
+    seed: int = attrs.field(default=0, validator=attrs.validators.instance_of(int))
+    """Seed of the chained block hash (vLLM's ``PYTHONHASHSEED`` role)."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.num_gpu_blocks is not None and self.kv_memory is not None:
+            raise ValueError(
+                "give num_gpu_blocks or kv_memory, not both "
+                f"(got num_gpu_blocks={self.num_gpu_blocks}, kv_memory={self.kv_memory})"
+            )
+        get_preset(self.preset)  # raises ValueError naming the presets
+        if self.num_gpu_blocks is not None and self.num_gpu_blocks < 2:
+            raise ValueError(
+                "num_gpu_blocks must be >= 2 (block 0 is the null block), "
+                f"got {self.num_gpu_blocks}"
+            )
+        if self.kv_memory is not None and self.resolved_num_gpu_blocks() < 2:
+            raise ValueError(
+                f"kv_memory={self.kv_memory} bytes holds fewer than 2 blocks of "
+                f"{self.block_size} tokens for {self.preset_object.shape.name}"
+            )
+
+    # -- derived values ----------------------------------------------------
+
+    @property
+    def preset_object(self) -> Preset:
+        return get_preset(self.preset)
+
+    def resolved_num_gpu_blocks(self) -> int:
+        """GPU KV blocks including the null block."""
+        if self.num_gpu_blocks is not None:
+            return self.num_gpu_blocks
+        preset = self.preset_object
+        if self.kv_memory is not None:
+            return num_gpu_blocks_for(self.kv_memory, self.block_size, preset.shape)
+        return preset.num_gpu_blocks(self.block_size)
+
+    def resolved_max_model_len(self) -> int:
+        if self.max_model_len is not None:
+            return self.max_model_len
+        shape = self.preset_object.shape
+        return int(getattr(shape, "max_model_len", None) or DEFAULT_MAX_MODEL_LEN)
+
+    def scheduler_config(self, *, enable_kv_cache_events: bool = False) -> SchedulerConfig:
+        """The core's :class:`SchedulerConfig` for these settings.
+
+        :raises ValueError: when the core rejects the combination (e.g. chunked
+            prefill off with a token budget below ``max_model_len``).
+        """
+        optional: dict[str, Any] = {}
+        if self.reserve_full_sequence is not None:
+            optional["reserve_full_sequence"] = self.reserve_full_sequence
+        return SchedulerConfig(
+            **optional,
+            block_size=self.block_size,
+            num_gpu_blocks=self.resolved_num_gpu_blocks(),
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            max_num_seqs=self.max_num_seqs,
+            max_model_len=self.resolved_max_model_len(),
+            long_prefill_token_threshold=self.long_prefill_token_threshold,
+            enable_chunked_prefill=self.enable_chunked_prefill,
+            enable_prefix_caching=self.enable_prefix_caching,
+            hash_seed=self.seed,
+            enable_kv_cache_events=enable_kv_cache_events,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready settings with the derived values filled in (for ``metrics.json``)."""
+        return {
+            "preset": self.preset,
+            "scheduling": _spec_text(self.scheduling),
+            "gpu_eviction": _spec_text(self.gpu_eviction),
+            "tracers": [_spec_text(t) for t in self.tracers],
+            "block_size": self.block_size,
+            "num_gpu_blocks": self.resolved_num_gpu_blocks(),
+            "kv_memory": self.kv_memory,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "max_num_seqs": self.max_num_seqs,
+            "max_model_len": self.resolved_max_model_len(),
+            "long_prefill_token_threshold": self.long_prefill_token_threshold,
+            "enable_prefix_caching": self.enable_prefix_caching,
+            "enable_chunked_prefill": self.enable_chunked_prefill,
+            "reserve_full_sequence": self.scheduler_config().reserve_full_sequence,
+            "seed": self.seed,
+        }
+
+    # -- from kvframe.toml and flags ----------------------------------------
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Mapping[str, Any],
+        *,
+        origins: Mapping[str, str] | None = None,
+        **fields: Any,
+    ) -> EngineConfig:
+        """Build from engine settings as ``kvframe.toml`` and flags give them.
+
+        :param settings: engine keys (:data:`ENGINE_KEYS`) to values; ``None``
+            values mean "not given". Sizes may be strings (``kv_memory = "40GiB"``).
+        :param origins: where each key came from (``--block-size``,
+            ``kvframe.toml, key 'block_size'``), for messages.
+        :param fields: fields set by the caller directly (the plugin selection),
+            which settings of the same name do not override.
+        :raises ConfigError: for an unknown key (with a suggestion), a value of
+            the wrong type, or a combination the engine rejects, naming its origin.
+        """
+        origins = origins or {}
+        values: dict[str, Any] = {}
+        for key, value in settings.items():
+            if value is None:
+                continue
+            where = origins.get(key, f"engine setting {key!r}")
+            name = _ALIASES.get(key, key)
+            converter = _CONVERTERS.get(name)
+            if converter is None:
+                close = difflib.get_close_matches(key, ENGINE_KEYS, n=1, cutoff=0.6)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ConfigError(
+                    f"unknown engine setting {key!r}{hint}",
+                    origin=where,
+                    hints=["engine settings: " + ", ".join(ENGINE_KEYS)],
+                )
+            try:
+                values[name] = converter(value)
+            except (TypeError, ValueError) as err:
+                raise ConfigError(f"bad value for {name}: {err}", origin=where) from None
+        values.update({k: v for k, v in fields.items() if v is not None})
+        try:
+            return cls(**values)
+        except (TypeError, ValueError) as err:
+            culprit = next((k for k in values if k in str(err)), None)
+            origin = origins.get(culprit) if culprit else None
+            raise ConfigError(str(err), origin=origin) from None
+
+
+def _int(value: Any) -> int:
+    if type(value) is bool:
+        raise ValueError(f"expected an integer, got {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().replace("_", "").isdigit():
+        return int(value.strip().replace("_", ""))
+    raise ValueError(f"expected an integer, got {value!r}")
+
+
+def _size(value: Any) -> int:
+    """Bytes: an integer, or a size string such as ``40GiB``."""
+    if isinstance(value, str):
+        size = parse_size(value)
+        if size is None:
+            raise ValueError(f"expected a size such as 40GiB or a number of bytes, got {value!r}")
+        return size
+    return _int(value)
+
+
+def _bool(value: Any) -> bool:
+    if type(value) is bool:
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "yes", "on", "false", "no", "off"):
+        return value.lower() in ("true", "yes", "on")
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {value!r}")
+    return value
+
+
+_CONVERTERS: Mapping[str, Any] = {
+    "preset": _str,
+    "gpu_eviction": _str,
+    "block_size": _int,
+    "num_gpu_blocks": _int,
+    "kv_memory": _size,
+    "max_num_batched_tokens": _int,
+    "max_num_seqs": _int,
+    "max_model_len": _int,
+    "long_prefill_token_threshold": _int,
+    "enable_prefix_caching": _bool,
+    "enable_chunked_prefill": _bool,
+    "reserve_full_sequence": _bool,
+    "seed": _int,
+}
+
+_ALIASES: Mapping[str, str] = {
+    "prefix_caching": "enable_prefix_caching",
+    "chunked_prefill": "enable_chunked_prefill",
+    "gpu-eviction": "gpu_eviction",
+}
+
+ENGINE_KEYS: tuple[str, ...] = tuple(_CONVERTERS)
+"""The engine settings ``kvframe.toml`` and the flags may set (plugin keys aside)."""

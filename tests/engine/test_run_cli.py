@@ -1,0 +1,247 @@
+"""``kvframe run`` and ``kvframe gen`` end to end, through ``kvframe.cli.main``."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import structlog
+
+from kvframe.cli import main
+from kvframe.progress import ProgressLine
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    """Run in a temporary directory (no stray kvframe.toml, runs/ written there)."""
+    monkeypatch.chdir(tmp_path)
+    yield
+    structlog.reset_defaults()  # main() configures logging for the process
+
+
+def run_cli(*argv: str) -> int:
+    return main(["-q", *argv])
+
+
+def test_run_prints_a_summary_and_writes_metrics_and_requests(
+    conversation_trace: Path, capsys: pytest.CaptureFixture[str]
+):
+    code = run_cli(
+        "run", str(conversation_trace), "--limit", "12", "--num-gpu-blocks", "8000", "--out", "o"
+    )
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "kvframe run summary" in out and "time_to_first_token_seconds" in out
+    assert "wrote o/metrics.json and o/requests.csv" in out
+    metrics = json.loads(Path("o/metrics.json").read_text())
+    assert metrics["partial"] is False
+    assert metrics["counters"]["num_requests_finished"] == 12
+    assert metrics["metadata"]["engine"]["num_gpu_blocks"] == 8000
+    assert metrics["metadata"]["workload"]["format"] == "mooncake"
+    with open("o/requests.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["request_id"] for r in rows] == [f"line-{i}" for i in range(1, 13)]
+    assert all(float(r["time_to_first_token_seconds"]) > 0 for r in rows)
+
+
+def test_default_output_directory_is_named_after_the_trace(
+    conversation_trace: Path, capsys: pytest.CaptureFixture[str]
+):
+    assert run_cli("run", str(conversation_trace), "--limit", "3", "--json") == 0
+    out, err = capsys.readouterr()
+    data = json.loads(out)  # stdout is pure JSON
+    assert data["counters"]["num_requests"] == 3
+    (run_dir,) = Path("runs").iterdir()
+    assert run_dir.name.startswith("conversation_trace-")
+    assert (run_dir / "metrics.json").is_file() and str(run_dir) in err
+
+
+def test_no_prefix_caching_flag_turns_hits_off(
+    conversation_trace: Path, capsys: pytest.CaptureFixture[str]
+):
+    argv = ["run", str(conversation_trace), "--limit", "10", "--json", "--out", "o"]
+    assert run_cli(*argv) == 0
+    with_cache = json.loads(capsys.readouterr().out)["counters"]
+    assert run_cli(*argv, "--no-prefix-caching") == 0
+    without = json.loads(capsys.readouterr().out)["counters"]
+    assert with_cache["prefix_cache_hits"] > 0 and without["prefix_cache_hits"] == 0
+
+
+def test_malformed_trace_exits_2_with_file_line_and_field(capsys: pytest.CaptureFixture[str]):
+    trace = Path("bad.jsonl")
+    trace.write_text(
+        '{"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": [1]}\n'
+        '{"timestamp": 5, "input_length": "ten", "output_length": 2, "hash_ids": [1]}\n'
+    )
+    assert run_cli("run", str(trace)) == 2
+    err = capsys.readouterr().err
+    assert "bad.jsonl:2: field 'input_length'" in err
+    assert "Traceback" not in err
+    # --skip-bad-lines runs what is left and says what it skipped.
+    assert run_cli("run", str(trace), "--skip-bad-lines", "--out", "o") == 0
+    assert "1 malformed trace lines skipped" in capsys.readouterr().out
+
+
+def test_missing_trace_exits_2(capsys: pytest.CaptureFixture[str]):
+    assert run_cli("run", "nope.jsonl") == 2
+    assert "no such trace file: nope.jsonl" in capsys.readouterr().err
+
+
+def test_unknown_scheduler_exits_2_with_a_suggestion(
+    conversation_trace: Path, capsys: pytest.CaptureFixture[str]
+):
+    assert run_cli("run", str(conversation_trace), "--limit", "1", "--scheduler", "priorty") == 2
+    err = capsys.readouterr().err
+    assert "--scheduler: unknown scheduling policy 'priorty'; did you mean 'priority'?" in err
+    assert "installed scheduling policies:" in err
+
+
+def test_eviction_without_an_offload_tier_points_at_gpu_eviction(
+    conversation_trace: Path, capsys: pytest.CaptureFixture[str]
+):
+    assert run_cli("run", str(conversation_trace), "--limit", "1", "--eviction", "lru") == 2
+    err = capsys.readouterr().err
+    assert "no offload tier is selected" in err and "--gpu-eviction lru" in err
+
+
+def test_gpu_eviction_selects_the_prefix_cache_order(
+    conversation_trace: Path, capsys: pytest.CaptureFixture[str]
+):
+    argv = ["run", str(conversation_trace), "--limit", "8", "--num-gpu-blocks", "3000"]
+    assert run_cli(*argv, "--json", "--out", "a") == 0
+    default = json.loads(capsys.readouterr().out)
+    assert run_cli(*argv, "--json", "--out", "b", "--gpu-eviction", "lru") == 0
+    lru = json.loads(capsys.readouterr().out)
+    assert default["metadata"]["engine"]["gpu_eviction"] is None
+    assert lru["metadata"]["engine"]["gpu_eviction"] == "lru"
+    assert lru["counters"]["num_requests_finished"] == 8
+    assert lru["counters"]["prefix_cache_hits"] > 0
+
+
+def test_engine_settings_come_from_kvframe_toml_and_flags_override(
+    conversation_trace: Path, capsys: pytest.CaptureFixture[str]
+):
+    Path("kvframe.toml").write_text(
+        'scheduler = "priority"\nblock_size = 32\nnum_gpu_blocks = 5000\nmax_num_seqs = 4\n'
+        "reserve_full_sequence = false\n"
+    )
+    argv = ["run", str(conversation_trace), "--limit", "4", "--json", "--out", "o"]
+    assert run_cli(*argv, "--num-gpu-blocks", "6000") == 0
+    engine = json.loads(capsys.readouterr().out)["metadata"]["engine"]
+    assert engine["scheduling"] == "priority"
+    assert (engine["block_size"], engine["num_gpu_blocks"], engine["max_num_seqs"]) == (
+        32,
+        6000,
+        4,
+    )
+    assert engine["reserve_full_sequence"] is False
+    assert run_cli(*argv, "--reserve-full-sequence", "--scheduler", "fcfs") == 0
+    engine = json.loads(capsys.readouterr().out)["metadata"]["engine"]
+    assert engine["reserve_full_sequence"] is True and engine["scheduling"] == "fcfs"
+
+
+def test_bad_engine_setting_in_kvframe_toml_names_the_key(
+    conversation_trace: Path, capsys: pytest.CaptureFixture[str]
+):
+    Path("kvframe.toml").write_text("max_num_seq = 4\n")
+    assert run_cli("run", str(conversation_trace), "--limit", "1") == 2
+    err = capsys.readouterr().err
+    assert "kvframe.toml, key 'max_num_seq': unknown engine setting" in err
+    assert "did you mean 'max_num_seqs'" in err
+
+
+def test_bad_flag_value_names_the_flag(conversation_trace: Path, capsys):
+    assert run_cli("run", str(conversation_trace), "--kv-memory", "lots") == 2
+    assert "--kv-memory: bad value for kv_memory" in capsys.readouterr().err
+    assert run_cli("run", str(conversation_trace), "--num-gpu-blocks", "1", "--kv-memory", "1GiB")
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_ctrl_c_writes_partial_results_and_exits_130(
+    conversation_trace: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    calls = 0
+
+    def interrupt(self: ProgressLine, progress) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 30:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(ProgressLine, "__call__", interrupt)
+    code = run_cli("run", str(conversation_trace), "--limit", "20", "--progress", "--out", "o")
+    out, _ = capsys.readouterr()
+    assert code == 130
+    assert "PARTIAL" in out and "interrupted:" in out
+    metrics = json.loads(Path("o/metrics.json").read_text())
+    assert metrics["partial"] is True and metrics["counters"]["num_steps"] == 30
+    assert Path("o/requests.csv").read_text().count("\n") == 1 + metrics["counters"]["num_requests"]
+
+
+def test_tracer_flag_writes_a_jsonl_trace(conversation_trace: Path):
+    code = run_cli(
+        "run", str(conversation_trace), "--limit", "5", "--out", "o",
+        "--tracer", "jsonl:path=t.jsonl,kv_events=false",
+    )  # fmt: skip
+    assert code == 0
+    events = {json.loads(line)["event"] for line in Path("t.jsonl").read_text().splitlines()}
+    assert events == {"step_snapshot", "prefix_cache", "step_decision", "request_finished"}
+
+
+def test_progress_line_draws_only_on_a_terminal():
+    class Tty:
+        def __init__(self, tty: bool) -> None:
+            self.text, self.tty = "", tty
+
+        def isatty(self) -> bool:
+            return self.tty
+
+        def write(self, text: str) -> None:
+            self.text += text
+
+        def flush(self) -> None:
+            pass
+
+    class Progress:
+        num_requests_total, num_requests_finished, now = 10, 4, 12.5
+        num_steps, num_running, num_waiting, kv_usage = 100, 3, 2, 0.5
+
+    quiet, loud = Tty(False), Tty(True)
+    for stream in (quiet, loud):
+        line = ProgressLine(stream, min_interval=0.0)  # type: ignore[arg-type]
+        for _ in range(ProgressLine.check_every):
+            line(Progress())  # type: ignore[arg-type]
+        line.close()
+    assert quiet.text == ""
+    assert "4/10 requests" in loud.text and "sim 12.5 s" in loud.text
+    assert loud.text.endswith("\r")
+
+
+def test_gen_chat_writes_a_workload_that_runs(capsys: pytest.CaptureFixture[str]):
+    code = run_cli(
+        "gen", "chat", "--out", "w/chat.jsonl", "--requests", "30", "--seed", "7",
+        "--rate", "20", "--output-length", "uniform:low=4,high=16",
+    )  # fmt: skip
+    assert code == 0
+    lines = Path("w/chat.jsonl").read_text().splitlines()
+    header = json.loads(lines[0])
+    assert header["generator"] == "chat" and header["params"]["seed"] == 7
+    assert len(lines) == 31
+    # Same seed, same file.
+    assert run_cli("gen", "chat", "--out", "again.jsonl", "--requests", "30", "--seed", "7",
+                   "--rate", "20", "--output-length", "uniform:low=4,high=16") == 0  # fmt: skip
+    assert Path("again.jsonl").read_text() == Path("w/chat.jsonl").read_text()
+    capsys.readouterr()
+    assert run_cli("run", "w/chat.jsonl", "--json", "--out", "o") == 0
+    counters = json.loads(capsys.readouterr().out)["counters"]
+    assert counters["num_requests_finished"] == 30 and counters["prefix_cache_hits"] > 0
+
+
+def test_gen_chat_rejects_bad_parameters(capsys: pytest.CaptureFixture[str]):
+    assert run_cli("gen", "chat", "--out", "x.jsonl", "--shared-fraction", "1.5") == 2
+    assert "shared_fraction must be in [0, 1]" in capsys.readouterr().err
+    assert run_cli("gen", "chat", "--out", "x.jsonl", "--output-length", "gaussian:mu=3") == 2
+    assert "unknown length distribution 'gaussian'" in capsys.readouterr().err
