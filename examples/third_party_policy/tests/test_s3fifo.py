@@ -1,0 +1,75 @@
+"""Tests of the S3-FIFO plugin: kvframe's conformance suite, then S3-FIFO's own behaviour."""
+
+from __future__ import annotations
+
+from kvframe_s3fifo import S3FIFOPolicy
+
+from kvframe.testing import EvictionPolicySuite
+from kvframe.testing.eviction import SimpleBlock
+
+
+class TestS3FIFOConformance(EvictionPolicySuite):
+    """The whole contract, as `pytest --kvframe-plugin eviction:s3fifo` checks it.
+
+    Subclassing instead lets this file add its own checks below and choose the
+    options the suite builds the policy with.
+    """
+
+    plugin = S3FIFOPolicy
+
+
+class TestS3FIFOWithEagerPromotion(EvictionPolicySuite):
+    """The same contract with non-default options."""
+
+    plugin = S3FIFOPolicy
+    options = {"small_fraction": 0.5, "max_freq": 1}
+    max_examples = 30
+
+
+def filled(capacity: int, keys: range) -> S3FIFOPolicy:
+    policy = S3FIFOPolicy(capacity)
+    for key in keys:
+        policy.insert(key, SimpleBlock(key))
+    return policy
+
+
+def victims(policy: S3FIFOPolicy, n: int, protected: frozenset[int] = frozenset()) -> list[int]:
+    result = policy.evict(n, protected)
+    assert result is not None
+    return [key for key, _ in result]
+
+
+def test_blocks_used_once_leave_first_and_used_blocks_are_promoted() -> None:
+    policy = filled(10, range(10))
+    policy.touch([0, 2])
+    assert victims(policy, 2) == [1, 3]
+    assert list(policy.main) == [0, 2]
+
+
+def test_a_ghost_that_returns_goes_straight_to_main() -> None:
+    policy = filled(10, range(10))
+    assert victims(policy, 1) == [0]
+    assert 0 in policy.ghost
+    policy.insert(0, SimpleBlock(0))
+    assert 0 in policy.main and 0 not in policy.ghost
+
+
+def test_main_gives_a_used_block_another_round() -> None:
+    policy = filled(10, range(3))
+    policy.touch([0, 1, 2])  # all three earn promotion to main
+    assert victims(policy, 1) == [0]  # promoted together; the oldest, unused since, goes
+    policy.touch([1])
+    assert victims(policy, 1) == [2]  # 1 was used again: it goes round once more
+    assert list(policy.main) == [1]
+
+
+def test_an_impossible_eviction_changes_nothing() -> None:
+    policy = filled(4, range(4))
+    policy.touch([0])
+    before = (list(policy.small), list(policy.main), [e.freq for e in policy.small.values()])
+    assert policy.evict(2, {1, 2, 3}) is None
+    assert (
+        list(policy.small),
+        list(policy.main),
+        [e.freq for e in policy.small.values()],
+    ) == before

@@ -1,0 +1,597 @@
+"""The conformance suite for eviction policies (:class:`kvframe.EvictionPolicy`).
+
+The policy is driven the way a tier drives it, by random call sequences that
+hypothesis generates and shrinks, and every answer is compared with a reference
+model (a plain dict of what the tier has inserted and not yet removed):
+
+* ``evict(n, protected)`` returns exactly ``n`` distinct ``(key, block)`` pairs
+  the policy holds, none protected, none with ``ref_cnt != 0`` — or ``None``,
+  and then behaves afterwards exactly as if it had not been called;
+* ``get`` answers what was inserted and not removed or evicted since, with the
+  very block object inserted; ``touch`` of keys the policy does not hold is
+  harmless (no error, nothing appears);
+* inserts happen the way an offload tier does them: only while fewer than
+  ``capacity`` blocks are held, else after evicting with the new key protected;
+* the same calls on a fresh policy give the same victims (determinism);
+* memory stays bounded by the capacity however many keys pass through;
+* (capability :attr:`EvictionPolicySuite.gpu_prefix_cache`) evict succeeds
+  whenever enough idle blocks exist, as the GPU prefix cache requires.
+
+Keys are small ints so that a failure reads like
+``after insert(0), insert(1), touch([0]), evict(1, protected={1}) ...``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from typing import Any, ClassVar
+
+import pytest
+
+from kvframe.testing.common import (
+    ContractViolation,
+    OpLog,
+    PluginSuite,
+    PluginTarget,
+    call_plugin,
+    describe_call,
+    fmt,
+    footprint,
+    suite_settings,
+)
+
+__all__ = ["EvictionPolicySuite", "SimpleBlock"]
+
+
+class SimpleBlock:
+    """A block as a tier owns it: only ``ref_cnt``, which the tier changes in place."""
+
+    __slots__ = ("name", "ref_cnt")
+
+    def __init__(self, name: object, ref_cnt: int = 0) -> None:
+        self.name = name
+        self.ref_cnt = ref_cnt
+
+    def __repr__(self) -> str:
+        return f"<block {fmt(self.name)} ref_cnt={self.ref_cnt}>"
+
+
+Op = tuple[Any, ...]
+"""A concrete call: ``("insert", key, ref_cnt)``, ``("remove", key)``, ``("touch", keys)``,
+``("evict", n, protected)`` or ``("ref", key, ref_cnt)`` (the tier changing a block's count)."""
+
+
+def _describe(op: Op) -> str:
+    kind = op[0]
+    if kind == "insert":
+        _, key, ref = op
+        return f"insert({fmt(key)})" if ref == 0 else f"insert({fmt(key)}, ref_cnt={ref})"
+    if kind == "remove":
+        return f"remove({fmt(op[1])})"
+    if kind == "touch":
+        return f"touch({fmt(list(op[1]))})"
+    if kind == "evict":
+        return describe_call("evict", op[1], protected=set(op[2]))
+    return f"(tier sets ref_cnt of {fmt(op[1])} to {op[2]})"
+
+
+class _Run:
+    """One policy driven by concrete calls, checked against the reference model.
+
+    ``check=False`` replays calls without checking (for the determinism and
+    atomicity comparisons); ``outcomes`` records every evict's victim keys.
+    """
+
+    def __init__(self, target: PluginTarget, capacity: int, *, check: bool = True) -> None:
+        self.target = target
+        self.capacity = capacity
+        self.check = check
+        self.log = OpLog()
+        self.policy = call_plugin(
+            self.log, f"{target.cls.__qualname__}({capacity})", target.create, capacity
+        )
+        self.model: dict[Hashable, SimpleBlock] = {}
+        """What the policy must hold: key -> the block inserted under it."""
+        self.blocks: dict[Hashable, SimpleBlock] = {}
+        """The latest block made for each key (the tier keeps changing its ref_cnt)."""
+        self.known: dict[Hashable, str] = {}
+        """Every key any call named, with why the policy must *not* hold it when absent."""
+        self.inserted: list[Hashable] = []
+        self.next_key = 0
+        self.ops: list[Op] = []
+        self.outcomes: list[tuple[Hashable, ...] | None] = []
+        self.has_len = hasattr(type(self.policy), "__len__")
+
+    # -- keys ---------------------------------------------------------------
+
+    def fresh_key(self) -> int:
+        key = self.next_key
+        self.next_key += 1
+        return key
+
+    def present(self) -> list[Hashable]:
+        return list(self.model)
+
+    def absent_known(self) -> list[Hashable]:
+        return [k for k in self.inserted if k not in self.model]
+
+    # -- calls --------------------------------------------------------------
+
+    def do(self, op: Op) -> tuple[Hashable, ...] | None:
+        """Make one call on the policy, check it, and record it."""
+        __tracebackhide__ = True
+        self.ops.append(op)
+        kind = op[0]
+        text = _describe(op)
+        policy = self.policy
+        result: tuple[Hashable, ...] | None = None
+        if kind == "insert":
+            _, key, ref = op
+            block = SimpleBlock(key, ref)
+            call_plugin(self.log, text, policy.insert, key, block)
+            self.model[key] = self.blocks[key] = block
+            if key not in self.inserted:
+                self.inserted.append(key)
+        elif kind == "remove":
+            key = op[1]
+            call_plugin(self.log, text, policy.remove, key)
+            del self.model[key]
+            self.known[key] = f"was removed by {text}"
+        elif kind == "touch":
+            keys = list(op[1])
+            call_plugin(self.log, text, policy.touch, keys)
+            for key in keys:
+                self.known.setdefault(key, "was only ever touched, never inserted")
+        elif kind == "evict":
+            _, n, protected = op
+            for key in protected:
+                self.known.setdefault(key, "was only ever named in `protected`, never inserted")
+            victims = call_plugin(self.log, text, policy.evict, n, set(protected))
+            result = self._take_victims(text, n, protected, victims)
+            self.outcomes.append(result)
+            text += f" -> {fmt(list(result)) if result is not None else 'None'}"
+        else:  # the tier changes a block's ref_cnt in place
+            _, key, ref = op
+            self.blocks[key].ref_cnt = ref
+        for key in self.model:
+            self.known[key] = ""
+        self.log.add(text)
+        if self.check:
+            self._check_state()
+        return result
+
+    def _take_victims(
+        self, call: str, n: int, protected: frozenset[Hashable], victims: object
+    ) -> tuple[Hashable, ...] | None:
+        __tracebackhide__ = True
+        if victims is None:
+            return None
+        log = self.log
+        contract = (
+            f"The contract: evict returns exactly {n} (key, block) pairs the policy holds, "
+            "none protected, none with ref_cnt != 0 - or None, changing nothing."
+        )
+        if not isinstance(victims, list | tuple):
+            raise log.violation(f"then {call} returned {victims!r}", contract)
+        keys: list[Hashable] = []
+        for item in victims:
+            if not (isinstance(item, tuple) and len(item) == 2):
+                raise log.violation(
+                    f"then {call} returned {fmt(list(victims))}, whose item {item!r} is not a "
+                    "(key, block) pair",
+                    contract,
+                )
+            keys.append(item[0])
+        shown = fmt(keys)
+        if self.check:
+            if len(victims) != n:
+                raise log.violation(
+                    f"then {call} returned {len(victims)} victim(s) {shown}, not {n}", contract
+                )
+            seen: set[Hashable] = set()
+            for key, block in victims:
+                if key in protected:
+                    raise log.violation(
+                        f"then {call} returned {shown}, which includes {fmt(key)}, which is "
+                        "protected",
+                        contract,
+                    )
+                if key in seen:
+                    raise log.violation(f"then {call} returned {fmt(key)} twice: {shown}", contract)
+                seen.add(key)
+                if key not in self.model:
+                    why = self.known.get(key) or "was never inserted"
+                    raise log.violation(
+                        f"then {call} returned {shown}, which includes {fmt(key)}, which the "
+                        f"policy does not hold (it {why})",
+                        contract,
+                    )
+                if block is not self.model[key]:
+                    raise log.violation(
+                        f"then {call} returned for key {fmt(key)} the object {block!r}, not "
+                        f"the block inserted under it ({self.model[key]!r})",
+                        contract,
+                    )
+                if block.ref_cnt != 0:
+                    state = "being written" if block.ref_cnt < 0 else "in use"
+                    raise log.violation(
+                        f"then {call} returned {shown}, which includes {fmt(key)}, whose block "
+                        f"has ref_cnt {block.ref_cnt} ({state})",
+                        contract,
+                    )
+        for key in keys:
+            if key in self.model:
+                del self.model[key]
+                self.known[key] = f"was evicted by {call}"
+        return tuple(keys)
+
+    def _check_state(self) -> None:
+        """``get`` of every key ever named agrees with the model (and ``len``, if defined)."""
+        __tracebackhide__ = True
+        policy = self.policy
+        log = self.log
+        for key, why in self.known.items():
+            expected = self.model.get(key)
+            got = call_plugin(log, f"get({fmt(key)})", policy.get, key)
+            if got is expected:
+                continue
+            if expected is None:
+                raise log.violation(
+                    f"then get({fmt(key)}) returned {got!r}, but {fmt(key)} {why}",
+                    "A policy holds exactly what was inserted and not removed or evicted since.",
+                )
+            if got is None:
+                raise log.violation(
+                    f"then get({fmt(key)}) returned None, but {fmt(key)} was inserted and "
+                    "neither removed nor evicted since",
+                    "A policy holds exactly what was inserted and not removed or evicted since.",
+                )
+            raise log.violation(
+                f"then get({fmt(key)}) returned {got!r}, not the block inserted under "
+                f"{fmt(key)} ({expected!r})",
+                "get must return the very object the tier inserted.",
+            )
+        if self.has_len:
+            size = call_plugin(log, "len(policy)", len, policy)
+            if size != len(self.model):
+                raise log.violation(
+                    f"then len(policy) is {size}, but it holds {len(self.model)} block(s)",
+                    "__len__ must count the blocks the policy holds.",
+                )
+
+
+def _pick(run: _Run, value: int) -> Hashable:
+    """A key for ``touch`` / ``protected``: held, formerly held, or never seen, by ``value % 3``."""
+    present = run.present()
+    absent = run.absent_known()
+    choice, index = value % 3, value // 3
+    if choice == 0 and present:
+        return present[index % len(present)]
+    if choice == 1 and absent:
+        return absent[index % len(absent)]
+    return 100 + index
+
+
+def _drive_tier(run: _Run, abstract: Sequence[tuple[Any, ...]]) -> None:
+    """Turn generated abstract steps into a tier's calls and make them.
+
+    The tier's pattern: it inserts only while it holds fewer than ``capacity``
+    blocks, else first evicts with the incoming key protected (and gives up on
+    the insert when that evict returns None).
+    """
+    capacity = run.capacity
+    for step in abstract:
+        kind = step[0]
+        if kind == "insert":
+            _, pick, ref = step
+            absent = run.absent_known()
+            key = absent[pick % len(absent)] if pick < 3 and absent else run.fresh_key()
+            if len(run.model) >= capacity:
+                n = len(run.model) - capacity + 1
+                if run.do(("evict", n, frozenset({key}))) is None:
+                    continue
+            run.do(("insert", key, ref))
+        elif kind == "remove":
+            present = run.present()
+            if present:
+                run.do(("remove", present[step[1] % len(present)]))
+        elif kind == "touch":
+            run.do(("touch", tuple(dict.fromkeys(_pick(run, v) for v in step[1]))))
+        elif kind == "evict":
+            _, n, picks = step
+            run.do(("evict", n, frozenset(_pick(run, v) for v in picks)))
+        else:
+            present = run.present()
+            if present:
+                run.do(("ref", present[step[1] % len(present)], step[2]))
+
+
+def _tier_steps() -> Any:
+    from hypothesis import strategies as st
+
+    insert = st.tuples(st.just("insert"), st.integers(0, 7), st.sampled_from((0, 0, 0, 1, -1)))
+    return st.lists(
+        st.one_of(
+            insert,
+            insert,
+            st.tuples(st.just("remove"), st.integers(0, 15)),
+            st.tuples(st.just("touch"), st.lists(st.integers(0, 23), min_size=1, max_size=4)),
+            st.tuples(
+                st.just("evict"), st.integers(0, 3), st.lists(st.integers(0, 23), max_size=3)
+            ),
+            st.tuples(st.just("ref"), st.integers(0, 15), st.sampled_from((-1, 0, 0, 1, 2))),
+        ),
+        max_size=40,
+    )
+
+
+def _replay(
+    target: PluginTarget, capacity: int, ops: Sequence[Op]
+) -> tuple[_Run, Exception | None]:
+    """Make ``ops`` on a fresh policy without checking; return the run and any error it raised."""
+    run = _Run(target, capacity, check=False)
+    try:
+        for op in ops:
+            run.do(op)
+    except Exception as err:
+        return run, err
+    return run, None
+
+
+class EvictionPolicySuite(PluginSuite):
+    """Conformance checks for an :class:`kvframe.EvictionPolicy`.
+
+    Subclass it and set :attr:`plugin`, or run ``pytest --kvframe-plugin eviction:NAME``.
+    """
+
+    kind: ClassVar[str] = "eviction"
+
+    max_examples: ClassVar[int] = 100
+    """Generated call sequences per property (hypothesis, derandomized)."""
+
+    gpu_prefix_cache: ClassVar[bool] = True
+    """Capability: the policy can order the GPU prefix cache (``--gpu-eviction NAME``).
+
+    The GPU block pool asks ``evict(n, set())`` only when at least ``n`` of the
+    blocks it gave the policy are idle, and cannot cope with ``None``. A policy
+    that may decline an eviction although enough blocks are idle (an admission
+    policy, say) can still serve an offload tier; set this to ``False`` to skip
+    :meth:`test_evicts_whenever_enough_blocks_are_idle`.
+    """
+
+    # -- the reference model --------------------------------------------------
+
+    def test_random_calls_agree_with_a_reference_model(self, kvframe_target: PluginTarget) -> None:
+        """Exactly n victims or None; never protected; never ref_cnt != 0; get/len consistent."""
+        from hypothesis import given
+        from hypothesis import strategies as st
+
+        @suite_settings(self.examples())
+        @given(capacity=st.integers(1, 6), steps=_tier_steps())
+        def run(capacity: int, steps: list[tuple[Any, ...]]) -> None:
+            __tracebackhide__ = True
+            _drive_tier(_Run(kvframe_target, capacity), steps)
+
+        run()
+
+    def test_a_refused_eviction_changes_nothing(self, kvframe_target: PluginTarget) -> None:
+        """After ``evict`` returns None, the policy behaves as if the call never happened."""
+        from hypothesis import given
+        from hypothesis import strategies as st
+
+        @suite_settings(self.examples(0.5))
+        @given(capacity=st.integers(1, 6), steps=_tier_steps())
+        def run(capacity: int, steps: list[tuple[Any, ...]]) -> None:
+            __tracebackhide__ = True
+            checked = _Run(kvframe_target, capacity)
+            _drive_tier(checked, steps)
+            refused = [
+                i for i, op in enumerate(checked.ops) if op[0] == "evict" and _refused(checked, i)
+            ]
+            for index in refused:
+                without = checked.ops[:index] + checked.ops[index + 1 :]
+                replay, error = _replay(kvframe_target, capacity, without)
+                expected = _outcomes_without(checked, index)
+                call = _describe(checked.ops[index])
+                history = ", ".join(_describe(op) for op in checked.ops)
+                if error is not None:
+                    raise ContractViolation(
+                        f"{call} returned None, so it must have changed nothing; but without "
+                        f"that call the same other calls raise {type(error).__name__}: {error}\n"
+                        f"calls: {history}"
+                    )
+                diff = _first_difference(expected, replay.outcomes)
+                if diff is not None:
+                    position, with_call, without_call = diff
+                    later = _describe(_nth_evict(without, position))
+                    raise ContractViolation(
+                        f"{call} returned None, so it must have changed nothing; but it did: "
+                        f"with it, the later {later} returned {_shown(with_call)}; without it, "
+                        f"{_shown(without_call)}\ncalls: {history}"
+                    )
+
+        run()
+
+    def test_the_same_calls_give_the_same_victims(self, kvframe_target: PluginTarget) -> None:
+        """Deterministic: the same calls on a fresh policy evict the same keys in the same order."""
+        from hypothesis import given
+        from hypothesis import strategies as st
+
+        @suite_settings(self.examples(0.5))
+        @given(capacity=st.integers(1, 6), steps=_tier_steps())
+        def run(capacity: int, steps: list[tuple[Any, ...]]) -> None:
+            __tracebackhide__ = True
+            first = _Run(kvframe_target, capacity)
+            _drive_tier(first, steps)
+            second, error = _replay(kvframe_target, capacity, first.ops)
+            history = ", ".join(_describe(op) for op in first.ops)
+            if error is not None:
+                raise ContractViolation(
+                    f"the same calls on a fresh policy raised {type(error).__name__}: {error}\n"
+                    f"calls: {history}"
+                )
+            diff = _first_difference(first.outcomes, second.outcomes)
+            if diff is not None:
+                position, a, b = diff
+                call = _describe(_nth_evict(first.ops, position))
+                raise ContractViolation(
+                    f"not deterministic: given the same calls, {call} returned {_shown(a)} the "
+                    f"first time and {_shown(b)} on a fresh policy\ncalls: {history}"
+                )
+
+        run()
+
+    # -- unknown keys -----------------------------------------------------------
+
+    def test_touching_unknown_keys_is_harmless(self, kvframe_target: PluginTarget) -> None:
+        """A tier touches hashes it no longer (or never) held: no error, nothing appears.
+
+        (Whether such a touch may change later choices is the policy's business:
+        an adaptive policy learns from touches of keys it evicted.)
+        """
+        run = _Run(kvframe_target, 4)
+        run.do(("touch", (1000,)))
+        for key in range(4):
+            run.do(("insert", key, 0))
+        run.do(("touch", (1000, 1001)))
+        run.do(("evict", 2, frozenset()))
+        gone = [k for k in range(4) if k not in run.model]
+        run.do(("touch", (*gone, 1002, *run.present())))
+        run.do(("touch", ()))
+        run.do(("insert", 4, 0))
+        run.do(("touch", (4, 4000, *gone)))
+        run.do(("evict", 1, frozenset({4})))
+        run.do(("evict", len(run.model), frozenset()))
+
+    # -- memory ---------------------------------------------------------------
+
+    def test_memory_stays_bounded_by_capacity(self, kvframe_target: PluginTarget) -> None:
+        """Thousands of keys pass through a small tier; the policy's memory must stop growing.
+
+        Ghost lists, frequency counters and lazily-deleted heap entries must be
+        trimmed to a multiple of the capacity, or a long run leaks memory.
+        """
+        capacity = 16
+        policy = kvframe_target.create(capacity)
+        model: dict[bytes, SimpleBlock] = {}
+        evicted: list[bytes] = []
+        samples: dict[int, tuple[int, int]] = {}
+        short, long = 40 * capacity, 400 * capacity
+        for i in range(long):
+            key = b"key-%d" % i
+            if len(model) >= capacity:
+                victims = policy.evict(len(model) - capacity + 1, {key})
+                if victims is None:
+                    continue
+                for victim, _ in victims:
+                    model.pop(victim, None)  # type: ignore[arg-type]
+                    evicted.append(victim)  # type: ignore[arg-type]
+            block = SimpleBlock(key)
+            policy.insert(key, block)
+            model[key] = block
+            if i % 3 == 0:
+                # Recent keys, a ghost (recently evicted) and a never-seen key.
+                recent = list(model)[-2:]
+                ghosts = evicted[-3:-2]
+                policy.touch([*recent, *ghosts, b"unknown-%d" % i])
+            if len(evicted) > 4 * capacity:
+                del evicted[: 2 * capacity]
+            if i + 1 in (short, long):
+                samples[i + 1] = footprint(policy)
+        (objects_short, bytes_short), (objects_long, bytes_long) = samples[short], samples[long]
+        allowed = objects_short + 4 * capacity + 64
+        if objects_long > allowed:
+            raise ContractViolation(
+                f"{kvframe_target.label} with capacity {capacity} held {objects_short} objects "
+                f"({bytes_short} bytes) after {short} keys passed through it and {objects_long} "
+                f"({bytes_long} bytes) after {long}: its memory grows with the number of keys "
+                "ever seen (ghost lists or counters that are never trimmed?)"
+            )
+
+    # -- capability: the GPU prefix cache -------------------------------------
+
+    def test_evicts_whenever_enough_blocks_are_idle(self, kvframe_target: PluginTarget) -> None:
+        """As ``--gpu-eviction`` uses it: evict(n, set()) succeeds when n held blocks are idle."""
+        if not self.gpu_prefix_cache:
+            pytest.skip("capability gpu_prefix_cache is off for this policy")
+        from hypothesis import given
+        from hypothesis import strategies as st
+
+        steps = st.lists(
+            st.one_of(
+                st.tuples(st.just("insert"), st.integers(0, 7), st.sampled_from((0, 0, 1))),
+                st.tuples(st.just("insert"), st.integers(0, 7), st.sampled_from((0, 0, 1))),
+                st.tuples(st.just("touch"), st.lists(st.integers(0, 15), min_size=1, max_size=3)),
+                st.tuples(st.just("ref"), st.integers(0, 15), st.sampled_from((0, 0, 1, 2))),
+                st.tuples(st.just("remove"), st.integers(0, 15)),
+                st.tuples(st.just("evict"), st.integers(0, 7)),
+            ),
+            max_size=40,
+        )
+
+        @suite_settings(self.examples(0.5))
+        @given(steps=steps)
+        def run(steps: list[tuple[Any, ...]]) -> None:
+            __tracebackhide__ = True
+            capacity = 12
+            run = _Run(kvframe_target, capacity)
+            for step in steps:
+                kind = step[0]
+                present = run.present()
+                if kind == "insert":
+                    if len(run.model) >= capacity:
+                        continue
+                    absent = run.absent_known()
+                    pick = step[1]
+                    key = absent[pick % len(absent)] if pick < 3 and absent else run.fresh_key()
+                    run.do(("insert", key, step[2]))
+                elif kind == "touch" and present:
+                    keys = dict.fromkeys(present[v % len(present)] for v in step[1])
+                    run.do(("touch", tuple(keys)))
+                elif kind == "ref" and present:
+                    run.do(("ref", present[step[1] % len(present)], step[2]))
+                elif kind == "remove" and present:
+                    run.do(("remove", present[step[1] % len(present)]))
+                elif kind == "evict":
+                    idle = sum(1 for block in run.model.values() if block.ref_cnt == 0)
+                    if idle == 0:
+                        continue
+                    n = 1 + step[1] % idle
+                    if run.do(("evict", n, frozenset())) is None:
+                        raise run.log.violation(
+                            f"(the last evict was refused although {idle} held blocks are idle "
+                            "and none is protected)",
+                            "The GPU prefix cache (--gpu-eviction) asks only for what is idle "
+                            "and cannot handle None. If the policy may refuse on purpose, set "
+                            "gpu_prefix_cache = False in a subclass of EvictionPolicySuite.",
+                        )
+
+        run()
+
+
+def _refused(run: _Run, op_index: int) -> bool:
+    """Whether the evict at ``op_index`` in ``run.ops`` returned None."""
+    position = sum(1 for op in run.ops[:op_index] if op[0] == "evict")
+    return run.outcomes[position] is None
+
+
+def _outcomes_without(run: _Run, op_index: int) -> list[tuple[Hashable, ...] | None]:
+    position = sum(1 for op in run.ops[:op_index] if op[0] == "evict")
+    return run.outcomes[:position] + run.outcomes[position + 1 :]
+
+
+def _nth_evict(ops: Sequence[Op], position: int) -> Op:
+    return [op for op in ops if op[0] == "evict"][position]
+
+
+def _first_difference(
+    a: Sequence[tuple[Hashable, ...] | None], b: Sequence[tuple[Hashable, ...] | None]
+) -> tuple[int, tuple[Hashable, ...] | None, tuple[Hashable, ...] | None] | None:
+    for position, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return position, x, y
+    return None
+
+
+def _shown(outcome: tuple[Hashable, ...] | None) -> str:
+    return "None" if outcome is None else fmt(list(outcome))
