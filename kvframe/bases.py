@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         StepDecision,
         StepSnapshot,
     )
+    from kvframe.executors.cost_model import CostModel
     from kvframe.offload.contract import OffloadContext, OffloadManager, TransferHandler
     from kvframe.request import Request, RequestQueue
 
@@ -101,6 +102,12 @@ class SchedulerContext(Protocol):
 
     @property
     def block_size(self) -> int: ...
+
+    @property
+    def cost_model(self) -> CostModel | None:
+        """The executor's cost model when the engine has one (e.g. to price a
+        re-prefill against keeping blocks), else ``None``."""
+        ...
 
     @property
     def num_free_blocks(self) -> int:
@@ -173,6 +180,9 @@ class SchedulingPolicy(PluginBase):
 
     def on_arrival(self, request: Request) -> None:
         """Called when a request is added, before it is queued."""
+
+    def on_abort(self, request: Request) -> None:
+        """Called after a request was aborted (its blocks are already released)."""
 
     def on_finish(self, request: Request) -> float | None:
         """Called when a request finishes (not when aborted).

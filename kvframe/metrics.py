@@ -35,6 +35,7 @@ Percentiles use linear interpolation between closest ranks (NumPy's default
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import math
 import os
@@ -60,6 +61,7 @@ LATENCY_METRICS = (
     "request_prefill_time_seconds",
     "request_decode_time_seconds",
     "job_completion_time_seconds",
+    "job_waiting_time_seconds",
 )
 """The distributions a summary reports, in display order."""
 
@@ -308,6 +310,8 @@ class MetricsSummary:
             "num_steps",
             "num_preemptions",
             "num_recomputed_tokens",
+            "num_jobs_completed",
+            "reprefilled_tokens_total",
         ):
             if key in c:
                 row(key, f"{c[key]:,}")
@@ -540,9 +544,21 @@ class MetricsCollector:
                 value for value in (getattr(row, name) for row in rows) if value is not None
             )
             for name in LATENCY_METRICS
-            if name != "job_completion_time_seconds"
+            if not name.startswith("job_")
         }
-        distributions["job_completion_time_seconds"] = Distribution.of(_job_completion_times(rows))
+        jobs = _job_metrics(rows)
+        distributions["job_completion_time_seconds"] = Distribution.of(
+            job.completion_time for job in jobs if job.completion_time is not None
+        )
+        distributions["job_waiting_time_seconds"] = Distribution.of(
+            job.waiting_time for job in jobs if job.completion_time is not None
+        )
+        if jobs:
+            reprefilled = [job.reprefilled_tokens for job in jobs]
+            merged["num_jobs"] = len(jobs)
+            merged["num_jobs_completed"] = sum(job.completion_time is not None for job in jobs)
+            merged["reprefilled_tokens_total"] = sum(reprefilled)
+            merged["reprefilled_tokens_per_job_mean"] = sum(reprefilled) / len(reprefilled)
         return MetricsSummary(
             partial=partial,
             counters=merged,
@@ -552,16 +568,46 @@ class MetricsCollector:
         )
 
 
-def _job_completion_times(rows: Iterable[RequestMetrics]) -> list[float]:
-    """Per complete job (its last turn finished): last turn's finish - first arrival."""
-    first_arrival: dict[str, float] = {}
-    completed_at: dict[str, float] = {}
+@attrs.frozen(slots=True)
+class JobMetrics:
+    """One agentic job's figures, from its turns' records."""
+
+    job_id: str
+    completion_time: float | None
+    """Last turn's finish minus the first turn's arrival; ``None`` until the last turn finished."""
+    waiting_time: float
+    """Sum of its turns' queueing times (arrival to first scheduling)."""
+    reprefilled_tokens: int
+    """Tokens an earlier turn of the job had computed that a later turn computed again:
+    per turn k >= 1, the part of its prompt the previous turn had covered (its prompt
+    and output) minus the prefix-cache hits it got, plus tokens recomputed after a
+    preemption in any turn."""
+
+
+def _job_metrics(rows: Iterable[RequestMetrics]) -> list[JobMetrics]:
+    turns: dict[str, list[RequestMetrics]] = {}
     for row in rows:
-        job = row.job_id
-        if job is None:
-            continue
-        if job not in first_arrival or row.arrival_time < first_arrival[job]:
-            first_arrival[job] = row.arrival_time
-        if row.is_last_turn and row.finish_time is not None:
-            completed_at[job] = row.finish_time
-    return [finish - first_arrival[job] for job, finish in completed_at.items()]
+        if row.job_id is not None:
+            turns.setdefault(row.job_id, []).append(row)
+    jobs: list[JobMetrics] = []
+    for job_id, job_rows in turns.items():
+        job_rows.sort(key=lambda r: (r.turn if r.turn is not None else 0, r.arrival_time))
+        first_arrival = min(r.arrival_time for r in job_rows)
+        last = job_rows[-1]
+        completion = (
+            last.finish_time - first_arrival
+            if last.is_last_turn and last.finish_time is not None
+            else None
+        )
+        waiting = sum(r.request_queue_time_seconds or 0.0 for r in job_rows)
+        reprefilled = sum(r.num_recomputed_tokens for r in job_rows)
+        for previous, row in itertools.pairwise(job_rows):
+            if row.first_scheduled_time is None:
+                continue
+            covered = min(
+                row.num_prompt_tokens, previous.num_prompt_tokens + previous.num_output_tokens
+            )
+            hit = row.num_cached_tokens + row.num_external_cached_tokens
+            reprefilled += max(0, covered - hit)
+        jobs.append(JobMetrics(job_id, completion, waiting, reprefilled))
+    return jobs

@@ -194,3 +194,25 @@ def test_an_empty_run_summarises() -> None:
     assert summary.counters["output_throughput_tokens_per_second"] == 0.0
     assert all(dist is None for dist in summary.distributions.values())
     assert "kvframe run summary" in summary.render_table()
+
+
+def test_job_waiting_time_and_reprefilled_tokens() -> None:
+    m = MetricsCollector()
+    # turn 0: 100-token prompt, 20 output tokens, waits 1 s.
+    m.on_arrival("j-0", 0.0, 100, job_id="j", turn=0, is_last_turn=False)
+    m.on_scheduled("j-0", 1.0)
+    m.on_first_token("j-0", 1.5)
+    m.on_finished("j-0", 2.0, num_output_tokens=20)
+    # turn 1: 150-token prompt extending turn 0's 120 tokens; 96 of them hit,
+    # so 24 are prefilled again; it waits 0.5 s and is preempted once, losing 10.
+    m.on_arrival("j-1", 3.0, 150, job_id="j", turn=1, is_last_turn=True)
+    m.on_scheduled("j-1", 3.5, num_cached_tokens=64, num_external_cached_tokens=32)
+    m.on_recomputed("j-1", 10)
+    m.on_first_token("j-1", 4.0)
+    m.on_finished("j-1", 5.0, num_output_tokens=5)
+    summary = m.summary()
+    waiting = summary.distributions["job_waiting_time_seconds"]
+    assert (waiting.count, waiting.mean) == (1, 1.5)
+    assert summary.counters["reprefilled_tokens_total"] == 24 + 10
+    assert summary.counters["num_jobs_completed"] == 1
+    assert summary.distributions["job_completion_time_seconds"].mean == 5.0

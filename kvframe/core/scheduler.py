@@ -51,6 +51,7 @@ from kvframe.request import Request, RequestQueue, RequestStatus
 
 if TYPE_CHECKING:
     from kvframe.bases import EvictionPolicy, SchedulingPolicy
+    from kvframe.executors.cost_model import CostModel
     from kvframe.offload.connector import SchedulerConnector
 
 __all__ = ["PolicyContractError", "Scheduler", "SchedulerConfig", "SchedulerStats"]
@@ -107,6 +108,7 @@ class _Step:
     new_block_ids: dict[str, list[int] | None] = attrs.Factory(dict)
     spec_decode_tokens: dict[str, list[int]] = attrs.Factory(dict)
     first_admissions: list[PrefixHit] = attrs.Factory(list)
+    recomputed_tokens: dict[str, int] = attrs.Factory(dict)
 
 
 class Scheduler:
@@ -119,8 +121,10 @@ class Scheduler:
         *,
         connector: SchedulerConnector | None = None,
         eviction_policy: EvictionPolicy | None = None,
+        cost_model: CostModel | None = None,
     ) -> None:
         self.config = config
+        self.cost_model = cost_model
         self.policy = policy
         self.connector = connector
         self.block_size = config.block_size
@@ -237,6 +241,8 @@ class Scheduler:
             if loading:
                 self._awaiting_load[request.request_id] = request
             self._on_finished(request, allow_retention=False)
+            if finished_status == RequestStatus.FINISHED_ABORTED:
+                self.policy.on_abort(request)
         return valid
 
     def get_request_counts(self) -> tuple[int, int]:
@@ -441,7 +447,7 @@ class Scheduler:
             if request.num_cached_tokens < 0:
                 self._record_first_admission(step, request, num_local_tokens, num_external_tokens)
             elif request.status == _PREEMPTED:
-                self._record_readmission(request, num_local_tokens + num_external_tokens)
+                self._record_readmission(step, request, num_local_tokens + num_external_tokens)
 
             if load_kv_async:
                 # Blocks are reserved; the request waits for its load to land.
@@ -501,6 +507,7 @@ class Scheduler:
             preempted_req_ids={r.request_id for r in step.preempted},
             finished_req_ids=self.finished_req_ids,
             first_admissions=step.first_admissions,
+            recomputed_tokens=step.recomputed_tokens,
         )
 
     def _advance_after_schedule(self, output: SchedulerOutput) -> None:
@@ -735,12 +742,14 @@ class Scheduler:
             PrefixHit(request.request_id, request.num_prompt_tokens, local_tokens, external_tokens)
         )
 
-    def _record_readmission(self, request: Request, hit_tokens: int) -> None:
+    def _record_readmission(self, step: _Step, request: Request, hit_tokens: int) -> None:
         stats = self.stats
         stats.preempted_prefix_cache_queries += request.num_tokens
         stats.preempted_prefix_cache_hits += hit_tokens
         computed_before = self._computed_before_preemption.pop(request.request_id, 0)
-        stats.num_recomputed_tokens += max(0, computed_before - hit_tokens)
+        recomputed = max(0, computed_before - hit_tokens)
+        stats.num_recomputed_tokens += recomputed
+        step.recomputed_tokens[request.request_id] = recomputed
 
     # ------------------------------------------------------------------
     # Introspection
@@ -771,6 +780,10 @@ class _SchedulerView:
     @property
     def block_size(self) -> int:
         return self._scheduler.block_size
+
+    @property
+    def cost_model(self) -> CostModel | None:
+        return self._scheduler.cost_model
 
     @property
     def num_free_blocks(self) -> int:

@@ -72,6 +72,9 @@ class SchedulerOutput:
     finished_req_ids: set[str]
     first_admissions: list[PrefixHit] = attrs.Factory(list)
     """Requests admitted for the first time this step, with their prefix hits."""
+    recomputed_tokens: dict[str, int] = attrs.Factory(dict)
+    """Requests re-admitted after a preemption this step: tokens they had computed
+    before it that the prefix cache did not give back (computed again)."""
     kv_connector_metadata: object | None = None
 
 

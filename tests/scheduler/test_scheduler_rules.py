@@ -328,3 +328,39 @@ def test_sample_for_only_samples_fully_computed_prompts():
     add(s, "a", 10)
     out = s.schedule()
     assert sample_for(s, out).sampled_token_ids == {}
+
+
+def test_readmission_reports_the_tokens_computed_again():
+    s = make_scheduler(num_gpu_blocks=7)
+    for rid in "abc":
+        add(s, rid, 8, max_tokens=8)
+    step(s)
+    out, _ = step(s)
+    assert out.preempted_req_ids == {"c"}
+    reported = {}
+    for _ in range(40):
+        out, _ = step(s)
+        reported.update(out.recomputed_tokens)
+        if "c" in out.scheduled_cached_reqs.resumed_req_ids:
+            break
+    # c had computed its 8 prompt tokens; whatever the prefix cache did not give
+    # back is computed again, and the per-request figure adds up to the total.
+    assert "c" in reported
+    assert 0 <= reported["c"] <= 8
+    assert sum(reported.values()) == s.stats.num_recomputed_tokens
+
+
+def test_abort_tells_the_policy():
+    aborted = []
+
+    class Watching(FCFSPolicy):
+        name = "watching"
+
+        def on_abort(self, request):
+            aborted.append(request.request_id)
+
+    s = make_scheduler(Watching())
+    add(s, "a", 8)
+    step(s)
+    s.finish_requests(["a"])
+    assert aborted == ["a"]

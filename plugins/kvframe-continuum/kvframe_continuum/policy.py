@@ -59,6 +59,9 @@ if TYPE_CHECKING:
     from kvframe.executors.cost_model import CostModel
     from kvframe.request import Request, RequestQueue
 
+DEFAULT_PRESET = "llama3.1-8b-h100"
+"""Cost model for ``reload`` when neither the ``preset`` option nor the engine gives one."""
+
 __all__ = ["ContinuumPolicy", "ContinuumStats", "TTLDecision"]
 
 _RUNNING = RequestStatus.RUNNING
@@ -155,8 +158,9 @@ class ContinuumPolicy(kvframe.SchedulingPolicy):
     :param max_ttl: no TTL above this many seconds (``none``: no cap).
     :param queued_grace: seconds a pin may outlive its TTL while its job has a
         turn waiting or running (the core releases it then, whatever happens).
-    :param preset: the cost-model preset ``reload`` is computed with, until the
-        engine supplies its own through :meth:`set_cost_model`.
+    :param preset: the cost-model preset ``reload`` is computed with; by default
+        the engine's cost model (from the scheduler context), or the 8B preset
+        when the scheduler has none.
     """
 
     name = "continuum"
@@ -176,7 +180,7 @@ class ContinuumPolicy(kvframe.SchedulingPolicy):
         eta: float | None = None,
         max_ttl: float | None = None,
         queued_grace: float = 30.0,
-        preset: str = "llama3.1-8b-h100",
+        preset: str | None = None,
     ) -> None:
         _check(ttl in ("dynamic", "fixed"), f"ttl must be 'dynamic' or 'fixed', got {ttl!r}")
         _check(fixed_ttl >= 0, f"fixed_ttl must be >= 0, got {fixed_ttl}")
@@ -196,7 +200,10 @@ class ContinuumPolicy(kvframe.SchedulingPolicy):
         self.fixed_eta = eta
         self.max_ttl = math.inf if max_ttl is None else max_ttl
         self.queued_grace = queued_grace
-        self.cost_model: CostModel = get_preset(preset).cost_model
+        # An explicit preset wins; otherwise the engine's cost model (seen in
+        # attach) replaces this default.
+        self._preset_given = preset is not None
+        self.cost_model: CostModel = get_preset(preset or DEFAULT_PRESET).cost_model
 
         self.durations = DurationHistory(window=duration_window, min_samples=min_samples)
         self.queue_delay = SlidingMean(delay_window)
@@ -227,6 +234,19 @@ class ContinuumPolicy(kvframe.SchedulingPolicy):
     def attach(self, context: SchedulerContext) -> None:
         self._context = context
         self._retained = context.retained
+        if not self._preset_given and context.cost_model is not None:
+            self.cost_model = context.cost_model
+
+    def on_abort(self, request: Request) -> None:
+        """An aborted turn releases its job's pin: the job will not come back."""
+        job_id = request.job_id
+        job = self._jobs.get(job_id) if job_id is not None else None
+        if job is None:
+            return
+        if job.in_flight is request:
+            job.in_flight = None
+        if self._release_pin(job_id, job):
+            self.stats.released_aborted += 1
 
     def set_cost_model(self, cost_model: CostModel) -> None:
         """Use the engine's cost model for ``reload`` (instead of the ``preset`` option)."""

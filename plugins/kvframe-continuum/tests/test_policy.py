@@ -381,3 +381,45 @@ def test_options_are_validated_and_reachable_by_config_string():
     policy = get_registry().create("scheduling", "continuum:ttl=fixed,max_ttl=10,min_samples=50")
     assert isinstance(policy, ContinuumPolicy)
     assert (policy.ttl_mode, policy.max_ttl, policy.durations.min_samples) == ("fixed", 10.0, 50)
+
+
+# ---------------------------------------------------------------- engine seams
+
+
+def test_aborting_a_running_turn_releases_its_jobs_pin_at_once():
+    policy = ContinuumPolicy(cold_start_ttl=10.0)
+    s = make_scheduler(policy)
+    add(s, "J-t0", context_tokens("J", 16), job="J")
+    step(s, 0.0)
+    assert "J-t0" in s.retained
+    add(s, "J-t1", context_tokens("J", 24), job="J", turn=1, max_tokens=20)
+    step(s, 0.1)
+    assert s.requests["J-t1"].status.name == "RUNNING"
+    s.finish_requests("J-t1")
+    assert not s.retained  # no step needed: on_abort released the pin
+    assert policy.stats.released_aborted == 1
+    assert s.kv_cache_manager.num_free_blocks == usable(s)
+
+
+def test_reload_is_priced_with_the_schedulers_cost_model_unless_a_preset_is_given():
+    engine_model = CostModel(
+        per_step_s=0.5,
+        per_prefill_token_s=0.25,
+        per_decode_seq_s=0.0,
+        per_context_token_s=0.0,
+        transfer_bytes_per_s=1.0,
+    )
+    config = SchedulerConfig(block_size=4, num_gpu_blocks=16, max_model_len=64)
+    request = Request("r", list(range(8)), 1)
+
+    default = ContinuumPolicy()
+    Scheduler(config, default, cost_model=engine_model)
+    assert default.reload_time(request) == 0.5 + 0.25 * 8
+
+    explicit = ContinuumPolicy(preset="llama3.1-70b-4xh100")
+    Scheduler(config, explicit, cost_model=engine_model)
+    assert explicit.reload_time(request) != default.reload_time(request)
+
+    standalone = ContinuumPolicy()
+    Scheduler(config, standalone)
+    assert standalone.reload_time(request) > 0

@@ -28,6 +28,7 @@ class FakeContext:
         self.now = 0.0
         self.block_size = 16
         self.num_free_blocks = num_free_blocks
+        self.cost_model = None
         self.running: list[Request] = []
         self.retained: dict[str, _Retention] = {}
         self.blocks: dict[str, int] = {}
