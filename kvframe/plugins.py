@@ -674,9 +674,20 @@ class PluginRegistry:
         return self.resolve(kind, spec).create(*context)
 
     def create_tracing(self, specs: Iterable[str | PluginSpec]) -> Tracing:
-        """Build the selected tracers and a broadcast ``PluginManager`` for them."""
-        tracers = tuple(self.create("tracer", spec) for spec in specs)
-        return Tracing(tracing_manager(tracers), tracers)
+        """Build the selected tracers and a broadcast ``PluginManager`` for them.
+
+        If one tracer cannot be built, those already built are closed (they may
+        hold open files) before the error propagates.
+        """
+        tracers: list[Tracer] = []
+        try:
+            for spec in specs:
+                tracers.append(self.create("tracer", spec))
+        except BaseException:
+            for tracer in tracers:
+                tracer.close()
+            raise
+        return Tracing(tracing_manager(tuple(tracers)), tuple(tracers))
 
     def _import_class(self, kind: Kind, spec: PluginSpec) -> type[PluginBase]:
         assert spec.path is not None

@@ -740,3 +740,28 @@ def test_closing_tracing_closes_every_tracer_even_if_one_fails() -> None:
         tracing.close()
     assert later.closed
     assert logs[0]["event"] == "tracer_close_failed"
+
+
+def test_tracers_already_built_are_closed_when_a_later_one_fails() -> None:
+    closed: list[str] = []
+
+    class Recorder(kvframe.Tracer):
+        name = "recorder"
+        description = "remembers being closed"
+
+        def close(self) -> None:
+            closed.append(self.name)
+
+    class Broken(kvframe.Tracer):
+        name = "broken"
+        description = "cannot be built"
+
+        def __init__(self, *, fail: bool = True) -> None:
+            raise ValueError("no such device")
+
+    registry = PluginRegistry(entry_points=())
+    registry.register_class(Recorder)
+    registry.register_class(Broken)
+    with pytest.raises(ConfigError, match="no such device"):
+        registry.create_tracing(["recorder", "broken"])
+    assert closed == ["recorder"]
