@@ -93,6 +93,8 @@ class SchedulerStats:
     num_retentions_expired: int = 0
     num_retentions_released: int = 0
     num_aborted: int = 0
+    num_loaded_requests_released: int = 0
+    """Waiting requests whose loaded blocks were freed to break an admission stall."""
 
 
 @attrs.define(slots=True)
@@ -436,6 +438,8 @@ class Scheduler:
                     request, num_new_tokens, stalled=stalled
                 ):
                     continue
+                if stalled and self._release_loaded_waiting(request):
+                    continue
                 break
 
             request_id = request.request_id
@@ -667,6 +671,42 @@ class Scheduler:
             earliest = self.retained.earliest()
             if earliest is not None:
                 self._release_retention(earliest.request.request_id)
+                return True
+        return False
+
+    def _release_loaded_waiting(self, request: Request) -> bool:
+        """Free the blocks of another waiting request whose load landed; True if one was found.
+
+        Requests whose connector load completed wait with blocks but are not
+        running. If two of them each hold part of the pool and need more, and
+        nothing runs, neither can ever be admitted (vLLM has the same
+        deadlock). This is called only then: the most recently queued such
+        request gives its blocks back and will look its prefix up again (the
+        loaded blocks were cached, so it usually hits them). Requests whose load
+        is still in flight are left alone: the worker is writing their blocks.
+        """
+        kv = self.kv_cache_manager
+        for queue in (self.skipped_waiting, self.waiting):
+            for holder in reversed(list(queue)):
+                holder_id = holder.request_id
+                landed = holder_id in self._finished_recving
+                if (
+                    holder is request
+                    or (holder.status == _WAITING_FOR_REMOTE_KVS and not landed)
+                    or holder.num_computed_tokens == 0
+                    or not kv.get_blocks(holder_id)
+                ):
+                    continue
+                if landed:
+                    # Loaded but not yet promoted: make the loaded blocks findable
+                    # before letting them go, as promotion would have.
+                    self._finished_recving.discard(holder_id)
+                    kv.cache_blocks(holder, holder.num_computed_tokens)
+                    holder.status = _PREEMPTED if holder.num_preemptions else _WAITING
+                kv.free(holder)
+                holder.num_computed_tokens = 0
+                holder.num_external_computed_tokens = 0
+                self.stats.num_loaded_requests_released += 1
                 return True
         return False
 

@@ -129,3 +129,38 @@ def test_aborting_during_a_load_frees_blocks_only_when_the_load_lands():
     out = s.schedule()
     s.update_from_output(out, empty_output(finished_recving={"a"}))
     assert s.kv_cache_manager.num_free_blocks == 31
+
+
+def test_two_loaded_requests_that_each_need_more_blocks_do_not_deadlock():
+    # 8 usable blocks. a and b each load 12 tokens (3 blocks) of a 24-token
+    # prompt; both loads land; a then needs 3 more blocks with only 2 free and
+    # nothing runs: b gives its loaded blocks back so a can run.
+    connector = ScriptedConnector({"a": [(12, True)], "b": [(12, True)]})
+    config = SchedulerConfig(
+        block_size=4,
+        num_gpu_blocks=9,
+        max_num_batched_tokens=64,
+        max_num_seqs=8,
+        max_model_len=128,
+        reserve_full_sequence=False,
+    )
+    s = Scheduler(config, FCFSPolicy(), connector=connector)
+    a = add(s, "a", 24)
+    b = add(s, "b", 24)
+    out = s.schedule()
+    assert s.kv_cache_manager.num_free_blocks == 2
+    s.update_from_output(out, empty_output(finished_recving={"a", "b"}))
+    out = s.schedule()
+    assert out.num_scheduled_tokens == {"a": 12}
+    assert b.num_computed_tokens == 0
+    assert s.stats.num_loaded_requests_released == 1
+    while s.has_unfinished_requests():
+        sampled = {
+            rid: [7]
+            for rid in out.num_scheduled_tokens
+            if s.requests[rid].num_computed_tokens >= s.requests[rid].num_tokens
+        }
+        s.update_from_output(out, ModelRunnerOutput(sampled))
+        out = s.schedule()
+    assert a.is_finished() and b.is_finished()
+    assert s.kv_cache_manager.num_free_blocks == 8
