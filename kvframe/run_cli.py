@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 from kvframe.config import ConfigError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from kvframe.cli import Context
     from kvframe.engine import RunResult
 
@@ -47,6 +49,7 @@ _ENGINE_FLAGS = (
     "reserve_full_sequence",
     "gpu_eviction",
     "seed",
+    "offload_bandwidth",
 )
 
 
@@ -113,6 +116,12 @@ def add_run_command(subparsers: Any) -> None:
         help="eviction policy ordering the GPU prefix cache (default: vLLM's LRU free queue)",
     )
     engine.add_argument("--seed", type=int, metavar="N", help="block-hash seed")
+    engine.add_argument(
+        "--offload-bandwidth",
+        metavar="SIZE",
+        help="device <-> host bytes per second for offload transfers, e.g. 25GB "
+        "(default: the preset's PCIe figure)",
+    )
 
     inputs = parser.add_argument_group("input and output")
     inputs.add_argument("--limit", type=int, metavar="N", help="replay only the first N requests")
@@ -148,13 +157,7 @@ def _engine_config(args: argparse.Namespace) -> Any:
     from kvframe.engine import EngineConfig
 
     selection = load_selection(args, _ENGINE_FLAGS)
-    if selection.offload is not None:
-        raise ConfigError(
-            "offload tiers are not supported by this engine yet",
-            text=selection.offload.source,
-            origin=selection.offload.origin,
-        )
-    if selection.eviction is not None:
+    if selection.offload is None and selection.eviction is not None:
         raise ConfigError(
             "the eviction policy selects how the offload tier evicts, "
             "but no offload tier is selected",
@@ -163,16 +166,22 @@ def _engine_config(args: argparse.Namespace) -> Any:
             hints=[
                 "for the order in which the GPU prefix cache evicts, use "
                 f"--gpu-eviction {selection.eviction.source or 'NAME'} "
-                "(or gpu_eviction in kvframe.toml)"
+                "(or gpu_eviction in kvframe.toml)",
+                "to add a CPU tier: --offload cpu:capacity=8GiB",
             ],
         )
-    if selection.reuse_filter is not None:
+    if selection.offload is None and selection.reuse_filter is not None:
         raise ConfigError(
             "a reuse filter decides what an offload tier stores, but no offload tier is selected",
             text=selection.reuse_filter.source,
             origin=selection.reuse_filter.origin,
         )
-    fields: dict[str, Any] = {"tracers": selection.tracer}
+    fields: dict[str, Any] = {
+        "tracers": selection.tracer,
+        "offload": selection.offload,
+        "eviction": selection.eviction,
+        "reuse_filter": selection.reuse_filter,
+    }
     if selection.scheduling is not None:
         fields["scheduling"] = selection.scheduling
     return EngineConfig.from_settings(selection.engine, origins=selection.origins, **fields)
@@ -236,6 +245,15 @@ def _write_outputs(result: RunResult, out_dir: Path) -> None:
     result.summary.write_csv(out_dir / "requests.csv")
 
 
+def _bytes(n: float) -> str:
+    """``12.3 GiB``: bytes for a person."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} GiB"  # pragma: no cover
+
+
 def _report(result: RunResult, out_dir: Path, ctx: Context, *, as_json: bool) -> None:
     summary = result.summary
     where = f"wrote {out_dir / 'metrics.json'} and {out_dir / 'requests.csv'}"
@@ -250,6 +268,17 @@ def _report(result: RunResult, out_dir: Path, ctx: Context, *, as_json: bool) ->
         notes.append(
             f"{counters['num_requests_ignored']} requests ignored: their prompt exceeds "
             "max_model_len or they could never fit the GPU pool"
+        )
+    if "offload_bytes_stored" in counters:
+        notes.append(
+            "offload tier: {hit} hit tokens, {stored} stored / {loaded} loaded, "
+            "{evicted} blocks evicted, {time:.3f} s of transfers".format(
+                hit=counters.get("offload_hit_tokens", 0),
+                stored=_bytes(counters["offload_bytes_stored"]),
+                loaded=_bytes(counters.get("offload_bytes_loaded", 0)),
+                evicted=counters.get("offload_evicted_blocks", 0),
+                time=counters.get("offload_transfer_time_s", 0.0),
+            )
         )
     if counters.get("num_skipped_lines"):
         notes.append(f"{counters['num_skipped_lines']} malformed trace lines skipped")
@@ -300,7 +329,65 @@ def add_chat_generator(generators: Any) -> None:
     parser.set_defaults(handler=_gen_chat)
 
 
-GENERATORS: list[Any] = [add_chat_generator]
+def add_agentic_generator(generators: Any) -> None:
+    """``kvframe gen agentic``: multi-turn agent jobs (kvframe.workloads.agentic)."""
+    from kvframe.workloads.agentic import TOOL_MIXES
+
+    parser = generators.add_parser(
+        "agentic",
+        help="multi-turn agent jobs with tool calls between turns",
+        description="Write seeded multi-turn agent jobs as kvframe JSONL: each turn's "
+        "prompt extends the previous turn's, and the next turn arrives a tool duration "
+        "after the previous one finishes (closed loop, see docs/continuum.md). "
+        "Length distributions as for 'gen chat'.",
+    )
+    parser.add_argument("--out", required=True, metavar="FILE", help="output file ('-': stdout)")
+    parser.add_argument("--jobs", type=int, metavar="N", help="number of jobs")
+    parser.add_argument("--seed", type=int, metavar="S", help="random seed")
+    parser.add_argument(
+        "--rate", metavar="R", help="Poisson job arrivals per second ('none': all at start)"
+    )
+    parser.add_argument("--turns", metavar="DIST", help="turns per job")
+    parser.add_argument("--num-system-prompts", type=int, metavar="K")
+    parser.add_argument("--system-prompt-length", metavar="DIST")
+    parser.add_argument("--task-length", metavar="DIST")
+    parser.add_argument("--output-length", metavar="DIST")
+    parser.add_argument(
+        "--tools", choices=sorted(TOOL_MIXES), help="tool mix (duration distributions)"
+    )
+    parser.add_argument(
+        "--tool-time-scale", type=float, metavar="X", help="multiply every tool duration by X"
+    )
+    parser.add_argument("--max-context-tokens", type=int, metavar="N")
+    parser.set_defaults(handler=_gen_agentic)
+
+
+def _gen_agentic(args: argparse.Namespace, ctx: Context) -> int:
+    from kvframe.workloads.agentic import AgenticConfig, write_agentic_jsonl
+
+    options: dict[str, Any] = {
+        "num_jobs": args.jobs,
+        "seed": args.seed,
+        "num_turns": args.turns,
+        "num_system_prompts": args.num_system_prompts,
+        "system_prompt_length": args.system_prompt_length,
+        "task_length": args.task_length,
+        "output_length": args.output_length,
+        "tools": args.tools,
+        "tool_time_scale": args.tool_time_scale,
+        "max_context_tokens": args.max_context_tokens,
+    }
+    options = {k: v for k, v in options.items() if v is not None}
+    if args.rate is not None:
+        options["rate"] = parse_rate(args.rate)
+    try:
+        config = AgenticConfig(**options)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(str(err), origin="kvframe gen agentic") from None
+    return write_generated(args.out, config, write_agentic_jsonl, ctx)
+
+
+GENERATORS: list[Any] = [add_chat_generator, add_agentic_generator]
 """Functions that each add one ``kvframe gen`` generator; later issues append theirs."""
 
 
@@ -331,24 +418,31 @@ def _gen_chat(args: argparse.Namespace, ctx: Context) -> int:
     }
     options = {k: v for k, v in options.items() if v is not None}
     if args.rate is not None:
-        if args.rate.strip().lower() == "none":
-            options["rate"] = None
-        else:
-            try:
-                options["rate"] = float(args.rate)
-            except ValueError:
-                raise ConfigError(
-                    f"expected a number or 'none', got {args.rate!r}", origin="--rate"
-                ) from None
+        options["rate"] = parse_rate(args.rate)
     try:
         config = ChatConfig(**options)
     except (TypeError, ValueError) as err:
         raise ConfigError(str(err), origin="kvframe gen chat") from None
-    if args.out == "-":
-        count = write_chat_jsonl(ctx.stdout, config)
+    return write_generated(args.out, config, write_chat_jsonl, ctx)
+
+
+def parse_rate(text: str) -> float | None:
+    """``--rate``: arrivals per second, or ``none`` for everything at the start."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"expected a number or 'none', got {text!r}", origin="--rate") from None
+
+
+def write_generated(out: str, config: Any, write: Callable[[Any, Any], int], ctx: Context) -> int:
+    """Write a generated workload to ``out`` (a path, or ``-`` for stdout)."""
+    if out == "-":
+        write(ctx.stdout, config)
     else:
-        path = Path(args.out)
+        path = Path(out)
         path.parent.mkdir(parents=True, exist_ok=True)
-        count = write_chat_jsonl(path, config)
+        count = write(path, config)
         print(f"wrote {count} requests to {path}", file=sys.stderr)
     return EXIT_OK

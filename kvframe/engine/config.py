@@ -63,8 +63,11 @@ def _is_bool(instance: Any, attribute: attrs.Attribute, value: bool) -> None:
         raise ValueError(f"{attribute.name} must be true or false, got {value!r}")
 
 
+_OPTIONAL_SELECTIONS = frozenset({"gpu_eviction", "offload", "eviction", "reuse_filter"})
+
+
 def _selection(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if value is None and attribute.name == "gpu_eviction":
+    if value is None and attribute.name in _OPTIONAL_SELECTIONS:
         return
     if not isinstance(value, str | PluginSpec):
         raise ValueError(f"{attribute.name} must be a config string, got {value!r}")
@@ -105,6 +108,16 @@ class EngineConfig:
     """Eviction policy ordering the GPU prefix cache's free cached blocks; ``None``
     is vLLM's own LRU free queue."""
     tracers: tuple[PluginSelection, ...] = attrs.field(default=(), converter=_tracers)
+    offload: PluginSelection | None = attrs.field(default=None, validator=_selection)
+    """Offload tier config string (``cpu:capacity=8GiB,eviction=arc``); ``None``: no tier."""
+    eviction: PluginSelection | None = attrs.field(default=None, validator=_selection)
+    """The offload tier's eviction policy (``--eviction``): a shorthand for the
+    tier's ``eviction`` option; it must agree with that option if both are given."""
+    reuse_filter: PluginSelection | None = attrs.field(default=None, validator=_selection)
+    """Reuse filter deciding what the tier stores (``threshold:store_threshold=2``)."""
+    offload_bandwidth: float | None = attrs.field(default=None)
+    """Device <-> host bytes per second for offload transfers; ``None``: the preset's
+    ``transfer_bytes_per_s`` (a PCIe figure)."""
     block_size: int = attrs.field(default=16, validator=_positive)
     num_gpu_blocks: int | None = attrs.field(default=None, validator=_positive_or_none)
     kv_memory: int | None = attrs.field(default=None, validator=_positive_or_none)
@@ -125,6 +138,14 @@ class EngineConfig:
     """Seed of the chained block hash (vLLM's ``PYTHONHASHSEED`` role)."""
 
     def __attrs_post_init__(self) -> None:
+        if self.offload_bandwidth is not None and not self.offload_bandwidth > 0:
+            raise ValueError(
+                f"offload_bandwidth must be > 0 bytes per second, got {self.offload_bandwidth!r}"
+            )
+        if self.offload is None and (self.eviction is not None or self.reuse_filter is not None):
+            raise ValueError(
+                "eviction and reuse_filter configure an offload tier, but offload is not set"
+            )
         if self.num_gpu_blocks is not None and self.kv_memory is not None:
             raise ValueError(
                 "give num_gpu_blocks or kv_memory, not both "
@@ -193,6 +214,10 @@ class EngineConfig:
             "scheduling": _spec_text(self.scheduling),
             "gpu_eviction": _spec_text(self.gpu_eviction),
             "tracers": [_spec_text(t) for t in self.tracers],
+            "offload": _spec_text(self.offload),
+            "eviction": _spec_text(self.eviction),
+            "reuse_filter": _spec_text(self.reuse_filter),
+            "offload_bandwidth": self.offload_bandwidth,
             "block_size": self.block_size,
             "num_gpu_blocks": self.resolved_num_gpu_blocks(),
             "kv_memory": self.kv_memory,
@@ -306,12 +331,14 @@ _CONVERTERS: Mapping[str, Any] = {
     "enable_chunked_prefill": _bool,
     "reserve_full_sequence": _bool,
     "seed": _int,
+    "offload_bandwidth": _size,
 }
 
 _ALIASES: Mapping[str, str] = {
     "prefix_caching": "enable_prefix_caching",
     "chunked_prefill": "enable_chunked_prefill",
     "gpu-eviction": "gpu_eviction",
+    "offload-bandwidth": "offload_bandwidth",
 }
 
 ENGINE_KEYS: tuple[str, ...] = tuple(_CONVERTERS)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 import structlog
@@ -47,11 +47,14 @@ from kvframe.events import (
 )
 from kvframe.executors.sim import SimExecutor
 from kvframe.metrics import MetricsCollector, MetricsSummary
+from kvframe.offload.contract import OffloadContext
 from kvframe.request import Request
 
 if TYPE_CHECKING:
     from kvframe.core.scheduler_output import SchedulerOutput
     from kvframe.executors.presets import Preset
+    from kvframe.offload.offloading_connector import OffloadingConnector
+    from kvframe.offload.worker import OffloadWorker, SimTransferHandler
     from kvframe.plugins import PluginRegistry, Tracing
     from kvframe.workloads.spec import RequestSpec, Workload
 
@@ -166,8 +169,6 @@ class Engine:
         self._now = 0.0
         self._ran = False
         self._num_ignored = 0
-        # Preempted requests' computed tokens, to attribute recomputation to requests.
-        self._computed_at_preemption: dict[str, int] = {}
 
     @classmethod
     def from_config(cls, config: EngineConfig, registry: PluginRegistry | None = None) -> Engine:
@@ -187,19 +188,23 @@ class Engine:
         if config.gpu_eviction is not None:
             eviction = registry.create("eviction", config.gpu_eviction, num_gpu_blocks)
         tracing = registry.create_tracing(config.tracers) if config.tracers else None
+        events = tracing is not None and tracing.active
         try:
+            connector = worker = handler = None
+            if config.offload is not None:
+                connector, worker, handler = _build_offload(config, registry, events)
             scheduler = Scheduler(
-                config.scheduler_config(
-                    enable_kv_cache_events=tracing is not None and tracing.active
-                ),
+                config.scheduler_config(enable_kv_cache_events=events),
                 policy,
                 eviction_policy=eviction,
+                connector=connector,
+                cost_model=preset.cost_model,
             )
         except BaseException:
             if tracing is not None:
                 tracing.close()
             raise
-        executor = SimExecutor(preset.cost_model)
+        executor = SimExecutor(preset.cost_model, offload_worker=worker, transfer_handler=handler)
         return cls(config, scheduler, executor, tracing=tracing, preset=preset)
 
     # ------------------------------------------------------------------
@@ -275,14 +280,18 @@ class Engine:
         stats = scheduler.stats
         hook = self.tracing.hook if self.tracing is not None and self.tracing.active else None
         view = RunProgress(self) if progress is not None else None
-        computed_at_preemption = self._computed_at_preemption
+        connector = cast("OffloadingConnector | None", scheduler.connector)
+        worker = self.executor.offload_worker
+        handler = self.executor.transfer_handler
 
         now = arrivals.next_time if arrivals.next_time != math.inf else 0.0
         idle_steps = 0
         while True:
             if arrivals.next_time <= now:
                 self._arrive(arrivals, now, hook)
-            if not requests:
+            if not requests and not (
+                connector is not None and worker is not None and (connector.busy or worker.busy)
+            ):
                 # Nothing in flight: jump over the idle gap (or stop).
                 if arrivals.next_time == math.inf:
                     if arrivals.num_held:
@@ -305,9 +314,6 @@ class Engine:
             if output.preempted_req_ids:
                 for request_id in output.preempted_req_ids:
                     collector.on_preempted(request_id)
-                    computed_at_preemption[request_id] = _computed_before_preemption(
-                        scheduler, request_id
-                    )
             if output.first_admissions:
                 for hit in output.first_admissions:
                     on_scheduled(
@@ -316,13 +322,28 @@ class Engine:
                         num_cached_tokens=hit.local_hit_tokens,
                         num_external_cached_tokens=hit.external_hit_tokens,
                     )
-            if computed_at_preemption and output.scheduled_cached_reqs.resumed_req_ids:
-                self._count_recomputed(output)
+            if output.recomputed_tokens:
+                for request_id, num_tokens in output.recomputed_tokens.items():
+                    if num_tokens:
+                        collector.on_recomputed(request_id, num_tokens)
 
             if not output.total_num_scheduled_tokens:
-                if hook is not None:
+                next_transfer = math.inf
+                if handler is not None:
+                    # No forward pass, but the connector's transfers still run
+                    # (vLLM's model runner does the same without tokens).
+                    kv_output = execute(output, requests, now).model_output
+                    update_from_output(output, kv_output)
+                    done = kv_output.kv_connector_output
+                    if hook is not None:
+                        _trace_kv_events(hook, kv, step, now, connector)
+                    if done is not None and (done.finished_recving or done.finished_sending):
+                        idle_steps = 0
+                        continue
+                    next_transfer = handler.next_completion()
+                elif hook is not None:
                     _trace_kv_events(hook, kv, step, now)
-                now = self._idle(arrivals, now, output, idle_steps)
+                now = self._idle(arrivals, now, output, idle_steps, next_transfer)
                 idle_steps = idle_steps + 1 if now == self._now else 0
                 self._now = now
                 if view is not None:
@@ -330,7 +351,7 @@ class Engine:
                 continue
             idle_steps = 0
 
-            result = execute(output, requests)
+            result = execute(output, requests, now)
             end = now + result.duration
             sampled = result.sampled
             on_step(
@@ -345,7 +366,7 @@ class Engine:
                     request.first_token_time = end
                     on_first_token(request.request_id, end)
             if hook is not None:
-                _trace_kv_events(hook, kv, step, now)
+                _trace_kv_events(hook, kv, step, now, connector)
             if finished:
                 for request in finished:
                     request.finish_time = end
@@ -439,14 +460,24 @@ class Engine:
     # -- steps that schedule nothing -------------------------------------------
 
     def _idle(
-        self, arrivals: ArrivalQueue, now: float, output: SchedulerOutput, idle_steps: int
+        self,
+        arrivals: ArrivalQueue,
+        now: float,
+        output: SchedulerOutput,
+        idle_steps: int,
+        next_transfer: float = math.inf,
     ) -> float:
-        """The clock for the next step after one that scheduled nothing."""
+        """The clock for the next step after one that scheduled nothing.
+
+        ``next_transfer`` is when the earliest in-flight offload transfer ends:
+        a request waiting for its load, or blocks held by a store, change then.
+        """
         scheduler = self.scheduler
         if output.preempted_req_ids and idle_steps < _MAX_IDLE_STEPS:
             return now  # preempted requests are re-admitted next step
-        if arrivals.next_time != math.inf:
-            return max(now, arrivals.next_time)
+        wake = min(arrivals.next_time, next_transfer)
+        if wake != math.inf:
+            return max(now, wake)
         earliest = scheduler.retained.earliest() if scheduler.retained else None
         if earliest is not None and earliest.deadline > now:
             return earliest.deadline
@@ -473,23 +504,6 @@ class Engine:
             f"{scheduler.config.num_gpu_blocks - 1}"
         )
 
-    def _count_recomputed(self, output: SchedulerOutput) -> None:
-        """Per request, tokens computed before a preemption and computed again after it.
-
-        The same rule as the scheduler's total: at re-admission, what was
-        computed before minus what the prefix cache gave back.
-        """
-        scheduled = output.num_scheduled_tokens
-        requests = self.scheduler.requests
-        for request_id in output.scheduled_cached_reqs.resumed_req_ids:
-            before = self._computed_at_preemption.pop(request_id, None)
-            request = requests.get(request_id)
-            if before is None or request is None:
-                continue
-            hit = request.num_computed_tokens - scheduled[request_id]
-            if before > hit:
-                self._collector.on_recomputed(request_id, before - hit)
-
     # -- the end ---------------------------------------------------------------
 
     def _summary(
@@ -504,6 +518,20 @@ class Engine:
         counters["num_requests_not_arrived"] = arrivals.num_pending
         counters["num_skipped_lines"] = getattr(workload, "num_skipped_lines", 0)
         counters["num_gpu_blocks"] = self.scheduler.config.num_gpu_blocks
+        connector = self.scheduler.connector
+        handler = self.executor.transfer_handler
+        if connector is not None and handler is not None:
+            stats = connector.stats  # type: ignore[attr-defined]
+            counters["offload_hit_tokens"] = self.scheduler.stats.connector_prefix_cache_hits
+            counters["offload_bytes_stored"] = handler.bytes_stored
+            counters["offload_bytes_loaded"] = handler.bytes_loaded
+            counters["offload_num_stores"] = handler.num_stores
+            counters["offload_num_loads"] = handler.num_loads
+            counters["offload_transfer_time_s"] = handler.transfer_time_s
+            counters["offload_stored_blocks"] = stats.num_stored_blocks
+            counters["offload_loaded_blocks"] = stats.num_loaded_blocks
+            counters["offload_evicted_blocks"] = stats.num_evicted_blocks
+            counters["offload_store_refused"] = stats.num_store_refused
         source = getattr(workload, "source", None)
         metadata = {
             "kvframe_version": kvframe.__version__,
@@ -525,12 +553,6 @@ class Engine:
 # ==========================================================================
 # Trace records: built only when a tracer is active
 # ==========================================================================
-
-
-def _computed_before_preemption(scheduler: Scheduler, request_id: str) -> int:
-    # The core keeps what a preempted request had computed until it is
-    # re-admitted; read right after the step that preempted it.
-    return scheduler._computed_before_preemption.get(request_id, 0)
 
 
 def _snapshot(scheduler: Scheduler, now: float) -> StepSnapshot:
@@ -576,8 +598,10 @@ def _trace_decision(hook: Any, output: SchedulerOutput, step: int, now: float) -
     )
 
 
-def _trace_kv_events(hook: Any, kv: Any, step: int, now: float) -> None:
+def _trace_kv_events(hook: Any, kv: Any, step: int, now: float, connector: Any = None) -> None:
     events = kv.take_events()
+    if connector is not None:
+        events = [*events, *connector.take_events()]
     if events:
         hook.kvframe_kv_events(step=step, now=now, events=events)
 
@@ -597,3 +621,70 @@ def _finished_record(request: Request, step: int, now: float) -> RequestFinished
         first_token_time=request.first_token_time,
         finish_time=request.finish_time if request.finish_time is not None else now,
     )
+
+
+# ==========================================================================
+# Offload
+# ==========================================================================
+
+
+def _build_offload(
+    config: EngineConfig, registry: PluginRegistry, enable_events: bool
+) -> tuple[OffloadingConnector, OffloadWorker, SimTransferHandler]:
+    """The tier's manager (wrapped in the reuse filter), its connector and the sim worker.
+
+    ``config.eviction`` sets the tier's ``eviction`` option; if the offload
+    config string sets it too, they must name the same policy with the same options.
+    """
+    from kvframe.config import ConfigError
+    from kvframe.offload.manager import FilteredOffloadManager
+    from kvframe.offload.offloading_connector import OffloadingConnector
+    from kvframe.offload.worker import OffloadWorker, SimTransferHandler
+
+    assert config.offload is not None
+    resolved = registry.resolve("offload", config.offload)
+    options = dict(resolved.options)
+    if config.eviction is not None:
+        wanted = registry.resolve("eviction", config.eviction)
+        given = options.get("eviction")
+        if given is not None:
+            have = given if not isinstance(given, str) else registry.resolve("eviction", given)
+            if (have.name, dict(have.options)) != (wanted.name, dict(wanted.options)):
+                raise ConfigError(
+                    f"the offload tier's eviction policy {have.name!r} disagrees with the "
+                    f"eviction policy selected separately ({wanted.spec.source or wanted.name!r})",
+                    hints=["name the tier's eviction policy once: --eviction or eviction=..."],
+                )
+        options["eviction"] = wanted.spec.source or wanted.name
+    try:
+        spec = resolved.cls(**options)
+    except ValueError as err:
+        raise ConfigError(f"offload tier {resolved.name!r} rejected its options: {err}") from err
+    preset = config.preset_object
+    context = OffloadContext(
+        gpu_block_size=config.block_size,
+        kv_bytes_per_token=preset.shape.kv_bytes_per_token,
+        num_gpu_blocks=config.resolved_num_gpu_blocks(),
+        enable_events=enable_events,
+    )
+    manager = spec.create_manager(context)  # type: ignore[attr-defined]
+    if config.reuse_filter is not None:
+        reuse_filter = registry.create("reuse_filter", config.reuse_filter)
+        manager = FilteredOffloadManager(manager, reuse_filter)
+    factor, rest = divmod(manager.block_size, config.block_size)
+    if rest or factor < 1:
+        raise ConfigError(
+            f"offload tier {resolved.name!r}: its block of {manager.block_size} tokens is not "
+            f"a whole number of {config.block_size}-token GPU blocks"
+        )
+    connector = OffloadingConnector(
+        manager,
+        gpu_block_size=config.block_size,
+        block_size_factor=factor,
+        enable_prefix_caching=config.enable_prefix_caching,
+    )
+    cost_model = preset.cost_model
+    if config.offload_bandwidth is not None:
+        cost_model = attrs.evolve(cost_model, transfer_bytes_per_s=float(config.offload_bandwidth))
+    handler = SimTransferHandler(cost_model, context.gpu_block_bytes)
+    return connector, OffloadWorker(handler), handler

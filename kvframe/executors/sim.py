@@ -29,6 +29,16 @@ greedy model would also have produced equal outputs. A workload that gives
 pass another ``token_id`` if that matters (trace workloads have no stop tokens).
 Speculative decoding is not modelled: drafts are never proposed, so exactly one
 token is sampled per finished computation.
+
+**Offload.** With an offload tier the executor also runs the worker half of
+the connector (:class:`~kvframe.offload.worker.OffloadWorker`) on a
+:class:`~kvframe.offload.worker.SimTransferHandler`: at the step's start the
+deferred stores and this step's loads are submitted (and a preempted
+request's stores waited for, which delays the step), at its end this step's
+stores are deferred and finished transfers are reported in
+``ModelRunnerOutput.kv_connector_output``. The engine calls :meth:`SimExecutor.execute`
+for steps that schedule no tokens too when offload is on, as vLLM's model
+runner runs the connector without a forward pass.
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ from kvframe.core.scheduler_output import ModelRunnerOutput
 if TYPE_CHECKING:
     from kvframe.core.scheduler_output import SchedulerOutput
     from kvframe.executors.cost_model import CostModel
+    from kvframe.offload.worker import OffloadWorker, SimTransferHandler
     from kvframe.request import Request
 
 __all__ = ["SAMPLED_TOKEN_ID", "SimExecutor", "StepResult"]
@@ -93,20 +104,48 @@ class SimExecutor:
     :param token_id: the token sampled for every request.
     """
 
-    def __init__(self, cost_model: CostModel, *, token_id: int = SAMPLED_TOKEN_ID) -> None:
+    def __init__(
+        self,
+        cost_model: CostModel,
+        *,
+        token_id: int = SAMPLED_TOKEN_ID,
+        offload_worker: OffloadWorker | None = None,
+        transfer_handler: SimTransferHandler | None = None,
+    ) -> None:
+        """
+        :param offload_worker: the worker half of an offload connector, if any.
+        :param transfer_handler: its handler, whose clock the executor moves.
+        """
+        if (offload_worker is None) != (transfer_handler is None):
+            raise ValueError("give both offload_worker and transfer_handler, or neither")
         self.cost_model = cost_model
         self.token_id = token_id
         self._sample = [token_id]
+        self.offload_worker = offload_worker
+        self.transfer_handler = transfer_handler
 
     def execute(
-        self, scheduler_output: SchedulerOutput, requests: Mapping[str, Request]
+        self,
+        scheduler_output: SchedulerOutput,
+        requests: Mapping[str, Request],
+        now: float = 0.0,
     ) -> StepResult:
         """Run one step.
 
         :param scheduler_output: what ``Scheduler.schedule`` decided (after which
             the scheduled requests' ``num_computed_tokens`` are already advanced).
         :param requests: the scheduler's live requests by id (``scheduler.requests``).
+        :param now: the step's start on the virtual clock (offload transfers only).
         """
+        worker = self.offload_worker
+        stall = 0.0
+        if worker is not None:
+            handler = self.transfer_handler
+            assert handler is not None
+            handler.now = now
+            meta = scheduler_output.kv_connector_metadata
+            worker.start_step(meta)  # type: ignore[arg-type]
+            stall = handler.now - now
         prefill = 0
         decode = 0
         context = 0
@@ -130,8 +169,16 @@ class SimExecutor:
                 tokens[request_id] = sample
                 sampled.append(request)
         duration = self.cost_model.step_time(prefill, decode, context)
+        model_output = ModelRunnerOutput(sampled_token_ids=tokens)
+        if worker is not None:
+            duration += stall
+            handler.now = now + duration
+            model_output.kv_connector_output = worker.end_step(
+                meta,  # type: ignore[arg-type]
+                scheduler_output.finished_req_ids,
+            )
         return StepResult(
-            ModelRunnerOutput(sampled_token_ids=tokens),
+            model_output,
             duration,
             sampled,
             prefill,

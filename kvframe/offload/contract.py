@@ -23,7 +23,7 @@ The ref-count lifecycle of a block in a tier (vLLM's ``BlockStatus``)::
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
@@ -145,14 +145,38 @@ class OffloadManager(Protocol):
 
 
 class TransferHandler(Protocol):
-    """Worker-side mover of block bytes between the device KV cache and the tier."""
+    """Worker-side mover of block bytes between the device KV cache and the tier.
+
+    Addressing. The device side is named by GPU block id. The tier side is named
+    by *host block index*: an offloaded block in slot ``s`` with
+    ``block_size_factor`` ``f`` occupies host block indices ``s*f .. s*f+f-1``,
+    one per GPU block it covers, so every pair moves exactly one GPU block's
+    bytes and a handler needs no notion of the factor (with ``f == 1`` the
+    host block index is the slot id).
+
+    A transfer is asynchronous: ``start_transfers`` returns at once, and the id
+    it returned shows up in ``finished_transfers`` once the bytes have landed.
+    A handler that needs the device tensors is given them by
+    ``register_kv_caches`` before the first transfer.
+    """
+
+    def register_kv_caches(self, kv_caches: Sequence[Any]) -> None:
+        """The device KV tensors the pairs index (dimension 0: GPU block id)."""
+        ...
 
     def start_transfers(
         self, loads: Sequence[tuple[int, int]], stores: Sequence[tuple[int, int]]
     ) -> int:
-        """Start copies of (gpu block id, tier slot id) pairs; return a transfer id."""
+        """Start copies; ``loads`` are (gpu block id, host block index) pairs to copy
+        host -> device, ``stores`` the same pairs device -> host. Returns a transfer id."""
         ...
 
     def finished_transfers(self) -> Sequence[int]:
-        """Ids of transfers that completed since the last call."""
+        """Ids of transfers that completed since the last call (each reported once)."""
+        ...
+
+    def wait(self, transfer_ids: Iterable[int]) -> None:
+        """Block until these transfers have completed (a preemption barrier: the
+        GPU blocks a store reads are about to be reused). They are still reported
+        by the next ``finished_transfers``."""
         ...

@@ -1,0 +1,327 @@
+"""The scheduler half of offloading: vLLM 0.19's ``OffloadingConnectorScheduler``.
+
+Host code with no policy in it: *what* to keep and evict is the
+:class:`~kvframe.offload.contract.OffloadManager`'s business (and through it the
+eviction policy's and reuse filter's); this class only turns the scheduler's
+calls into manager calls and per-step transfer lists for the worker, exactly
+as ``vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py``
+does. The rules it mirrors, because they decide hit counts:
+
+* **Units.** An offloaded block covers ``block_size_factor`` GPU blocks and is
+  named by the hash of its last GPU block. Only whole offloaded blocks are
+  looked up, loaded or stored.
+* **Lookup** (``get_num_new_matched_tokens``). Every full offloaded block of the
+  request is *touched* first (also the ones the GPU prefix cache already
+  holds: a GPU hit is a use the tier's policy should hear about). If fewer
+  than one offloaded block's worth of tokens lies between the GPU hit and the
+  request's last full offloaded block, the answer is 0. Otherwise the manager
+  looks up the hashes from the offloaded block containing the GPU hit's end;
+  the hit is the tokens from the GPU hit's end to the end of the leading ready
+  run, and a hit shorter than one offloaded block counts as 0. A hit may
+  reach the request's last token: the scheduler then recomputes that token
+  after the load, as vLLM's does. A hit is always loaded asynchronously.
+* **No load races a load.** With the GPU prefix cache on, a hit whose blocks
+  are being loaded for another request answers ``None`` (ask again next
+  step): once that load lands the GPU cache serves them.
+* **Stores.** Each step, for each scheduled request, the full offloaded blocks
+  its tokens reach after the step and that its per-request cursor has not
+  passed are handed to ``prepare_store``; the cursor then moves past them
+  whether or not the manager kept them all, so a block is offered once. A
+  refused store (``None``) leaves the cursor, to be retried next step. The
+  worker defers the copies to the start of the next step, when the step
+  that computed those tokens has written them.
+* **Completion**, as in vLLM 0.19: a request's stored blocks become ready
+  (``complete_store``) when the worker reports the request in
+  ``finished_sending`` -- after it finished and all its stores landed -- or
+  at once when it is preempted (the worker flushes its stores first).
+  Loads complete on ``finished_recving``. A finished request that ever had a
+  store keeps its GPU blocks until ``finished_sending``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import islice
+from typing import TYPE_CHECKING
+
+import attrs
+
+if TYPE_CHECKING:
+    from kvframe.core.block_pool import KVCacheBlock
+    from kvframe.core.scheduler_output import KVConnectorOutput, SchedulerOutput
+    from kvframe.events import BlockHash, KVEvent
+    from kvframe.offload.contract import OffloadManager
+    from kvframe.request import Request
+
+__all__ = ["OffloadConnectorMetadata", "OffloadStats", "OffloadingConnector", "TransferSpec"]
+
+
+@attrs.define(slots=True)
+class TransferSpec:
+    """One request's copy for one step: ``gpu_block_ids[i]`` <-> ``host_block_ids[i]``.
+
+    Host block index ``slot * block_size_factor + j`` is the ``j``-th GPU block of
+    the offloaded block in ``slot`` (see :class:`~kvframe.offload.contract.TransferHandler`).
+    """
+
+    gpu_block_ids: list[int]
+    host_block_ids: list[int]
+
+    def pairs(self) -> list[tuple[int, int]]:
+        return list(zip(self.gpu_block_ids, self.host_block_ids, strict=True))
+
+
+@attrs.define(slots=True)
+class OffloadConnectorMetadata:
+    """What the worker does this step (vLLM's ``OffloadingConnectorMetadata``)."""
+
+    reqs_to_load: dict[str, TransferSpec]
+    """Loads to start now; the request waits for them."""
+    reqs_to_store: dict[str, TransferSpec]
+    """Stores of blocks this step computes: the worker starts them next step."""
+    reqs_to_flush: set[str]
+    """Preempted requests: their in-flight stores must land before their blocks are reused."""
+
+
+@attrs.define(slots=True)
+class OffloadStats:
+    """Scheduler-side counters of the tier (the worker counts bytes and time)."""
+
+    num_lookups: int = 0
+    num_load_requests: int = 0
+    num_loaded_blocks: int = 0
+    """Offloaded blocks pinned for loads."""
+    num_stored_blocks: int = 0
+    """Offloaded blocks the manager accepted for storing."""
+    num_store_refused: int = 0
+    """``prepare_store`` calls that returned ``None`` (nothing evictable)."""
+    num_evicted_blocks: int = 0
+    num_delayed_for_load: int = 0
+    """Lookups answered ``None`` because another request was loading the blocks."""
+
+
+class OffloadingConnector:
+    """The :class:`~kvframe.offload.connector.SchedulerConnector` of an offload tier.
+
+    :param manager: the tier's ledger (possibly a
+        :class:`~kvframe.offload.manager.FilteredOffloadManager`).
+    :param gpu_block_size: tokens per GPU block.
+    :param block_size_factor: GPU blocks per offloaded block;
+        ``manager.block_size`` must be ``gpu_block_size * block_size_factor``.
+    :param enable_prefix_caching: whether the GPU prefix cache is on; only then
+        are in-flight loads tracked to keep a second load of the same blocks
+        from racing (vLLM's condition).
+    """
+
+    def __init__(
+        self,
+        manager: OffloadManager,
+        *,
+        gpu_block_size: int,
+        block_size_factor: int = 1,
+        enable_prefix_caching: bool = True,
+    ) -> None:
+        if block_size_factor < 1:
+            raise ValueError(f"block_size_factor must be >= 1, not {block_size_factor}")
+        if manager.block_size != gpu_block_size * block_size_factor:
+            raise ValueError(
+                f"the tier's block size {manager.block_size} is not {block_size_factor} "
+                f"GPU blocks of {gpu_block_size} tokens"
+            )
+        self.manager = manager
+        self.gpu_block_size = gpu_block_size
+        self.block_size_factor = block_size_factor
+        self.offloaded_block_size = gpu_block_size * block_size_factor
+        self.stats = OffloadStats()
+        self._requests: dict[str, Request] = {}
+        self._request_block_ids: dict[str, list[int]] = {}
+        """Each scheduled request's GPU block table, rebuilt from the step outputs."""
+        self._reqs_to_load: dict[str, TransferSpec] = {}
+        self._next_stored_block_idx: dict[str, int] = {}
+        """The store cursor: index of the next offloaded block to offer."""
+        self._blocks_being_loaded: set[BlockHash] | None = set() if enable_prefix_caching else None
+        self._reqs_being_stored: dict[str, set[BlockHash]] = {}
+        """Requests that ever had a store (key kept until ``finished_sending``)."""
+        self._reqs_being_loaded: dict[str, set[BlockHash]] = {}
+
+    # -- helpers ---------------------------------------------------------------
+
+    def _hashes(self, request: Request, start: int = 0, end: int | None = None) -> Iterator:
+        """Hashes naming offloaded blocks ``start .. end - 1``: each one's last GPU block's."""
+        factor = self.block_size_factor
+        return islice(
+            request.block_hashes,
+            factor * start + factor - 1,
+            factor * end if end else None,
+            factor,
+        )
+
+    @property
+    def busy(self) -> bool:
+        """Transfers are planned or in flight, or a finished request's store is pending."""
+        return bool(self._reqs_being_stored or self._reqs_being_loaded or self._reqs_to_load)
+
+    # -- SchedulerConnector ----------------------------------------------------
+
+    def get_num_new_matched_tokens(
+        self, request: Request, num_computed_tokens: int
+    ) -> tuple[int | None, bool]:
+        manager = self.manager
+        size = self.offloaded_block_size
+        num_blocks = request.num_tokens // size
+        manager.touch(self._hashes(request))
+        self.stats.num_lookups += 1
+
+        full_block_tokens = size * num_blocks
+        if full_block_tokens - num_computed_tokens < size:
+            return 0, False
+        start = num_computed_tokens // size
+        hits = manager.lookup(self._hashes(request, start))
+        if hits is None:
+            return None, False
+        if hits == 0:
+            return 0, False
+        num_hit_tokens = size * (start + hits) - num_computed_tokens
+        if num_hit_tokens < size:
+            return 0, False
+        loading = self._blocks_being_loaded
+        if loading and any(h in loading for h in self._hashes(request, start, start + hits)):
+            self.stats.num_delayed_for_load += 1
+            return None, False
+        return num_hit_tokens, True
+
+    def update_state_after_alloc(
+        self, request: Request, blocks: Sequence[KVCacheBlock], num_external_tokens: int
+    ) -> None:
+        request_id = request.request_id
+        self._requests[request_id] = request
+        # The block table is rebuilt from the step's output in build_connector_meta.
+        self._request_block_ids[request_id] = []
+        if num_external_tokens == 0:
+            return
+        num_computed_gpu_blocks = sum(block.block_hash is not None for block in blocks)
+        num_computed_tokens = num_computed_gpu_blocks * self.gpu_block_size
+        full_block_tokens = num_computed_tokens + num_external_tokens
+        size = self.offloaded_block_size
+        if full_block_tokens % size:
+            raise RuntimeError(
+                f"request {request_id!r}: a load of {num_external_tokens} tokens after "
+                f"{num_computed_tokens} computed does not end on an offloaded block"
+            )
+        pending = blocks[num_computed_gpu_blocks:]
+        if len(pending) * self.gpu_block_size != num_external_tokens:
+            raise RuntimeError(
+                f"request {request_id!r}: {len(pending)} GPU blocks reserved for "
+                f"{num_external_tokens} external tokens"
+            )
+        start = num_computed_tokens // size
+        num_blocks = full_block_tokens // size
+        hashes = list(self._hashes(request, start, num_blocks))
+        slots = self.manager.prepare_load(hashes)
+        factor = self.block_size_factor
+        host = [slot * factor + j for slot in slots for j in range(factor)]
+        # The GPU hit may end inside the first offloaded block: skip its head.
+        host = host[len(host) - len(pending) :]
+        self._reqs_to_load[request_id] = TransferSpec([b.block_id for b in pending], host)
+        self._reqs_being_loaded.setdefault(request_id, set()).update(hashes)
+        self._next_stored_block_idx[request_id] = num_blocks
+        if self._blocks_being_loaded is not None:
+            self._blocks_being_loaded.update(hashes)
+        self.stats.num_load_requests += 1
+        self.stats.num_loaded_blocks += len(hashes)
+
+    def _reqs_to_store(self, output: SchedulerOutput) -> dict[str, TransferSpec]:
+        reqs_to_store: dict[str, TransferSpec] = {}
+        manager = self.manager
+        size = self.offloaded_block_size
+        factor = self.block_size_factor
+        cached = output.scheduled_cached_reqs
+        resumed = cached.resumed_req_ids
+        items: Iterable[tuple[str, list[int] | None, bool]] = (
+            *((r.req_id, r.block_ids, False) for r in output.scheduled_new_reqs),
+            *zip(
+                cached.req_ids,
+                cached.new_block_ids,
+                (r in resumed for r in cached.req_ids),
+                strict=True,
+            ),
+        )
+        for request_id, new_block_ids, preempted in items:
+            if preempted:
+                self._request_block_ids[request_id] = []
+            block_ids = self._request_block_ids[request_id]
+            if new_block_ids:
+                block_ids += new_block_ids
+            request = self._requests[request_id]
+            total_tokens = min(
+                request.num_computed_tokens + output.num_scheduled_tokens[request_id],
+                request.num_tokens,
+            )
+            num_blocks = total_tokens // size
+            start = self._next_stored_block_idx.get(request_id, 0)
+            if num_blocks - start <= 0:
+                continue
+            new_hashes = list(self._hashes(request, start, num_blocks))
+            result = manager.prepare_store(new_hashes)
+            if result is None:
+                self.stats.num_store_refused += 1
+                continue
+            self._next_stored_block_idx[request_id] = num_blocks
+            if result.evicted_block_hashes:
+                self.stats.num_evicted_blocks += len(result.evicted_block_hashes)
+            if not result.block_hashes_to_store:
+                continue
+            to_store = set(result.block_hashes_to_store)
+            manager.touch(self._hashes(request, 0, num_blocks))
+            slot_of = dict(zip(result.block_hashes_to_store, result.slot_ids, strict=True))
+            gpu: list[int] = []
+            host: list[int] = []
+            for index, block_hash in enumerate(new_hashes):
+                if block_hash not in to_store:
+                    continue
+                first_gpu = (start + index) * factor
+                base = slot_of[block_hash] * factor
+                gpu.extend(block_ids[first_gpu : first_gpu + factor])
+                host.extend(range(base, base + factor))
+            reqs_to_store[request_id] = TransferSpec(gpu, host)
+            self._reqs_being_stored.setdefault(request_id, set()).update(to_store)
+            self.stats.num_stored_blocks += len(to_store)
+        return reqs_to_store
+
+    def build_connector_meta(self, scheduler_output: SchedulerOutput) -> OffloadConnectorMetadata:
+        meta = OffloadConnectorMetadata(
+            reqs_to_load=self._reqs_to_load,
+            reqs_to_store=self._reqs_to_store(scheduler_output),
+            reqs_to_flush=set(scheduler_output.preempted_req_ids),
+        )
+        self._reqs_to_load = {}
+        # The worker flushes a preempted request's stores before the step runs,
+        # so they are complete now (vLLM completes them here too).
+        for request_id in scheduler_output.preempted_req_ids:
+            hashes = self._reqs_being_stored.get(request_id)
+            if hashes:
+                self.manager.complete_store(hashes)
+                hashes.clear()
+        return meta
+
+    def update_connector_output(self, output: KVConnectorOutput) -> None:
+        for request_id in output.finished_sending:
+            hashes = self._reqs_being_stored.pop(request_id, None)
+            if hashes:
+                self.manager.complete_store(hashes)
+        for request_id in output.finished_recving:
+            hashes = self._reqs_being_loaded.pop(request_id, None)
+            if hashes:
+                if self._blocks_being_loaded:
+                    self._blocks_being_loaded.difference_update(hashes)
+                self.manager.complete_load(hashes)
+
+    def request_finished(self, request: Request, block_ids: Sequence[int]) -> bool:
+        request_id = request.request_id
+        self._requests.pop(request_id, None)
+        self._request_block_ids.pop(request_id, None)
+        self._next_stored_block_idx.pop(request_id, None)
+        return request_id in self._reqs_being_stored
+
+    def take_events(self) -> Iterable[KVEvent]:
+        return self.manager.take_events()

@@ -1,0 +1,104 @@
+"""End to end: the CPU tier behind the connector, in the engine, on a Mooncake slice."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvframe.engine import Engine, EngineConfig
+from kvframe.workloads import load_workload
+
+pytest.importorskip("kvframe_cpu_offload")
+
+# More distinct prefixes than GPU blocks: the slice's prompts need many times
+# the pool, so the GPU prefix cache keeps evicting what later turns reuse.
+NUM_GPU_BLOCKS = 1200
+LIMIT = 150
+
+
+@pytest.fixture(scope="module")
+def workload(conversation_trace: Path):
+    return load_workload(conversation_trace, limit=LIMIT)
+
+
+_RUNS: dict[tuple, tuple] = {}
+
+
+def _run(workload, **options):
+    """Each configuration runs once per session (a run takes a few seconds)."""
+    key = tuple(sorted(options.items()))
+    if key not in _RUNS:
+        engine = Engine.from_config(EngineConfig(num_gpu_blocks=NUM_GPU_BLOCKS, **options))
+        _RUNS[key] = (engine, engine.run(workload).summary.counters)
+    return _RUNS[key]
+
+
+def test_the_cpu_tier_adds_hits_and_saves_computation(workload):
+    _, base = _run(workload)
+    engine, tier = _run(workload, offload="cpu:capacity=64GiB", eviction="lru")
+    assert base["num_requests_finished"] == tier["num_requests_finished"] == LIMIT
+    assert base.get("connector_prefix_cache_hits", 0) == 0
+    assert tier["offload_hit_tokens"] == tier["connector_prefix_cache_hits"] > 0
+    base_hits = base["prefix_cache_hits"] + base["preempted_prefix_cache_hits"]
+    tier_hits = (
+        tier["prefix_cache_hits"]
+        + tier["preempted_prefix_cache_hits"]
+        + tier["connector_prefix_cache_hits"]
+    )
+    assert tier_hits > base_hits
+    assert tier["num_recomputed_tokens"] < base["num_recomputed_tokens"]
+    assert tier["computed_tokens_total"] < base["computed_tokens_total"]
+    assert tier["offload_bytes_loaded"] > 0 and tier["offload_bytes_stored"] > 0
+    assert tier["offload_transfer_time_s"] > 0
+
+    # Nothing leaks: every GPU block is free, no tier block is pinned or unwritten.
+    scheduler = engine.scheduler
+    assert scheduler.kv_cache_manager.num_free_blocks == NUM_GPU_BLOCKS - 1
+    connector = scheduler.connector
+    assert not connector.busy and not engine.executor.offload_worker.busy
+    manager = connector.manager
+    blocks = [manager.policy.get(h) for h in _stored_hashes(manager)]
+    assert blocks and all(b.ref_cnt == 0 for b in blocks)
+
+
+def _stored_hashes(manager):
+    policy = manager.policy
+    for name in ("blocks", "_blocks", "cache", "_cache", "t1", "_t1"):
+        table = getattr(policy, name, None)
+        if isinstance(table, dict) and table:
+            return list(table)
+    pytest.skip("cannot list the policy's blocks")
+
+
+def test_loads_delay_their_requests(workload):
+    _, fast = _run(workload, offload="cpu:capacity=64GiB,eviction=lru", offload_bandwidth=10**15)
+    _, slow = _run(workload, offload="cpu:capacity=64GiB,eviction=lru", offload_bandwidth=10**8)
+    assert slow["offload_transfer_time_s"] > 100 * fast["offload_transfer_time_s"]
+    assert slow["offload_hit_tokens"] > 0
+    assert slow["simulated_duration_seconds"] > fast["simulated_duration_seconds"]
+
+
+def test_a_reuse_filter_stores_fewer_blocks(workload):
+    _, plain = _run(workload, offload="cpu:capacity=64GiB", eviction="lru")
+    _, filtered = _run(
+        workload,
+        offload="cpu:capacity=64GiB",
+        eviction="lru",
+        reuse_filter="threshold:store_threshold=2",
+    )
+    assert 0 < filtered["offload_num_stores"] < plain["offload_num_stores"]
+
+
+def test_eviction_must_agree_with_the_tiers_own_option():
+    from kvframe.config import ConfigError
+
+    with pytest.raises(ConfigError, match="disagrees"):
+        Engine.from_config(
+            EngineConfig(
+                num_gpu_blocks=64, offload="cpu:capacity=1GiB,eviction=lru", eviction="arc"
+            )
+        )
+    Engine.from_config(
+        EngineConfig(num_gpu_blocks=64, offload="cpu:capacity=1GiB,eviction=arc", eviction="arc")
+    )
