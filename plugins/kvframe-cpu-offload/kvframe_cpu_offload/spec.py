@@ -97,7 +97,14 @@ class CPUOffloadSpec(kvframe.OffloadSpec):
         return manager
 
     def create_transfer_handler(self, context: OffloadContext) -> TransferHandler:
-        raise NotImplementedError(
-            "the cpu tier's worker-side transfer handler comes with the engine integration "
-            "of offload (kvframe issue 6, items 5-6); only create_manager is available yet"
-        )
+        """A :class:`~kvframe_cpu_offload.torch_handler.TorchTransferHandler` for the tier's slots.
+
+        Its host buffer has ``num_blocks * block_size_factor`` rows, one per GPU
+        block an offloaded block covers (the contract's host block index); it is
+        allocated when the worker registers its KV tensors, whose shapes give a
+        row's bytes. torch is imported here, not with the plugin, so that
+        listing plugins and the scheduler side never pay for it.
+        """
+        from kvframe_cpu_offload.torch_handler import TorchTransferHandler
+
+        return TorchTransferHandler(self.num_blocks(context) * self.block_size_factor)
