@@ -206,7 +206,7 @@ class Scheduler:
         elif request_ids is None:
             ids = list(self.requests)
         else:
-            ids = set(request_ids)
+            ids = dict.fromkeys(request_ids)  # unique, in the caller's order
 
         running_to_remove: set[Request] = set()
         waiting_to_remove: list[Request] = []
@@ -597,12 +597,13 @@ class Scheduler:
     def _update_from_kv_transfers(self, output: KVConnectorOutput) -> None:
         if self.connector is not None:
             self.connector.update_connector_output(output)
-        for request_id in output.finished_recving:
+        # Sorted: these are sets, and freeing order decides eviction order.
+        for request_id in sorted(output.finished_recving):
             if request_id in self._awaiting_load:
                 self._free_if_unheld(self._awaiting_load.pop(request_id))
             elif request_id in self.requests:
                 self._finished_recving.add(request_id)
-        for request_id in output.finished_sending:
+        for request_id in sorted(output.finished_sending):
             request = self._awaiting_store.pop(request_id, None)
             if request is not None:
                 self._free_if_unheld(request)

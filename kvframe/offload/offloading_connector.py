@@ -140,9 +140,11 @@ class OffloadingConnector:
         self._next_stored_block_idx: dict[str, int] = {}
         """The store cursor: index of the next offloaded block to offer."""
         self._blocks_being_loaded: set[BlockHash] | None = set() if enable_prefix_caching else None
-        self._reqs_being_stored: dict[str, set[BlockHash]] = {}
+        # Hashes per request in insertion order (dicts, not sets): completing
+        # them in a hash-seed-dependent order would make runs irreproducible.
+        self._reqs_being_stored: dict[str, dict[BlockHash, None]] = {}
         """Requests that ever had a store (key kept until ``finished_sending``)."""
-        self._reqs_being_loaded: dict[str, set[BlockHash]] = {}
+        self._reqs_being_loaded: dict[str, dict[BlockHash, None]] = {}
 
     # -- helpers ---------------------------------------------------------------
 
@@ -223,7 +225,7 @@ class OffloadingConnector:
         # The GPU hit may end inside the first offloaded block: skip its head.
         host = host[len(host) - len(pending) :]
         self._reqs_to_load[request_id] = TransferSpec([b.block_id for b in pending], host)
-        self._reqs_being_loaded.setdefault(request_id, set()).update(hashes)
+        self._reqs_being_loaded.setdefault(request_id, {}).update(dict.fromkeys(hashes))
         self._next_stored_block_idx[request_id] = num_blocks
         if self._blocks_being_loaded is not None:
             self._blocks_being_loaded.update(hashes)
@@ -271,7 +273,7 @@ class OffloadingConnector:
                 self.stats.num_evicted_blocks += len(result.evicted_block_hashes)
             if not result.block_hashes_to_store:
                 continue
-            to_store = set(result.block_hashes_to_store)
+            to_store = dict.fromkeys(result.block_hashes_to_store)
             manager.touch(self._hashes(request, 0, num_blocks))
             slot_of = dict(zip(result.block_hashes_to_store, result.slot_ids, strict=True))
             gpu: list[int] = []
@@ -284,7 +286,7 @@ class OffloadingConnector:
                 gpu.extend(block_ids[first_gpu : first_gpu + factor])
                 host.extend(range(base, base + factor))
             reqs_to_store[request_id] = TransferSpec(gpu, host)
-            self._reqs_being_stored.setdefault(request_id, set()).update(to_store)
+            self._reqs_being_stored.setdefault(request_id, {}).update(to_store)
             self.stats.num_stored_blocks += len(to_store)
         return reqs_to_store
 
@@ -297,24 +299,25 @@ class OffloadingConnector:
         self._reqs_to_load = {}
         # The worker flushes a preempted request's stores before the step runs,
         # so they are complete now (vLLM completes them here too).
-        for request_id in scheduler_output.preempted_req_ids:
+        for request_id in sorted(scheduler_output.preempted_req_ids):
             hashes = self._reqs_being_stored.get(request_id)
             if hashes:
-                self.manager.complete_store(hashes)
+                self.manager.complete_store(list(hashes))
                 hashes.clear()
         return meta
 
     def update_connector_output(self, output: KVConnectorOutput) -> None:
-        for request_id in output.finished_sending:
+        # Sorted: the worker reports sets, and their order depends on the hash seed.
+        for request_id in sorted(output.finished_sending):
             hashes = self._reqs_being_stored.pop(request_id, None)
             if hashes:
-                self.manager.complete_store(hashes)
-        for request_id in output.finished_recving:
+                self.manager.complete_store(list(hashes))
+        for request_id in sorted(output.finished_recving):
             hashes = self._reqs_being_loaded.pop(request_id, None)
             if hashes:
                 if self._blocks_being_loaded:
                     self._blocks_being_loaded.difference_update(hashes)
-                self.manager.complete_load(hashes)
+                self.manager.complete_load(list(hashes))
 
     def request_finished(self, request: Request, block_ids: Sequence[int]) -> bool:
         request_id = request.request_id

@@ -81,7 +81,7 @@ class OffloadWorker:
             return
         if metadata.reqs_to_flush:
             pending: list[int] = []
-            for request_id in metadata.reqs_to_flush:
+            for request_id in sorted(metadata.reqs_to_flush):
                 pending.extend(self._store_jobs.get(request_id, ()))
             if pending:
                 self.handler.wait(pending)
