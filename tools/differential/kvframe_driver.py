@@ -11,13 +11,10 @@ rule of the vLLM driver (both come from ``stepping.py``).
 
 from __future__ import annotations
 
-import argparse
-import time
-from pathlib import Path
 from typing import Any
 
 import stepping
-from workloads import RequestSpec, Workload, load_workload
+from workloads import RequestSpec
 
 
 def _policy(name: str) -> Any:
@@ -133,25 +130,12 @@ class KvframeAdapter:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("workloads", nargs="+", type=Path)
-    parser.add_argument("--out-dir", type=Path, required=True)
-    parser.add_argument("--blocks", action="store_true", help="also record block ids")
-    parser.add_argument("--max-steps", type=int, default=stepping.DEFAULT_MAX_STEPS)
-    args = parser.parse_args(argv)
-    ok = True
-    for path in args.workloads:
-        workload: Workload = load_workload(path)
-        t0 = time.perf_counter()
-        out = args.out_dir / f"{workload['name']}.jsonl"
-        ok &= stepping.write_records(
-            workload,
-            lambda cfg=workload["config"]: KvframeAdapter(cfg, record_blocks=args.blocks),
-            out,
-            args.max_steps,
-        )
-        print(f"kvframe_driver: {workload['name']} -> {out} ({time.perf_counter() - t0:.1f}s)")
-    return 0 if ok else 1
+    return stepping.driver_main(
+        argv,
+        "kvframe_driver",
+        lambda config, record_blocks: KvframeAdapter(config, record_blocks=record_blocks),
+        __doc__.split("\n\n")[0],
+    )
 
 
 if __name__ == "__main__":

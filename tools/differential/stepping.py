@@ -35,14 +35,16 @@ counters, which count a waiting request again every step it cannot be admitted.
 
 from __future__ import annotations
 
+import argparse
 import json
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from workloads import SAMPLED_TOKEN_ID, RequestSpec, Workload
+from workloads import SAMPLED_TOKEN_ID, RequestSpec, Workload, load_workload
 
 DEFAULT_MAX_STEPS = 200_000
 
@@ -151,3 +153,35 @@ def write_records(
             )
             return False
     return True
+
+
+def driver_main(
+    argv: list[str] | None,
+    driver: str,
+    make_adapter: Callable[[dict[str, Any], bool], Any],
+    description: str,
+) -> int:
+    """The command line both drivers share: workload files in, one records file each out.
+
+    ``make_adapter(config, record_blocks)`` builds the scheduler adapter for one
+    workload's config.
+    """
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("workloads", nargs="+", type=Path)
+    parser.add_argument("--out-dir", type=Path, required=True)
+    parser.add_argument("--blocks", action="store_true", help="also record block ids")
+    parser.add_argument("--max-steps", type=int, default=DEFAULT_MAX_STEPS)
+    args = parser.parse_args(argv)
+    ok = True
+    for path in args.workloads:
+        workload: Workload = load_workload(path)
+        t0 = time.perf_counter()
+        out = args.out_dir / f"{workload['name']}.jsonl"
+        ok &= write_records(
+            workload,
+            lambda cfg=workload["config"]: make_adapter(cfg, args.blocks),
+            out,
+            args.max_steps,
+        )
+        print(f"{driver}: {workload['name']} -> {out} ({time.perf_counter() - t0:.1f}s)")
+    return 0 if ok else 1

@@ -27,9 +27,7 @@ max_tokens or max_model_len (``check_stop``).
 
 from __future__ import annotations
 
-import argparse
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +37,7 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 os.environ.setdefault("PYTHONHASHSEED", "0")
 
 import stepping
-from workloads import RequestSpec, Workload, load_workload
+from workloads import RequestSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_MODEL_DIR = REPO_ROOT.parent / "shared" / "tools" / "vllm-reference" / "model"
@@ -218,25 +216,12 @@ class VllmAdapter:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("workloads", nargs="+", type=Path)
-    parser.add_argument("--out-dir", type=Path, required=True)
-    parser.add_argument("--blocks", action="store_true", help="also record block ids")
-    parser.add_argument("--max-steps", type=int, default=stepping.DEFAULT_MAX_STEPS)
-    args = parser.parse_args(argv)
-    ok = True
-    for path in args.workloads:
-        workload: Workload = load_workload(path)
-        t0 = time.perf_counter()
-        out = args.out_dir / f"{workload['name']}.jsonl"
-        ok &= stepping.write_records(
-            workload,
-            lambda cfg=workload["config"]: VllmAdapter(cfg, record_blocks=args.blocks),
-            out,
-            args.max_steps,
-        )
-        print(f"vllm_driver: {workload['name']} -> {out} ({time.perf_counter() - t0:.1f}s)")
-    return 0 if ok else 1
+    return stepping.driver_main(
+        argv,
+        "vllm_driver",
+        lambda config, record_blocks: VllmAdapter(config, record_blocks=record_blocks),
+        __doc__.split("\n\n")[0],
+    )
 
 
 if __name__ == "__main__":
