@@ -76,7 +76,8 @@ from kvframe.workloads.chat import (
     LengthDistribution,
     LogNormal,
     Uniform,
-    parse_length_distribution,
+    as_length_distribution,
+    check_positive_int,
 )
 from kvframe.workloads.kvframe_jsonl import write_jsonl
 from kvframe.workloads.spec import RequestSpec, SyntheticPrompt
@@ -255,12 +256,6 @@ def _as_duration(value: DurationDistribution | float | str) -> DurationDistribut
     return parse_duration_distribution(value)
 
 
-def _as_length(value: LengthDistribution | int | str) -> LengthDistribution:
-    if isinstance(value, Fixed | Uniform | LogNormal):
-        return value
-    return parse_length_distribution(value)
-
-
 # --------------------------------------------------------------------------
 # Tools
 # --------------------------------------------------------------------------
@@ -276,7 +271,7 @@ class ToolSpec:
     duration: DurationDistribution = attrs.field(converter=_as_duration)
     """Seconds between the turn finishing and the job's next turn arriving."""
     result_length: LengthDistribution = attrs.field(
-        default=LogNormal(median=256, sigma=0.8, max=8192), converter=_as_length
+        default=LogNormal(median=256, sigma=0.8, max=8192), converter=as_length_distribution
     )
     """Tokens the tool's result adds to the next turn's prompt."""
 
@@ -355,11 +350,6 @@ def _as_tools(value: str | Iterable[ToolSpec | Mapping[str, Any]]) -> tuple[Tool
 # --------------------------------------------------------------------------
 
 
-def _check_positive_int(instance: Any, attribute: attrs.Attribute, value: int) -> None:
-    if type(value) is not int or value < 1:
-        raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
-
-
 def _check_rate(instance: Any, attribute: attrs.Attribute, value: float | None) -> None:
     if value is not None and not (value > 0 and math.isfinite(value)):
         raise ValueError(f"rate must be > 0 jobs/s (or None: all at once), got {value!r}")
@@ -369,34 +359,34 @@ def _check_rate(instance: Any, attribute: attrs.Attribute, value: float | None) 
 class AgenticConfig:
     """Every knob of the agentic generator; the whole config goes into the file header."""
 
-    num_jobs: int = attrs.field(default=100, validator=_check_positive_int)
+    num_jobs: int = attrs.field(default=100, validator=check_positive_int)
     rate: float | None = attrs.field(default=1.0, validator=_check_rate)
     """Poisson job arrival rate in jobs per second; ``None``: all jobs at ``start_time``."""
     num_turns: LengthDistribution = attrs.field(
-        default=LogNormal(median=6, sigma=0.6, min=1, max=40), converter=_as_length
+        default=LogNormal(median=6, sigma=0.6, min=1, max=40), converter=as_length_distribution
     )
     """Turns per job (LLM calls); every turn but the last ends with a tool call."""
-    num_system_prompts: int = attrs.field(default=1, validator=_check_positive_int)
+    num_system_prompts: int = attrs.field(default=1, validator=check_positive_int)
     """Distinct agents (system prompts); each job uses one, chosen uniformly."""
     system_prompt_length: LengthDistribution = attrs.field(
-        default=Fixed(1024), converter=_as_length
+        default=Fixed(1024), converter=as_length_distribution
     )
     """Drawn once per system prompt."""
     share_system_prompt: bool = True
     """Jobs of one agent share its system prompt's tokens; ``False``: every job's are its own."""
     task_length: LengthDistribution = attrs.field(
-        default=LogNormal(median=512, sigma=0.8, max=8192), converter=_as_length
+        default=LogNormal(median=512, sigma=0.8, max=8192), converter=as_length_distribution
     )
     """The first user message, after the system prompt."""
     output_length: LengthDistribution = attrs.field(
-        default=LogNormal(median=128, sigma=0.8, min=8, max=2048), converter=_as_length
+        default=LogNormal(median=128, sigma=0.8, min=8, max=2048), converter=as_length_distribution
     )
     """Tokens each turn generates (``max_tokens``)."""
     tools: tuple[ToolSpec, ...] = attrs.field(default="mixed", converter=_as_tools)
     """A name from :data:`TOOL_MIXES` or a sequence of :class:`ToolSpec` (or their dicts)."""
     tool_time_scale: float = attrs.field(default=1.0, validator=_check_finite_non_negative)
     """Multiplies every tool duration."""
-    max_context_tokens: int = attrs.field(default=32768, validator=_check_positive_int)
+    max_context_tokens: int = attrs.field(default=32768, validator=check_positive_int)
     """A job ends early, at its last turn whose prompt plus output fits."""
     seed: int = 0
     start_time: float = attrs.field(default=0.0, validator=_check_finite_non_negative)

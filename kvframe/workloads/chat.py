@@ -48,7 +48,7 @@ __all__ = [
 _STANDARD_NORMAL = NormalDist()
 
 
-def _check_positive_int(instance: Any, attribute: attrs.Attribute, value: int) -> None:
+def check_positive_int(instance: Any, attribute: attrs.Attribute, value: int) -> None:
     if type(value) is not int or value < 1:
         raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
 
@@ -63,7 +63,7 @@ def _check_positive_int(instance: Any, attribute: attrs.Attribute, value: int) -
 class Fixed:
     """Always ``value`` tokens."""
 
-    value: int = attrs.field(validator=_check_positive_int)
+    value: int = attrs.field(validator=check_positive_int)
 
     def sample(self, rng: random.Random) -> int:
         rng.random()  # keep the stream in step with the other distributions
@@ -77,8 +77,8 @@ class Fixed:
 class Uniform:
     """Uniform over the integers ``low..high`` inclusive."""
 
-    low: int = attrs.field(validator=_check_positive_int)
-    high: int = attrs.field(validator=_check_positive_int)
+    low: int = attrs.field(validator=check_positive_int)
+    high: int = attrs.field(validator=check_positive_int)
 
     def __attrs_post_init__(self) -> None:
         if self.high < self.low:
@@ -101,8 +101,8 @@ class LogNormal:
 
     median: float
     sigma: float = 1.0
-    min: int = attrs.field(default=1, validator=_check_positive_int)
-    max: int = attrs.field(default=32768, validator=_check_positive_int)
+    min: int = attrs.field(default=1, validator=check_positive_int)
+    max: int = attrs.field(default=32768, validator=check_positive_int)
 
     def __attrs_post_init__(self) -> None:
         if not self.median > 0 or not self.sigma >= 0 or self.max < self.min:
@@ -179,7 +179,8 @@ def parse_length_distribution(text: str | int) -> LengthDistribution:
         raise ValueError(f"bad parameters in {text!r}: {exc}") from None
 
 
-def _as_distribution(value: LengthDistribution | int | str) -> LengthDistribution:
+def as_length_distribution(value: LengthDistribution | int | str) -> LengthDistribution:
+    """Accept a distribution object, an int (fixed) or its config text."""
     if isinstance(value, (Fixed, Uniform, LogNormal)):
         return value
     return parse_length_distribution(value)
@@ -209,18 +210,18 @@ def _check_non_negative(instance: Any, attribute: attrs.Attribute, value: float)
 class ChatConfig:
     """Every knob of the chat generator; the whole config goes into the file header."""
 
-    num_requests: int = attrs.field(default=1000, validator=_check_positive_int)
+    num_requests: int = attrs.field(default=1000, validator=check_positive_int)
     rate: float | None = attrs.field(default=10.0, validator=_check_rate)
     """Poisson arrival rate in requests per second; ``None``: all arrive at ``start_time``."""
-    num_system_prompts: int = attrs.field(default=8, validator=_check_positive_int)
+    num_system_prompts: int = attrs.field(default=8, validator=check_positive_int)
     system_prompt_length: LengthDistribution = attrs.field(
-        default=Fixed(1024), converter=_as_distribution
+        default=Fixed(1024), converter=as_length_distribution
     )
     user_prompt_length: LengthDistribution = attrs.field(
-        default=LogNormal(median=256, sigma=0.8, max=8192), converter=_as_distribution
+        default=LogNormal(median=256, sigma=0.8, max=8192), converter=as_length_distribution
     )
     output_length: LengthDistribution = attrs.field(
-        default=LogNormal(median=128, sigma=0.8, max=2048), converter=_as_distribution
+        default=LogNormal(median=128, sigma=0.8, max=2048), converter=as_length_distribution
     )
     shared_fraction: float = attrs.field(default=0.8, validator=_check_fraction)
     """Fraction of requests whose system prompt is one of the shared ones."""
