@@ -136,6 +136,9 @@ class EngineConfig:
     vLLM 0.19)."""
     seed: int = attrs.field(default=0, validator=attrs.validators.instance_of(int))
     """Seed of the chained block hash (vLLM's ``PYTHONHASHSEED`` role)."""
+    executor: str = attrs.field(default="sim", validator=attrs.validators.instance_of(str))
+    """``sim`` (cost model only) or ``torch[:preset=tiny,dtype=float32,...]`` (a real
+    decoder on paged KV tensors; see :mod:`kvframe.executors.torch`)."""
 
     def __attrs_post_init__(self) -> None:
         if self.offload_bandwidth is not None and not self.offload_bandwidth > 0:
@@ -152,6 +155,9 @@ class EngineConfig:
                 f"(got num_gpu_blocks={self.num_gpu_blocks}, kv_memory={self.kv_memory})"
             )
         get_preset(self.preset)  # raises ValueError naming the presets
+        from kvframe.executors.torch.options import parse_executor
+
+        parse_executor(self.executor)  # raises ValueError naming the bad option
         if self.num_gpu_blocks is not None and self.num_gpu_blocks < 2:
             raise ValueError(
                 "num_gpu_blocks must be >= 2 (block 0 is the null block), "
@@ -229,6 +235,7 @@ class EngineConfig:
             "enable_chunked_prefill": self.enable_chunked_prefill,
             "reserve_full_sequence": self.scheduler_config().reserve_full_sequence,
             "seed": self.seed,
+            "executor": self.executor,
         }
 
     # -- from kvframe.toml and flags ----------------------------------------
@@ -332,6 +339,7 @@ _CONVERTERS: Mapping[str, Any] = {
     "reserve_full_sequence": _bool,
     "seed": _int,
     "offload_bandwidth": _size,
+    "executor": _str,
 }
 
 _ALIASES: Mapping[str, str] = {
