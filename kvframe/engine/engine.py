@@ -188,9 +188,13 @@ class Engine:
         plan = None
         if torch_options is not None:
             # Validate the model (dtype, device, checkpoint) before anything else is built.
+            from kvframe.config import ConfigError
             from kvframe.executors.torch.build import plan_model
 
-            plan = plan_model(torch_options)
+            try:
+                plan = plan_model(torch_options)
+            except ValueError as err:
+                raise ConfigError(str(err), origin="--executor") from None
             config = attrs.evolve(
                 config,
                 num_gpu_blocks=_torch_num_blocks(
@@ -204,7 +208,12 @@ class Engine:
         num_gpu_blocks = config.resolved_num_gpu_blocks()
         model = None
         if plan is not None:
-            model = plan.build(num_gpu_blocks, config.block_size)
+            from kvframe.config import ConfigError
+
+            try:
+                model = plan.build(num_gpu_blocks, config.block_size)
+            except ValueError as err:
+                raise ConfigError(str(err), origin="--executor") from None
         if config.gpu_eviction is not None:
             eviction = registry.create("eviction", config.gpu_eviction, num_gpu_blocks)
         tracing = registry.create_tracing(config.tracers) if config.tracers else None
