@@ -43,6 +43,7 @@ from kvframe.executors.torch.calibrate import (
     fit_cost_model,
     held_out_workload,
     measure_copy_bandwidth,
+    measure_engine_steps,
     measure_grid,
     validate,
 )
@@ -170,9 +171,11 @@ def calibration(executor: str, repeats: int) -> None:
     _, options = parse_executor(executor)
     plan = plan_model(options)
     model = plan.build(max(2, options.kv_memory // plan.kv_bytes_per_block(16)), 16)
+    bandwidth = measure_copy_bandwidth(model)
     samples = measure_grid(model, repeats=repeats)
-    cost_model, stats = fit_cost_model(samples, transfer_bytes_per_s=measure_copy_bandwidth(model))
     del model
+    samples += measure_engine_steps(executor, held_out_workload(seed=1), max_num_batched_tokens=512)
+    cost_model, stats = fit_cost_model(samples, transfer_bytes_per_s=bandwidth)
     from kvframe.executors.cost_model import ModelShape
     from kvframe.executors.cost_model_file import write_cost_model_file
 
@@ -222,11 +225,15 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--skip-calibration", action="store_true")
+    parser.add_argument("--only-calibration", action="store_true")
     args = parser.parse_args()
     quiet_logs()
     executor = f"torch:preset=small,device={args.device}"
     requests = 16 if args.quick else 40
     repeats = 3 if args.quick else 9
+    if args.only_calibration:
+        calibration(executor, repeats)
+        return
     throughput(executor, requests)
     paging_cost(executor, repeats)
     prefix_caching(executor, requests)

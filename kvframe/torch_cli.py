@@ -95,6 +95,7 @@ def _calibrate(args: argparse.Namespace, ctx: Any) -> int:
         fit_cost_model,
         held_out_workload,
         measure_copy_bandwidth,
+        measure_engine_steps,
         measure_grid,
         validate,
     )
@@ -108,6 +109,13 @@ def _calibrate(args: argparse.Namespace, ctx: Any) -> int:
     print(f"timing {plan.describe()} on {plan.device} ...", file=sys.stderr)
     samples = measure_grid(model, repeats=args.repeats)
     bandwidth = measure_copy_bandwidth(model)
+    del model  # the training run builds its own
+    samples += measure_engine_steps(
+        args.executor,
+        held_out_workload(seed=1),
+        block_size=args.block_size,
+        max_num_batched_tokens=512,
+    )
     cost_model, stats = fit_cost_model(samples, transfer_bytes_per_s=bandwidth)
     c = plan.config
     element = plan.kv_bytes_per_token() // (c.num_layers * 2 * c.num_kv_heads * c.head_dim)
@@ -146,7 +154,6 @@ def _calibrate(args: argparse.Namespace, ctx: Any) -> int:
         cost_model=cost_model,
         calibration=calibration,
     )
-    del model
     print(json.dumps({"cost_model": _asdict(cost_model), "fit": stats}, indent=2))
     if args.check:
         check = validate(

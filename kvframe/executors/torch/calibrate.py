@@ -6,7 +6,10 @@ chunk of ``p`` tokens after ``c`` cached tokens; a decode batch of ``b``
 requests with ``l`` cached tokens each; and mixed steps (one chunk plus a
 decode batch), so the fit sees the terms together as the engine runs them.
 Each shape is timed ``repeats`` times after a warm-up; the median is kept
-(the machine may be shared: the median ignores the slow outliers).
+(the machine may be shared: the median ignores the slow outliers). To the
+grid are added the steps of a *training* workload run through the engine
+(:func:`measure_engine_steps`): the shapes a scheduler actually forms. The
+held-out check (:func:`validate`) uses a different workload (another seed).
 
 **Fit.** The cost model is linear: ``t = a + b*prefill + c*decode + d*context``.
 The fit minimises *relative* squared error (each row divided by its measured
@@ -96,6 +99,21 @@ def measure_grid(
         chunks += [StepChunk(ids(1, i), length, table(length + 1), True) for i in range(b)]
         samples.append(Sample(p, b, b * length, _time(model, chunks, repeats)))
     return samples
+
+
+def measure_engine_steps(executor: str, specs: Sequence, **settings: object) -> list[Sample]:
+    """Every forward pass of a training workload run through the engine (wall clock).
+
+    The grid times shapes in isolation; these are the shapes a scheduler
+    actually forms (several prefill chunks and decodes in one step), with
+    whatever caches they leave warm. The held-out check uses another workload.
+    """
+    from kvframe.engine import Engine, EngineConfig
+
+    wall_executor = executor + ("," if ":" in executor else ":") + "clock=wall"
+    engine = Engine.from_config(EngineConfig(executor=wall_executor, **settings))  # type: ignore[arg-type]
+    engine.run(specs)
+    return [Sample(s.prefill, s.decode, s.context, s.wall_s) for s in engine.executor.steps]
 
 
 def fit_cost_model(
