@@ -178,3 +178,8 @@ def test_cost_model_file_round_trip_drives_the_sim(tmp_path):
     with pytest.raises(ValueError, match="missing field"):
         (tmp_path / "bad.json").write_text('{"format": "kvframe-cost-model/1"}')
         EngineConfig(cost_model=str(tmp_path / "bad.json"))
+
+
+def test_calibrate_refuses_a_non_torch_executor(capsys):
+    assert main(["calibrate", "--executor", "sim"]) == 2
+    assert "calibrate times the torch executor" in capsys.readouterr().err
