@@ -36,6 +36,7 @@ from kvframe.config import (
 )
 from kvframe.run_cli import add_gen_command, add_run_command
 from kvframe.torch_cli import add_calibrate_command, add_outputs_diff_command
+from kvframe.workloads_cli import add_workloads_command
 
 if TYPE_CHECKING:
     from kvframe.plugins import PluginEntry, PluginRegistry
@@ -259,6 +260,7 @@ SUBCOMMANDS: list[Callable[[Any], None]] = [
     add_check_command,
     add_run_command,
     add_gen_command,
+    add_workloads_command,
     add_calibrate_command,
     add_outputs_diff_command,
 ]
