@@ -271,7 +271,7 @@ def test_the_extractor_finds_blocks_markers_and_transcripts(tmp_path: Path) -> N
     assert [(e.line, e.lang, e.marker, e.reason) for e in found] == [
         (4, "bash", "skip", "needs a GPU"),
         (8, "console", None, ""),
-        (17, "toml", None, ""),
+        (18, "toml", None, ""),
     ]
     assert _transcript(found[1].body) == [
         ("kvframe plugins  --json", ["out 1"]),
