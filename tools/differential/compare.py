@@ -96,6 +96,19 @@ class DriverRun:
     output: str
 
 
+def tree_paths() -> list[str]:
+    """This checkout's kvframe and plugin packages, first on a driver's import path.
+
+    The vLLM interpreter may have kvframe installed from another checkout (the
+    bridge driver imports kvframe there); putting this tree first makes every
+    driver run the code under test. Entry points still come from whatever is
+    installed, and resolve to these modules.
+    """
+    plugins = sorted(str(p.parent) for p in (REPO_ROOT / "plugins").glob("*/pyproject.toml"))
+    examples = sorted(str(p.parent) for p in (REPO_ROOT / "examples").glob("*/pyproject.toml"))
+    return [str(REPO_ROOT), *plugins, *examples]
+
+
 def _run_driver(
     side: str, python: Path | str, script: str, paths: Sequence[Path], out_dir: Path, blocks: bool
 ) -> DriverRun:
@@ -103,6 +116,7 @@ def _run_driver(
     if blocks:
         cmd.append("--blocks")
     env = dict(os.environ, VLLM_LOGGING_LEVEL="ERROR", PYTHONHASHSEED="0")
+    env["PYTHONPATH"] = os.pathsep.join([*tree_paths(), *filter(None, [env.get("PYTHONPATH")])])
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=HERE)
     return DriverRun(side, proc.returncode, proc.stdout + proc.stderr)
 

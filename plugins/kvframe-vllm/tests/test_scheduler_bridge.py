@@ -25,7 +25,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import kvframe_vllm
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
@@ -37,7 +36,6 @@ import compare  # noqa: E402  (the harness is a script folder, not a package)
 from workloads import BRIDGE_POLICIES, POLICIES, WORKLOADS  # noqa: E402
 
 NUM_REQUESTS = 40
-BRIDGE_PATH = str(Path(kvframe_vllm.__file__).resolve().parents[1])
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -51,7 +49,7 @@ def vllm_python() -> Path:
         [str(python), "-c", "import kvframe, kvframe_fcfs, kvframe_priority, kvframe_continuum"],
         capture_output=True,
         text=True,
-        env=dict(os.environ, PYTHONPATH=BRIDGE_PATH),
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(compare.tree_paths())),
     )
     if probe.returncode != 0:
         pytest.skip(
@@ -63,17 +61,16 @@ def vllm_python() -> Path:
 
 @pytest.fixture(scope="module")
 def comparison(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    with pytest.MonkeyPatch.context() as mp:  # the drivers' environment: the bridge importable
-        mp.setenv("PYTHONPATH", BRIDGE_PATH, prepend=os.pathsep)
-        results, _ = compare.run_comparison(
-            policies=(*POLICIES, *BRIDGE_POLICIES),
-            num_requests=NUM_REQUESTS,
-            vllm_python=vllm_python,
-            kvframe_python=sys.executable,
-            out_dir=tmp_path_factory.mktemp("bridge-differential"),
-            blocks=True,
-            bridge=True,
-        )
+    # compare puts this tree first on every driver's import path
+    results, _ = compare.run_comparison(
+        policies=(*POLICIES, *BRIDGE_POLICIES),
+        num_requests=NUM_REQUESTS,
+        vllm_python=vllm_python,
+        kvframe_python=sys.executable,
+        out_dir=tmp_path_factory.mktemp("bridge-differential"),
+        blocks=True,
+        bridge=True,
+    )
     return {r.workload: r for r in results}
 
 
@@ -108,7 +105,11 @@ def refusals(vllm_python: Path) -> dict[str, Any]:
         [str(vllm_python), str(Path(__file__).with_name("bridge_refusals.py"))],
         capture_output=True,
         text=True,
-        env=dict(os.environ, PYTHONPATH=BRIDGE_PATH, VLLM_LOGGING_LEVEL="ERROR"),
+        env=dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join(compare.tree_paths()),
+            VLLM_LOGGING_LEVEL="ERROR",
+        ),
         check=True,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
