@@ -41,11 +41,15 @@ orders by insertion while its priority queue breaks priority ties on
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+
+MOONCAKE = Path(__file__).resolve().parents[2] / "kvframe" / "data" / "mooncake"
+"""The Mooncake traces bundled with kvframe (read here without importing kvframe)."""
 
 POLICIES: tuple[str, ...] = ("fcfs", "priority")
 """Every workload is run under each of these scheduling policies."""
@@ -359,6 +363,31 @@ def _agentic_requests(rng: random.Random, n: int) -> list[RequestSpec]:
     return requests
 
 
+def _mooncake_requests(rng: random.Random, n: int) -> list[RequestSpec]:
+    """The first ``n`` requests of the bundled Mooncake conversation trace, scaled down.
+
+    Each of a request's ``hash_ids`` becomes one 16-token block whose tokens
+    are a function of the id, so requests that share hash ids share blocks
+    exactly as in the trace (at most 60 blocks a prompt); outputs are the
+    trace's output lengths / 20, capped at 32 tokens. The trace's real reuse
+    pattern then drives the GPU prefix cache and the tier.
+    """
+    prompts: list[list[int]] = []
+    max_tokens: list[int] = []
+    with gzip.open(MOONCAKE / "conversation.jsonl.gz", "rt", encoding="utf-8") as f:
+        for line, _ in zip(f, range(n), strict=False):
+            record = json.loads(line)
+            prompt: list[int] = []
+            for block_id in record["hash_ids"][:60]:
+                prompt += [_VOCAB[0] + (block_id * 7919 + j * 104_729) % 49_990 for j in range(16)]
+            prompts.append(prompt)
+            max_tokens.append(max(1, min(32, record["output_length"] // 20)))
+    if len(prompts) < n:
+        raise ValueError(f"the Mooncake conversation trace has only {len(prompts)} requests")
+    priorities = [rng.randint(0, 3) for _ in range(n)]
+    return _requests(rng, prompts, max_tokens, priorities, per_step=0.8)
+
+
 _Generator = Callable[[random.Random, int], list[RequestSpec]]
 
 # name -> (request generator, config overrides, one-line description)
@@ -532,6 +561,12 @@ TIER_WORKLOADS: dict[str, tuple[_Generator, dict[str, Any], int, str]] = {
         dict(num_gpu_blocks=160, max_num_batched_tokens=1024, max_num_seqs=32, max_model_len=2048),
         200,
         "the prefix workload on half its GPU pool, with a tier",
+    ),
+    "tier-mooncake": (
+        _mooncake_requests,
+        dict(num_gpu_blocks=200, max_num_batched_tokens=1024, max_num_seqs=16, max_model_len=2048),
+        4000,
+        "the Mooncake conversation trace's hash-id reuse, one 16-token block per id",
     ),
     "tier-chunked": (
         _chunked_requests,
