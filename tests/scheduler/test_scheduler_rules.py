@@ -238,6 +238,52 @@ def test_rejected_speculative_tokens_roll_back_computed_tokens():
     assert a.spec_token_ids == []
 
 
+def test_lookahead_slots_only_for_methods_that_draft_on_the_kv_cache():
+    # vLLM reserves num_speculative_tokens lookahead slots for EAGLE and draft
+    # models only; ngram proposes from the token history and gets none.
+    blocks = {}
+    for method in ("draft_model", "eagle", "ngram"):
+        s = make_scheduler(num_speculative_tokens=3, speculative_method=method)
+        add(s, "a", 8, max_tokens=20)
+        out = s.schedule()
+        s.update_from_output(
+            out, ModelRunnerOutput({"a": [SAMPLED_TOKEN]}, draft_token_ids={"a": [1, 2, 3]})
+        )
+        out = s.schedule()
+        assert out.num_scheduled_tokens == {"a": 4}
+        blocks[method] = len(s.kv_cache_manager.get_blocks("a"))
+    # 12 tokens after this step (+3 lookahead slots): 4 blocks with lookahead, 3 without.
+    assert blocks == {"draft_model": 4, "eagle": 4, "ngram": 3}
+
+
+def test_eagle_drops_the_last_block_of_a_prefix_hit():
+    hits = {}
+    for method in ("draft_model", "eagle"):
+        s = make_scheduler(num_speculative_tokens=2, speculative_method=method)
+        add(s, "a", list(range(100, 112)), max_tokens=1)
+        step(s)
+        add(s, "b", [*range(100, 112), 7, 8, 9, 10], max_tokens=1)
+        out, _ = step(s)
+        hits[method] = out.first_admissions[0].local_hit_tokens
+    assert hits == {"draft_model": 12, "eagle": 8}
+
+
+def test_drafts_for_a_partial_prefill_are_dropped():
+    s = make_scheduler(num_speculative_tokens=2)
+    a = add(s, "a", 100, max_tokens=5)
+    out = s.schedule()
+    assert out.num_scheduled_tokens == {"a": 64}
+    s.update_from_output(out, ModelRunnerOutput({}, draft_token_ids={"a": [1, 2]}))
+    assert a.spec_token_ids == []
+    out = s.schedule()
+    assert out.num_scheduled_tokens == {"a": 36} and out.scheduled_spec_decode_tokens == {}
+
+
+def test_an_unknown_speculative_method_is_refused():
+    with pytest.raises(ValueError, match="speculative_method"):
+        make_scheduler(num_speculative_tokens=2, speculative_method="medusa2")
+
+
 def test_new_and_cached_request_data():
     s = make_scheduler()
     add(s, "a", 6)
