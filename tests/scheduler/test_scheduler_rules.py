@@ -156,15 +156,20 @@ def test_preempted_request_resumes_first_and_is_reported_as_resumed():
         add(s, rid, 8, max_tokens=8)
     step(s)
     out, _ = step(s)
-    assert out.preempted_req_ids
-    resumed = set()
-    for _ in range(40):
+    assert out.preempted_req_ids == {"c"}
+    # d arrives after c was preempted but before it could resume: c goes first.
+    add(s, "d", 8, max_tokens=2)
+    first_scheduled = {}
+    for index in range(60):
         out, _ = step(s)
-        resumed |= out.scheduled_cached_reqs.resumed_req_ids
+        for order, request_id in enumerate(out.num_scheduled_tokens):
+            first_scheduled.setdefault(request_id, (index, order))
+        if "c" in out.scheduled_cached_reqs.resumed_req_ids:
+            assert [r.req_id for r in out.scheduled_new_reqs] in ([], ["d"])
         if not s.has_unfinished_requests():
             break
-    assert "c" in resumed
     assert not s.has_unfinished_requests()
+    assert first_scheduled["c"] < first_scheduled["d"]
 
 
 def test_stop_on_max_tokens():
@@ -381,18 +386,25 @@ def test_readmission_reports_the_tokens_computed_again():
     for rid in "abc":
         add(s, rid, 8, max_tokens=8)
     step(s)
-    out, _ = step(s)
-    assert out.preempted_req_ids == {"c"}
-    reported = {}
+    computed_before: dict[str, int] = {}
+    reported: dict[str, int] = {}
+    expected: dict[str, int] = {}
     for _ in range(40):
+        before = {r.request_id: r.num_computed_tokens for r in s.running}
         out, _ = step(s)
+        for request_id in out.preempted_req_ids:
+            computed_before[request_id] = before[request_id]
+        cached = out.scheduled_cached_reqs
+        for request_id, hit in zip(cached.req_ids, cached.num_computed_tokens, strict=True):
+            if request_id in cached.resumed_req_ids:
+                # A resumed request starts from its prefix hit; the rest of what it
+                # had computed before the preemption is computed again.
+                expected[request_id] = computed_before[request_id] - hit
         reported.update(out.recomputed_tokens)
-        if "c" in out.scheduled_cached_reqs.resumed_req_ids:
+        if "c" in cached.resumed_req_ids:
             break
-    # c had computed its 8 prompt tokens; whatever the prefix cache did not give
-    # back is computed again, and the per-request figure adds up to the total.
-    assert "c" in reported
-    assert 0 <= reported["c"] <= 8
+    assert "c" in reported and computed_before["c"] == 8
+    assert reported == expected
     assert sum(reported.values()) == s.stats.num_recomputed_tokens
 
 
