@@ -34,7 +34,9 @@ from kvframe.config import (
     load_config,
     merge,
 )
+from kvframe.compare.cli import add_compare_command
 from kvframe.run_cli import add_gen_command, add_run_command
+from kvframe.sweep.cli import add_sweep_command
 
 if TYPE_CHECKING:
     from kvframe.plugins import PluginEntry, PluginRegistry
@@ -258,6 +260,8 @@ SUBCOMMANDS: list[Callable[[Any], None]] = [
     add_check_command,
     add_run_command,
     add_gen_command,
+    add_sweep_command,
+    add_compare_command,
 ]
 """Functions that each add one subcommand; later commands append themselves here."""
 
