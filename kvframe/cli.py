@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import structlog
 
 import kvframe
+from kvframe.compare.cli import add_compare_command
 from kvframe.config import (
     KINDS,
     ConfigError,
@@ -34,7 +35,6 @@ from kvframe.config import (
     load_config,
     merge,
 )
-from kvframe.compare.cli import add_compare_command
 from kvframe.run_cli import add_gen_command, add_run_command
 from kvframe.sweep.cli import add_sweep_command
 
