@@ -37,6 +37,7 @@ from kvframe.config import (
 )
 from kvframe.run_cli import add_gen_command, add_run_command
 from kvframe.sweep.cli import add_sweep_command
+from kvframe.workloads_cli import add_workloads_command
 
 if TYPE_CHECKING:
     from kvframe.plugins import PluginEntry, PluginRegistry
@@ -260,6 +261,7 @@ SUBCOMMANDS: list[Callable[[Any], None]] = [
     add_check_command,
     add_run_command,
     add_gen_command,
+    add_workloads_command,
     add_sweep_command,
     add_compare_command,
 ]
