@@ -172,9 +172,7 @@ def test_a_database_of_another_schema_version_is_refused_before_any_cell(
         assert "cells" not in {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
 
 
-def test_an_unreachable_ray_address_fails_before_anything_is_written(
-    write_sweep, capsys
-) -> None:
+def test_an_unreachable_ray_address_fails_before_anything_is_written(write_sweep, capsys) -> None:
     path = write_sweep(SWEEP)
     assert main(["sweep", str(path), "--ray", "127.0.0.1:9"]) == 2
     assert "cannot reach the Ray cluster at 127.0.0.1:9" in capsys.readouterr().err
@@ -207,7 +205,8 @@ def test_the_same_sweep_runs_on_a_local_ray_instance(write_sweep) -> None:
     # the engine is deterministic: Ray cells hold the very numbers local workers produce
     for ray_cell, local_cell in zip(ray_cells, local_cells, strict=True):
         if ray_cell["status"] == "done":
-            assert ray_cell["metrics"]["counters"]["num_steps"] == (
-                local_cell["metrics"]["counters"]["num_steps"]
+            assert (
+                ray_cell["metrics"]["counters"]["num_steps"]
+                == (local_cell["metrics"]["counters"]["num_steps"])
             )
             assert ray_cell["metrics"]["distributions"] == local_cell["metrics"]["distributions"]

@@ -104,3 +104,22 @@ def test_dry_run_lists_every_cell_and_runs_none(write_sweep, capsys) -> None:
     assert all(cell.key in out for cell in spec.cells)
     assert "gpu_eviction" in out and "num_gpu_blocks" in out
     assert not spec.db.exists()
+
+
+def test_sweep_and_compare_import_no_matplotlib_or_ray() -> None:
+    """The CLI registers both subcommands without loading their heavy dependencies.
+
+    (rich is a core dependency, and structlog's console renderer loads it anyway.)
+    """
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, json, kvframe.cli, kvframe.sweep, kvframe.compare; "
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = set(json.loads(done.stdout))
+    assert "kvframe.sweep.runner" in loaded
+    assert loaded.isdisjoint({"matplotlib", "ray"}), loaded & {"matplotlib", "ray"}
