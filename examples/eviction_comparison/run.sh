@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 scripts/bootstrap
 .venv/bin/python -c "import kvframe_s3fifo" 2>/dev/null \
-  || .venv/bin/python -m pip install -q -e examples/third_party_policy
+  || .venv/bin/python -m pip install -q --no-deps --no-build-isolation -e examples/third_party_policy
 .venv/bin/kvframe sweep examples/eviction_comparison/sweep.toml
 .venv/bin/kvframe compare runs/eviction-comparison/results.sqlite \
   --plots runs/eviction-comparison/report --title "Eviction policies on Mooncake (first 200 requests)"
