@@ -37,6 +37,7 @@ from kvframe.config import (
 )
 from kvframe.run_cli import add_gen_command, add_run_command
 from kvframe.sweep.cli import add_sweep_command
+from kvframe.torch_cli import add_calibrate_command, add_outputs_diff_command
 from kvframe.workloads_cli import add_workloads_command
 
 if TYPE_CHECKING:
@@ -264,6 +265,8 @@ SUBCOMMANDS: list[Callable[[Any], None]] = [
     add_workloads_command,
     add_sweep_command,
     add_compare_command,
+    add_calibrate_command,
+    add_outputs_diff_command,
 ]
 """Functions that each add one subcommand; later commands append themselves here."""
 
