@@ -27,6 +27,7 @@ TABLE_METRICS: tuple[tuple[str, str, str], ...] = (
     ("job_completion_time_seconds.mean", "JCT mean (s)", "num"),
     ("output_throughput_tokens_per_second", "output tok/s", "num"),
     ("num_preemptions", "preemptions", "int"),
+    ("num_requests_ignored", "ignored", "int"),
 )
 """(metric, column heading, format) of the terminal table; a column no run has is left out."""
 
