@@ -100,6 +100,10 @@ def _hit_ratio_curve(entries: Sequence[Entry], varying: list[str], out: Path) ->
         ys = [100 * (e.value("total_hit_rate") or 0.0) for e in group]
         ax.plot(xs, ys, marker="o", label=label)
     unit = "blocks" if pool_key == "num_gpu_blocks" else "bytes"
+    sizes = [_pool(e, pool_key) for e in entries if _pool(e, pool_key) > 0]
+    if sizes and max(sizes) >= 8 * min(sizes):  # pool sizes usually grow by factors
+        ax.set_xscale("log", base=2)
+        unit += ", log scale"
     ax.set_xlabel(f"GPU KV-cache pool size ({unit})")
     ax.set_ylabel("prompt tokens served from cache (%)")
     ax.set_title("Hit ratio vs GPU pool size")
