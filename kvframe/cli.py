@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import structlog
 
 import kvframe
+from kvframe.compare.cli import add_compare_command
 from kvframe.config import (
     KINDS,
     ConfigError,
@@ -35,6 +36,7 @@ from kvframe.config import (
     merge,
 )
 from kvframe.run_cli import add_gen_command, add_run_command
+from kvframe.sweep.cli import add_sweep_command
 from kvframe.torch_cli import add_calibrate_command, add_outputs_diff_command
 from kvframe.workloads_cli import add_workloads_command
 
@@ -261,6 +263,8 @@ SUBCOMMANDS: list[Callable[[Any], None]] = [
     add_run_command,
     add_gen_command,
     add_workloads_command,
+    add_sweep_command,
+    add_compare_command,
     add_calibrate_command,
     add_outputs_diff_command,
 ]

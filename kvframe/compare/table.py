@@ -1,0 +1,129 @@
+"""The side-by-side table of ``kvframe compare``: rich in a terminal, or JSON, or CSV.
+
+The terminal table shows the settings that vary between runs and a fixed set
+of headline metrics (:data:`TABLE_METRICS`); JSON and CSV carry every summary
+metric (``metrics.json`` flattened: counters, ``DIST.STAT``, derived figures).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Sequence
+from typing import IO, Any
+
+from kvframe.compare.load import Entry, derived_metrics, varying_keys
+
+__all__ = ["TABLE_METRICS", "flat_metrics", "render_table", "table_rows", "write_csv", "write_json"]
+
+TABLE_METRICS: tuple[tuple[str, str, str], ...] = (
+    ("total_hit_rate", "hit rate", "pct"),
+    ("prefix_cache_hit_rate", "GPU hit rate", "pct"),
+    ("offload_hit_tokens", "CPU-tier hit tokens", "int"),
+    ("time_to_first_token_seconds.mean", "TTFT mean (s)", "num"),
+    ("time_to_first_token_seconds.p90", "TTFT p90 (s)", "num"),
+    ("time_per_output_token_seconds.mean", "TPOT mean (s)", "num"),
+    ("e2e_request_latency_seconds.mean", "e2e mean (s)", "num"),
+    ("job_completion_time_seconds.mean", "JCT mean (s)", "num"),
+    ("output_throughput_tokens_per_second", "output tok/s", "num"),
+    ("num_preemptions", "preemptions", "int"),
+    ("num_requests_ignored", "ignored", "int"),
+)
+"""(metric, column heading, format) of the terminal table; a column no run has is left out."""
+
+
+def flat_metrics(entry: Entry) -> dict[str, float]:
+    """Every number of a run: counters, ``DIST.STAT`` and :func:`derived_metrics`."""
+    from kvframe.sweep.store import flatten_metrics
+
+    if entry.metrics is None:
+        return {}
+    return {**flatten_metrics(entry.metrics), **derived_metrics(entry.metrics)}
+
+
+def _fmt(value: float | None, kind: str) -> str:
+    if value is None:
+        return "-"
+    if kind == "pct":
+        return f"{100 * value:.2f}%"
+    if kind == "int":
+        return f"{int(value):,}"
+    return f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.0f}"
+
+
+def table_rows(entries: Sequence[Entry]) -> tuple[list[str], list[list[str]]]:
+    """Headings and formatted cells of the terminal table (also what tests check)."""
+    keys = varying_keys(entries) or ["workload"]
+    metrics = [m for m in TABLE_METRICS if any(e.value(m[0]) is not None for e in entries)]
+    headings = [*keys, "status", *(heading for _, heading, _ in metrics)]
+    rows = []
+    for entry in entries:
+        rows.append(
+            [
+                *(_cell(entry.config.get(k)) for k in keys),
+                entry.status,
+                *(_fmt(entry.value(m), kind) for m, _, kind in metrics),
+            ]
+        )
+    return headings, rows
+
+
+def _cell(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def render_table(entries: Sequence[Entry], out: IO[str], *, title: str | None = None) -> None:
+    """Print the table with rich (plain text when ``out`` is not a terminal)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    headings, rows = table_rows(entries)
+    table = Table(title=title)
+    for i, heading in enumerate(headings):
+        numeric = i >= headings.index("status") + 1
+        table.add_column(heading, justify="right" if numeric else "left")
+    for row in rows:
+        table.add_row(*row)
+    Console(file=out, width=max(100, 14 * len(headings))).print(table)
+    failed = [e for e in entries if e.status == "failed"]
+    for entry in failed:
+        first = (entry.error or "").splitlines()[0] if entry.error else "?"
+        print(f"failed {entry.name}: {first}", file=out)
+
+
+def _records(entries: Sequence[Entry]) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": e.name,
+            "config": dict(e.config),
+            "status": e.status,
+            "error": e.error,
+            "wall_seconds": e.wall_seconds,
+            "metrics": flat_metrics(e),
+        }
+        for e in entries
+    ]
+
+
+def write_json(entries: Sequence[Entry], out: IO[str]) -> None:
+    json.dump(_records(entries), out, indent=2, sort_keys=True)
+    out.write("\n")
+
+
+def write_csv(entries: Sequence[Entry], out: IO[str]) -> None:
+    """One row per run: its settings, status, then every metric (empty where absent)."""
+    records = _records(entries)
+    config_keys = sorted({k for r in records for k in r["config"]})
+    metric_keys = sorted({k for r in records for k in r["metrics"]})
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["name", *config_keys, "status", "wall_seconds", *metric_keys])
+    for r in records:
+        writer.writerow(
+            [
+                r["name"],
+                *("" if r["config"].get(k) is None else r["config"][k] for k in config_keys),
+                r["status"],
+                "" if r["wall_seconds"] is None else r["wall_seconds"],
+                *(r["metrics"].get(k, "") for k in metric_keys),
+            ]
+        )

@@ -1,0 +1,113 @@
+"""Run one sweep cell: the same engine ``kvframe run`` uses, through its public API.
+
+:func:`run_cell` never raises for a problem of the cell itself (a plugin that is
+not installed, options it rejects, a stalled engine, a plugin that crashes):
+it returns a failed :class:`CellOutcome` with the error text, so that a worker
+can report it and the sweep goes on. Everything it returns is plain data
+(picklable for worker processes and Ray).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from kvframe.sweep.spec import WORKLOAD_KEYS
+
+__all__ = ["CellOutcome", "build_engine_config", "load_cell_workload", "run_cell"]
+
+
+@attrs.frozen(slots=True)
+class CellOutcome:
+    """What a cell produced: ``status`` is ``done``, ``partial`` or ``failed``."""
+
+    key: str
+    status: str
+    started: float
+    """Unix time the cell started."""
+    wall_seconds: float
+    """Wall-clock seconds of the whole cell: reading the workload, the run, the summary."""
+    metrics: Mapping[str, Any] | None = None
+    """``metrics.json`` as a dict (counters, distributions, metadata)."""
+    requests: tuple[tuple[Any, ...], ...] = ()
+    """Per-request rows in :data:`kvframe.metrics.CSV_COLUMNS` order."""
+    error: str | None = None
+
+
+def build_engine_config(settings: Mapping[str, Any]) -> Any:
+    """The :class:`~kvframe.engine.EngineConfig` of a cell, as ``kvframe run`` builds it
+    from ``kvframe.toml``: plugin keys as config strings, the rest as engine settings."""
+    from kvframe.config import config_from_mapping
+    from kvframe.engine import EngineConfig
+
+    values = {k: v for k, v in settings.items() if k not in WORKLOAD_KEYS}
+    selection = config_from_mapping(values, origin="cell")
+    fields: dict[str, Any] = {
+        "tracers": selection.tracer,
+        "offload": selection.offload,
+        "eviction": selection.eviction,
+        "reuse_filter": selection.reuse_filter,
+    }
+    if selection.scheduling is not None:
+        fields["scheduling"] = selection.scheduling
+    return EngineConfig.from_settings(selection.engine, origins=selection.origins, **fields)
+
+
+def load_cell_workload(settings: Mapping[str, Any]) -> Any:
+    """The cell's workload; ``rate_scale`` divides every arrival time (open-loop load)."""
+    from kvframe.workloads import Workload, load_workload
+
+    workload = load_workload(
+        settings["workload"],
+        format=settings.get("format", "auto"),
+        limit=settings.get("limit"),
+        skip_bad_lines=settings.get("skip_bad_lines", False),
+    )
+    scale = settings.get("rate_scale")
+    if scale is None or scale == 1:
+        return workload
+    specs = [attrs.evolve(s, arrival_time=s.arrival_time / scale) for s in workload]
+    return Workload(
+        specs,
+        name=workload.name,
+        source=workload.source,
+        format=workload.format,
+        num_skipped_lines=workload.num_skipped_lines,
+        errors=workload.errors,
+        metadata=workload.metadata,
+    )
+
+
+def run_cell(key: str, settings: Mapping[str, Any]) -> CellOutcome:
+    """Run one cell to completion; any exception becomes a failed outcome with its traceback."""
+    started = time.time()
+    clock = time.perf_counter()
+    try:
+        from kvframe.engine import Engine
+        from kvframe.metrics import CSV_COLUMNS
+
+        config = build_engine_config(settings)
+        workload = load_cell_workload(settings)
+        result = Engine.from_config(config).run(workload)
+        summary = result.summary
+        metrics = summary.to_dict()
+        metrics.setdefault("metadata", {})["sweep_cell"] = dict(settings)
+        rows = tuple(tuple(getattr(r, c) for c in CSV_COLUMNS) for r in summary.requests)
+        return CellOutcome(
+            key,
+            "partial" if result.partial else "done",
+            started,
+            time.perf_counter() - clock,
+            metrics,
+            rows,
+        )
+    except Exception as err:  # the cell's own failure: record it, let the sweep go on
+        text = f"{type(err).__name__}: {err}"
+        tb = traceback.format_exc(limit=-6)
+        return CellOutcome(
+            key, "failed", started, time.perf_counter() - clock, error=f"{text}\n\n{tb}"
+        )

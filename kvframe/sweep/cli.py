@@ -1,0 +1,192 @@
+"""``kvframe sweep SWEEP.toml``: run a grid of runs into a results database.
+
+Exit codes: 0 every cell done (now or before), 1 some cell failed (its error is
+in the database and printed), 2 bad sweep file, database or Ray address (before
+any cell runs), 130 interrupted (finished cells are kept; run again to resume).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kvframe.cli import Context
+
+__all__ = ["add_sweep_command"]
+
+EXIT_OK = 0
+EXIT_FAILED_CELLS = 1
+EXIT_INTERRUPTED = 130
+
+
+def add_sweep_command(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "sweep",
+        help="run a grid of runs (workloads x policies x knobs) into a results database",
+        description="Run every cell of SWEEP.toml (see docs/sweeps.md) in worker processes "
+        "or on Ray, storing each in an SQLite database; cells already stored are skipped, "
+        "so running the same sweep again resumes it.",
+    )
+    parser.add_argument("sweep", metavar="SWEEP.toml", help="the sweep file")
+    parser.add_argument("--dry-run", action="store_true", help="list the cells and exit")
+    parser.add_argument(
+        "--jobs", "-j", type=int, metavar="N", help="cells at once (default: one per core)"
+    )
+    parser.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="run cells on Ray (pip install 'kvframe[ray]'): the cluster at ADDRESS "
+        "(HOST:PORT), or a local Ray instance without ADDRESS",
+    )
+    parser.add_argument("--db", metavar="PATH", help="results database (default: the file's 'db')")
+    parser.add_argument(
+        "--retry-failed", action="store_true", help="run failed cells again instead of skipping"
+    )
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="live progress on stderr (default: when stderr is a terminal)",
+    )
+    parser.set_defaults(handler=sweep_command)
+
+
+def _dry_run(spec: Any, done: set[str], ctx: Context) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"sweep {spec.name}: {len(spec.cells)} cells -> {spec.db}")
+    table.add_column("#", justify="right")
+    table.add_column("key")
+    table.add_column("stored")
+    shown = spec.varying or ("workload",)
+    for key in shown:
+        table.add_column(key)
+    for cell in spec.cells:
+        table.add_row(
+            str(cell.index + 1),
+            cell.key,
+            "yes" if cell.key in done else "",
+            *(str(cell.settings.get(k, "-")) for k in shown),
+        )
+    Console(file=ctx.stdout, width=200).print(table)
+
+
+def sweep_command(args: argparse.Namespace, ctx: Context) -> int:
+    from kvframe.config import ConfigError
+    from kvframe.sweep.runner import LocalBackend, RayBackend, check_ray_address, run_sweep
+    from kvframe.sweep.spec import load_sweep
+    from kvframe.sweep.store import ResultStore
+
+    spec = load_sweep(args.sweep)
+    db = Path(args.db) if args.db else spec.db
+    if args.jobs is not None and args.jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
+    if args.dry_run:
+        done: set[str] = set()
+        if db.is_file():
+            store = ResultStore(db, create=False)
+            done = store.finished_keys()
+            store.close()
+        _dry_run(spec, done, ctx)
+        return EXIT_OK
+
+    # Every check that can fail runs before the database is touched and any cell starts:
+    # Ray importable and its address answering, then the database's schema version.
+    if args.ray:
+        check_ray_address(args.ray)
+    if args.ray is not None and importlib.util.find_spec("ray") is None:
+        raise ConfigError(
+            "Ray is not installed", origin="--ray", hints=["pip install 'kvframe[ray]'"]
+        )
+    store = ResultStore(db)
+    try:
+        if args.retry_failed:
+            store.forget_failed()
+        jobs = args.jobs or spec.jobs
+        if args.ray is not None:
+            backend: Any = RayBackend(args.ray or None, jobs)
+        else:
+            backend = LocalBackend(jobs or os.cpu_count() or 1)
+        show = sys.stderr.isatty() if args.progress is None else args.progress
+        with _Display(show, len(spec.cells)) as display:
+            report = run_sweep(spec, store, backend, on_update=display.update)
+        if args.ray is not None:
+            backend.stop()
+        failed = [c for c in store.cells() if c["status"] == "failed"]
+    finally:
+        store.close()
+    ctx.print(
+        f"sweep {spec.name}: {report.done} cells run, {report.skipped} already stored, "
+        f"{report.failed} failed, {report.wall_seconds:.1f} s -> {db}"
+    )
+    for cell in failed:
+        first = (cell["error"] or "").splitlines()[0] if cell["error"] else "?"
+        ctx.print(f"  failed cell #{cell['index'] + 1} ({cell['key']}): {first}")
+    if report.interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_FAILED_CELLS if failed else EXIT_OK
+
+
+class _Display:
+    """A rich progress bar on stderr: cells done / running / failed and an ETA.
+
+    Refreshed by the sweep loop (no refresh thread), so that forking workers
+    never copies a thread mid-write.
+    """
+
+    def __init__(self, enabled: bool, total: int) -> None:
+        self.enabled = enabled
+        self._progress: Any = None
+        self._task: Any = None
+        self._total = total
+
+    def __enter__(self) -> _Display:
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self._progress = Progress(
+                TextColumn("sweep"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[detail]}"),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                console=Console(file=sys.stderr),
+                auto_refresh=False,
+            )
+            self._progress.start()
+            self._task = self._progress.add_task("sweep", total=self._total, detail="")
+        return self
+
+    def update(self, counts: dict[str, Any]) -> None:
+        if self._progress is None:
+            return
+        finished = counts["done"] + counts["failed"]
+        self._progress.update(
+            self._task,
+            total=counts["total"],
+            completed=finished,
+            detail=f"running {counts['running']}, failed {counts['failed']}",
+        )
+        self._progress.refresh()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()

@@ -1,0 +1,273 @@
+"""Run a sweep's cells in worker processes or on Ray, storing each outcome as it arrives.
+
+Why a fresh process per cell (forked, so it costs milliseconds, not an import):
+isolation. A cell whose plugin raises is caught inside :func:`run_cell`; a cell
+whose plugin kills its process (a segfault, ``os._exit``) only takes that
+process down, and the parent records "worker process died" for that cell while
+the others go on. A shared pool would break for every cell at once.
+
+Ctrl-C: workers ignore SIGINT, so the parent alone decides. It stops the
+running cells (they are not stored, so the next sweep runs them again) and
+keeps every cell already stored, each committed in its own transaction.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+import attrs
+
+from kvframe.config import ConfigError
+from kvframe.sweep.cell import CellOutcome, run_cell
+from kvframe.sweep.spec import Cell, SweepSpec
+from kvframe.sweep.store import ResultStore
+
+__all__ = ["LocalBackend", "RayBackend", "SweepReport", "check_ray_address", "run_sweep"]
+
+
+class Backend(Protocol):
+    jobs: int
+
+    def submit(self, cell: Cell) -> None: ...
+
+    def wait(self, timeout: float) -> list[CellOutcome]: ...
+
+    def running(self) -> int: ...
+
+    def stop(self) -> None: ...
+
+
+# -- local worker processes ---------------------------------------------------
+
+
+def _child(conn: Any, key: str, settings: dict[str, Any]) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
+    outcome = run_cell(key, settings)
+    conn.send(outcome)
+    conn.close()
+
+
+class LocalBackend:
+    """One forked process per cell, at most ``jobs`` at a time."""
+
+    def __init__(self, jobs: int) -> None:
+        import multiprocessing as mp
+
+        self.jobs = jobs
+        methods = mp.get_all_start_methods()
+        self._ctx = mp.get_context("fork" if "fork" in methods else "spawn")
+        self._running: dict[str, tuple[Any, Any, float]] = {}
+
+    def submit(self, cell: Cell) -> None:
+        receive, send = self._ctx.Pipe(duplex=False)
+        process = self._ctx.Process(
+            target=_child, args=(send, cell.key, dict(cell.settings)), daemon=True
+        )
+        process.start()
+        send.close()
+        self._running[cell.key] = (process, receive, time.time())
+
+    def running(self) -> int:
+        return len(self._running)
+
+    def wait(self, timeout: float) -> list[CellOutcome]:
+        from multiprocessing.connection import wait
+
+        if not self._running:
+            return []
+        handles: dict[Any, str] = {}
+        for key, (process, conn, _) in self._running.items():
+            handles[conn] = key
+            handles[process.sentinel] = key
+        ready = wait(list(handles), timeout)
+        done: list[CellOutcome] = []
+        for key in dict.fromkeys(handles[h] for h in ready):
+            process, conn, started = self._running.pop(key)
+            outcome: CellOutcome | None = None
+            try:
+                if conn.poll():
+                    outcome = conn.recv()
+            except (EOFError, OSError):
+                outcome = None
+            process.join()
+            conn.close()
+            if outcome is None:
+                outcome = CellOutcome(
+                    key,
+                    "failed",
+                    started,
+                    time.time() - started,
+                    error=f"worker process died (exit code {process.exitcode}) "
+                    "without reporting a result",
+                )
+            done.append(outcome)
+        return done
+
+    def stop(self) -> None:
+        for process, _conn, _ in self._running.values():
+            process.terminate()
+        for process, conn, _ in self._running.values():
+            process.join(5)
+            conn.close()
+        self._running.clear()
+
+
+# -- Ray ------------------------------------------------------------------------
+
+
+def check_ray_address(address: str) -> None:
+    """Fail fast, before any cell runs, when ``HOST:PORT`` does not answer.
+
+    ``ray.init`` on a dead address retries for a long time; a TCP connect with a
+    short timeout gives the user a clear error at once.
+    """
+    if address in ("auto", "local"):
+        return
+    target = address.removeprefix("ray://")
+    host, _, port = target.rpartition(":")
+    if not host:
+        raise ConfigError(f"expected a Ray address HOST:PORT, got {address!r}", origin="--ray")
+    try:
+        with socket.create_connection((host, int(port)), timeout=3):
+            pass
+    except (OSError, ValueError) as err:
+        raise ConfigError(
+            f"cannot reach the Ray cluster at {address}: {err}",
+            origin="--ray",
+            hints=["start one with 'ray start --head', or omit ADDRESS for a local Ray instance"],
+        ) from None
+
+
+class RayBackend:
+    """Cells as Ray tasks (one CPU each); ``address=None`` starts a local Ray instance."""
+
+    def __init__(self, address: str | None, jobs: int | None) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise ConfigError(
+                "Ray is not installed", origin="--ray", hints=["pip install 'kvframe[ray]'"]
+            ) from None
+        if address is not None:
+            check_ray_address(address)
+        self._ray = ray
+        self._own = not ray.is_initialized()
+        if self._own:
+            kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+            if address is None:
+                kwargs["num_cpus"] = jobs or os.cpu_count() or 1
+            try:
+                ray.init(address=address, **kwargs)
+            except (ConnectionError, RuntimeError, ValueError) as err:
+                raise ConfigError(
+                    f"cannot connect to Ray at {address}: {err}", origin="--ray"
+                ) from None
+        self.jobs = jobs or max(1, int(ray.cluster_resources().get("CPU", 1)))
+        self._task = ray.remote(num_cpus=1, max_retries=0)(run_cell)
+        self._running: dict[Any, tuple[str, float]] = {}
+
+    def submit(self, cell: Cell) -> None:
+        ref = self._task.remote(cell.key, dict(cell.settings))
+        self._running[ref] = (cell.key, time.time())
+
+    def running(self) -> int:
+        return len(self._running)
+
+    def wait(self, timeout: float) -> list[CellOutcome]:
+        if not self._running:
+            return []
+        ready, _ = self._ray.wait(list(self._running), num_returns=1, timeout=timeout)
+        done = []
+        for ref in ready:
+            key, started = self._running.pop(ref)
+            try:
+                done.append(self._ray.get(ref))
+            except Exception as err:  # the task's worker died: that cell failed
+                done.append(
+                    CellOutcome(key, "failed", started, time.time() - started, error=str(err))
+                )
+        return done
+
+    def stop(self) -> None:
+        for ref in self._running:
+            self._ray.cancel(ref, force=True)
+        self._running.clear()
+        if self._own:
+            self._ray.shutdown()
+
+
+# -- the loop ---------------------------------------------------------------------
+
+
+@attrs.frozen(slots=True)
+class SweepReport:
+    total: int
+    skipped: int
+    done: int
+    failed: int
+    interrupted: bool
+    wall_seconds: float
+
+
+def run_sweep(
+    spec: SweepSpec,
+    store: ResultStore,
+    backend: Backend,
+    *,
+    on_update: Callable[[dict[str, Any]], None] | None = None,
+    cells: Iterable[Cell] | None = None,
+) -> SweepReport:
+    """Run the cells the database does not have yet; store each as it finishes.
+
+    :param on_update: called with counts (``done``, ``failed``, ``running``,
+        ``todo``, ``total``, ``last``) after every change, for a progress display.
+    :raises KeyboardInterrupt: never: Ctrl-C stops the running cells and the
+        report says ``interrupted``.
+    """
+    started = time.perf_counter()
+    finished = store.finished_keys()
+    chosen = list(cells if cells is not None else spec.cells)
+    pending = [c for c in chosen if c.key not in finished]
+    by_key = {c.key: c for c in pending}
+    skipped = len(chosen) - len(pending)
+    counts = {"done": 0, "failed": 0, "running": 0, "todo": len(pending), "total": len(pending)}
+    queue = list(reversed(pending))
+    interrupted = False
+
+    def update(last: CellOutcome | None = None) -> None:
+        counts["running"] = backend.running()
+        if on_update is not None:
+            on_update({**counts, "last": last})
+
+    try:
+        update()
+        while queue or backend.running():
+            while queue and backend.running() < backend.jobs:
+                backend.submit(queue.pop())
+                update()
+            for outcome in backend.wait(0.25):
+                cell = by_key[outcome.key]
+                store.record(cell.index, cell.settings, outcome)
+                counts["todo"] -= 1
+                counts["failed" if outcome.status == "failed" else "done"] += 1
+                update(outcome)
+            if on_update is not None:
+                update()
+    except KeyboardInterrupt:
+        interrupted = True
+        backend.stop()
+        print("kvframe sweep: interrupted; finished cells are saved", file=sys.stderr)
+    return SweepReport(
+        len(chosen),
+        skipped,
+        counts["done"],
+        counts["failed"],
+        interrupted,
+        time.perf_counter() - started,
+    )

@@ -1,0 +1,212 @@
+"""Sweeps in worker processes and on Ray: results stored, failures isolated, resume, Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from kvframe.cli import main
+from kvframe.config import ConfigError
+from kvframe.sweep import SCHEMA_VERSION, LocalBackend, ResultStore, load_sweep, run_sweep
+from kvframe.sweep.cell import build_engine_config, load_cell_workload
+
+SWEEP = """
+[sweep]
+db = "results.sqlite"
+[base]
+workload = "chat.jsonl"
+[grid]
+num_gpu_blocks = [48, 96]
+[[cells]]
+scheduler = "fcfs"
+[[cells]]
+scheduler = "priority"
+[[cells]]
+scheduler = "no-such-policy"
+"""
+
+CRASH = '''
+import os
+from kvframe.bases import Tracer
+
+class Crash(Tracer):
+    """Kills its process on the first step: a plugin that takes its worker down."""
+
+    def on_step_snapshot(self, snapshot):
+        os._exit(7)
+'''
+
+
+def _cells(db: Path) -> dict[str, tuple[str, str | None, float]]:
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT key, status, error, started FROM cells").fetchall()
+    return {key: (status, error, started) for key, status, error, started in rows}
+
+
+def test_sweep_stores_every_cell_and_records_the_failing_ones(write_sweep, capsys) -> None:
+    path = write_sweep(SWEEP)
+    spec = load_sweep(path)
+    assert main(["sweep", str(path), "--jobs", "2", "--no-progress"]) == 1
+    out = capsys.readouterr().out
+    cells = _cells(spec.db)
+    assert set(cells) == {c.key for c in spec.cells}
+    by_scheduler: dict[str, list[str]] = {}
+    for cell in spec.cells:
+        by_scheduler.setdefault(cell.settings["scheduler"], []).append(cells[cell.key][0])
+    assert by_scheduler == {
+        "fcfs": ["done", "done"],
+        "priority": ["done", "done"],
+        "no-such-policy": ["failed", "failed"],
+    }
+    failed = [cells[c.key][1] for c in spec.cells if c.settings["scheduler"] == "no-such-policy"]
+    assert all("unknown scheduling policy 'no-such-policy'" in (e or "") for e in failed)
+    assert out.count("failed cell") == 2
+
+    # A stored cell holds what a bare run of the same settings produces.
+    cell = spec.cells[1]
+    from kvframe.engine import Engine
+
+    bare = Engine.from_config(build_engine_config(cell.settings)).run(
+        load_cell_workload(cell.settings)
+    )
+    with sqlite3.connect(spec.db) as conn:
+        metrics = json.loads(
+            conn.execute("SELECT metrics FROM cells WHERE key=?", (cell.key,)).fetchone()[0]
+        )
+        hits = conn.execute(
+            "SELECT value FROM metrics WHERE cell=? AND name='prefix_cache_hits'", (cell.key,)
+        ).fetchone()[0]
+        ttft_p50 = conn.execute(
+            "SELECT value FROM metrics WHERE cell=? AND name='time_to_first_token_seconds.p50'",
+            (cell.key,),
+        ).fetchone()[0]
+        (rows,) = conn.execute("SELECT COUNT(*) FROM requests WHERE cell=?", (cell.key,)).fetchone()
+        version = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
+    counters = bare.summary.counters
+    assert metrics["counters"]["num_steps"] == counters["num_steps"]
+    assert hits == counters["prefix_cache_hits"]
+    assert ttft_p50 == pytest.approx(bare.summary.distributions["time_to_first_token_seconds"].p50)
+    assert rows == len(bare.summary.requests) == 40
+    assert version == str(SCHEMA_VERSION)
+
+
+def test_interrupted_sweep_keeps_finished_cells_and_resumes_without_rerunning(
+    write_sweep, capsys
+) -> None:
+    path = write_sweep(SWEEP.replace('"no-such-policy"', '"fcfs:unknown_option=1"'))
+    spec = load_sweep(path)
+
+    class InterruptAfterTwo(LocalBackend):
+        """Ctrl-C arrives once two cells have been stored."""
+
+        seen = 0
+
+        def wait(self, timeout: float):  # type: ignore[override]
+            if self.seen >= 2:
+                raise KeyboardInterrupt
+            done = super().wait(timeout)
+            self.seen += len(done)
+            return done
+
+    store = ResultStore(spec.db)
+    report = run_sweep(spec, store, InterruptAfterTwo(jobs=2))
+    store.close()
+    assert report.interrupted
+    first = _cells(spec.db)
+    assert 2 <= len(first) < len(spec.cells)
+
+    assert main(["sweep", str(path), "--jobs", "2", "--no-progress"]) == 1
+    out = capsys.readouterr().out
+    second = _cells(spec.db)
+    assert set(second) == {c.key for c in spec.cells}
+    # finished cells were not run again: same start time, and the summary says so
+    assert all(second[key] == first[key] for key in first)
+    assert f"{len(first)} already stored" in out
+
+    # A third run has nothing left to do; --retry-failed re-runs only the failed cells.
+    assert main(["sweep", str(path), "--no-progress"]) == 1
+    assert f"0 cells run, {len(spec.cells)} already stored" in capsys.readouterr().out
+    assert main(["sweep", str(path), "--no-progress", "--retry-failed"]) == 1
+    assert "2 failed" in capsys.readouterr().out
+
+
+def test_a_plugin_that_kills_its_worker_fails_only_its_cell(write_sweep, write_module) -> None:
+    write_module("kvframe_crash_tracer", CRASH)
+    path = write_sweep(
+        """
+        [sweep]
+        db = "results.sqlite"
+        [base]
+        workload = "chat.jsonl"
+        num_gpu_blocks = 96
+        [grid]
+        tracer = ["none", "kvframe_crash_tracer:Crash"]
+        """.replace("        ", "")
+    )
+    spec = load_sweep(path)
+    store = ResultStore(spec.db)
+    report = run_sweep(spec, store, LocalBackend(jobs=2))
+    store.close()
+    assert (report.done, report.failed) == (1, 1)
+    cells = _cells(spec.db)
+    assert cells[spec.cells[0].key][0] == "done"
+    status, error, _ = cells[spec.cells[1].key]
+    assert status == "failed" and "worker process died (exit code 7)" in (error or "")
+
+
+def test_a_database_of_another_schema_version_is_refused_before_any_cell(
+    write_sweep, capsys
+) -> None:
+    path = write_sweep(SWEEP)
+    db = path.parent / "results.sqlite"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        conn.execute("INSERT INTO meta VALUES ('schema_version', '0')")
+    assert main(["sweep", str(path), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "schema version 0" in err and f"version {SCHEMA_VERSION}" in err and str(db) in err
+    with sqlite3.connect(db) as conn:
+        assert "cells" not in {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+
+
+def test_an_unreachable_ray_address_fails_before_anything_is_written(write_sweep, capsys) -> None:
+    path = write_sweep(SWEEP)
+    assert main(["sweep", str(path), "--ray", "127.0.0.1:9"]) == 2
+    assert "cannot reach the Ray cluster at 127.0.0.1:9" in capsys.readouterr().err
+    assert not (path.parent / "results.sqlite").exists()
+    with pytest.raises(ConfigError, match="HOST:PORT"):
+        from kvframe.sweep.runner import check_ray_address
+
+        check_ray_address("no-port-here")
+
+
+@pytest.mark.slow
+def test_the_same_sweep_runs_on_a_local_ray_instance(write_sweep) -> None:
+    pytest.importorskip("ray")
+    from kvframe.sweep import RayBackend
+
+    path = write_sweep(SWEEP)
+    spec = load_sweep(path)
+    store = ResultStore(spec.db)
+    backend = RayBackend(None, 2)
+    try:
+        report = run_sweep(spec, store, backend)
+    finally:
+        backend.stop()
+        store.close()
+    assert (report.done, report.failed) == (4, 2)
+    local_db = path.parent / "local.sqlite"
+    assert main(["sweep", str(path), "--db", str(local_db), "--no-progress"]) == 1
+    ray_cells, local_cells = ResultStore(spec.db).cells(), ResultStore(local_db).cells()
+    assert [c["status"] for c in ray_cells] == [c["status"] for c in local_cells]
+    # the engine is deterministic: Ray cells hold the very numbers local workers produce
+    for ray_cell, local_cell in zip(ray_cells, local_cells, strict=True):
+        if ray_cell["status"] == "done":
+            assert (
+                ray_cell["metrics"]["counters"]["num_steps"]
+                == (local_cell["metrics"]["counters"]["num_steps"])
+            )
+            assert ray_cell["metrics"]["distributions"] == local_cell["metrics"]["distributions"]
