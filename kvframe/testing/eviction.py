@@ -353,6 +353,30 @@ def _tier_steps() -> Any:
     )
 
 
+def _refusal_steps() -> Any:
+    """Steps for the refused-eviction test: fills, blocks taken by the tier, and
+    evictions asking for more than is idle, so refusals happen with many blocks held."""
+    from hypothesis import strategies as st
+
+    insert = st.tuples(st.just("insert"), st.integers(0, 7), st.sampled_from((0, 0, 0, 1, -1)))
+    return st.lists(
+        st.one_of(
+            insert,
+            st.tuples(st.just("fill"), st.integers(2, 6)),
+            st.tuples(st.just("remove"), st.integers(0, 15)),
+            st.tuples(st.just("touch"), st.lists(st.integers(0, 23), min_size=1, max_size=4)),
+            st.tuples(
+                st.just("evict"), st.integers(1, 6), st.lists(st.integers(0, 23), max_size=4)
+            ),
+            st.tuples(
+                st.just("evict"), st.integers(0, 3), st.lists(st.integers(0, 23), max_size=3)
+            ),
+            st.tuples(st.just("ref"), st.integers(0, 15), st.sampled_from((-1, 0, 0, 1, 2))),
+        ),
+        max_size=40,
+    )
+
+
 def _capacities() -> Any:
     from hypothesis import strategies as st
 
@@ -410,9 +434,10 @@ class EvictionPolicySuite(PluginSuite):
     def test_a_refused_eviction_changes_nothing(self, kvframe_target: PluginTarget) -> None:
         """After ``evict`` returns None, the policy behaves as if the call never happened."""
         from hypothesis import given
+        from hypothesis import strategies as st  # small tiers refuse more often
 
         @suite_settings(self.examples(0.5))
-        @given(capacity=_capacities(), steps=_tier_steps())
+        @given(capacity=st.integers(2, 8), steps=_refusal_steps())
         def run(capacity: int, steps: list[tuple[Any, ...]]) -> None:
             __tracebackhide__ = True
             checked = _Run(kvframe_target, capacity)
