@@ -6,16 +6,23 @@ model (a plain dict of what the tier has inserted and not yet removed):
 
 * ``evict(n, protected)`` returns exactly ``n`` distinct ``(key, block)`` pairs
   the policy holds, none protected, none with ``ref_cnt != 0`` — or ``None``,
-  and then behaves afterwards exactly as if it had not been called;
+  and then behaves afterwards exactly as if it had not been called; ``None``
+  only with fewer than ``n`` idle, unprotected blocks held, unless the policy
+  declares :attr:`kvframe.EvictionPolicy.may_refuse` (the refusal rule);
 * ``get`` answers what was inserted and not removed or evicted since, with the
   very block object inserted; ``touch`` of keys the policy does not hold is
   harmless (no error, nothing appears);
 * inserts happen the way an offload tier does them: only while fewer than
   ``capacity`` blocks are held, else after evicting with the new key protected;
 * the same calls on a fresh policy give the same victims (determinism);
-* memory stays bounded by the capacity however many keys pass through;
-* (capability :attr:`EvictionPolicySuite.gpu_prefix_cache`) evict succeeds
-  whenever enough idle blocks exist, as the GPU prefix cache requires.
+* memory stays bounded by the capacity however many keys pass through, by
+  eviction or by ``remove``;
+* every short call sequence, exhaustively, with the calls that must not change
+  the eviction order checked by draining the policy
+  (:mod:`kvframe.testing.eviction_sequences`);
+* (capability :attr:`EvictionPolicySuite.gpu_prefix_cache`) the real GPU tier
+  runs with the policy (:mod:`kvframe.testing.gpu_tier`), or rejects it if it
+  declares ``may_refuse``.
 
 Keys are small ints so that a failure reads like
 ``after insert(0), insert(1), touch([0]), evict(1, protected={1}) ...``.
@@ -413,8 +420,9 @@ class EvictionPolicySuite(PluginSuite):
     The GPU block pool asks ``evict(n, set())`` only when at least ``n`` of the
     blocks it gave the policy are idle, and cannot cope with ``None``. A policy
     that may decline an eviction although enough blocks are idle (an admission
-    policy, say) can still serve an offload tier; set this to ``False`` to skip
-    :meth:`test_evicts_whenever_enough_blocks_are_idle`.
+    policy, say) declares ``may_refuse = True`` on its class: the suite then
+    accepts its refusals and checks that the GPU tier rejects it. Set this to
+    ``False`` to skip the two GPU-tier checks altogether.
     """
 
     # -- the reference model --------------------------------------------------
@@ -696,8 +704,9 @@ class EvictionPolicySuite(PluginSuite):
                             f"(the last evict was refused although {idle} held blocks are idle "
                             "and none is protected)",
                             "The GPU prefix cache (--gpu-eviction) asks only for what is idle "
-                            "and cannot handle None. If the policy may refuse on purpose, set "
-                            "gpu_prefix_cache = False in a subclass of EvictionPolicySuite.",
+                            "and cannot handle None. If the policy may refuse on purpose, "
+                            "declare may_refuse = True on its class (the GPU tier then rejects "
+                            "it when selected).",
                         )
 
         run()
