@@ -286,6 +286,7 @@ class Engine:
         on_first_token = collector.on_first_token
         on_finished = collector.on_finished
         on_scheduled = collector.on_scheduled
+        on_prefix_hit = collector.on_prefix_hit
         stats = scheduler.stats
         hook = self.tracing.hook if self.tracing is not None and self.tracing.active else None
         view = RunProgress(self) if progress is not None else None
@@ -325,12 +326,12 @@ class Engine:
                     collector.on_preempted(request_id)
             if output.first_admissions:
                 for hit in output.first_admissions:
-                    on_scheduled(
-                        hit.req_id,
-                        now,
-                        num_cached_tokens=hit.local_hit_tokens,
-                        num_external_cached_tokens=hit.external_hit_tokens,
-                    )
+                    on_prefix_hit(hit.req_id, hit.local_hit_tokens, hit.external_hit_tokens)
+            if output.scheduled_new_reqs:
+                # Stamped when the request enters RUNNING, as vLLM's SCHEDULED
+                # event: an async load's first admission only reserves blocks.
+                for new_request in output.scheduled_new_reqs:
+                    on_scheduled(new_request.req_id, now)
             if output.recomputed_tokens:
                 for request_id, num_tokens in output.recomputed_tokens.items():
                     if num_tokens:
