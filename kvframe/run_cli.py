@@ -67,7 +67,12 @@ def add_run_command(subparsers: Any) -> None:
         description="Replay a Mooncake or kvframe JSONL trace on a virtual clock with the "
         "selected plugins, print a summary and write metrics.json and requests.csv.",
     )
-    parser.add_argument("trace", metavar="TRACE", help="workload file (.jsonl or .jsonl.gz)")
+    parser.add_argument(
+        "trace",
+        metavar="TRACE",
+        help="workload file (.jsonl or .jsonl.gz), or a bundled workload such as "
+        "mooncake:conversation (`kvframe workloads` lists them)",
+    )
     add_selection_arguments(parser)
 
     engine = parser.add_argument_group(
@@ -188,7 +193,7 @@ def _engine_config(args: argparse.Namespace) -> Any:
 
 
 def _default_out_dir(trace: str) -> Path:
-    name = Path(trace).name
+    name = Path(trace).name.replace(":", "-")  # bundled names: mooncake-conversation
     for suffix in (".gz", ".jsonl", ".json"):
         name = name.removesuffix(suffix)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -213,8 +218,8 @@ def run_command(args: argparse.Namespace, ctx: Context) -> int:
         workload = load_workload(
             args.trace, format=args.format, limit=args.limit, skip_bad_lines=args.skip_bad_lines
         )
-    except FileNotFoundError:
-        print(f"kvframe run: error: no such trace file: {args.trace}", file=sys.stderr)
+    except FileNotFoundError as err:  # WorkloadNotFoundError words it, did-you-mean included
+        print(f"kvframe run: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except (WorkloadError, OSError, EOFError) as err:
         print(f"kvframe run: error: {err}", file=sys.stderr)

@@ -19,7 +19,7 @@ LIMIT = 150
 
 
 @pytest.fixture(scope="module")
-def workload(conversation_trace: Path):
+def workload(conversation_trace: str):
     return load_workload(conversation_trace, limit=LIMIT)
 
 
