@@ -281,11 +281,44 @@ class EvictionPolicy(PluginBase):
     hashables (block hashes in an offload tier). The tier owns the blocks; the
     policy only orders them.
 
-    Contract: ``evict`` never returns a protected key or a block whose
-    ``ref_cnt != 0``, and is all-or-nothing.
+    Contract (every sentence is checked by :class:`kvframe.testing.EvictionPolicySuite`;
+    ``docs/plugin-authors.md`` maps each to its test):
+
+    * ``evict`` never returns a protected key or a block whose ``ref_cnt != 0``,
+      and is all-or-nothing: it returns exactly ``n`` blocks, or ``None`` and
+      changes nothing, eviction order included.
+    * ``evict(0, ...)`` returns ``[]``.
+    * The refusal rule: unless the policy declares :attr:`may_refuse`, ``evict``
+      succeeds whenever the policy holds at least ``n`` idle (``ref_cnt == 0``),
+      unprotected blocks.
+    * ``get`` changes no order; ``touch`` accepts any iterable (a generator
+      too) and ignores keys the policy does not hold.
+    * ``get`` answers exactly what was inserted and not removed or evicted since,
+      whatever the tier did to the blocks' ``ref_cnt`` in between (the tier
+      changes it in place, behind the policy's back).
+    * Deterministic: the same calls give the same victims.
+    * Memory stays bounded by a multiple of ``capacity`` however many keys pass
+      through, by eviction or by ``remove``.
     """
 
     kind: ClassVar[str] = "eviction"
+
+    may_refuse: bool = False
+    """Declares that ``evict(n, protected)`` may return ``None`` although the policy
+    holds ``n`` or more idle, unprotected blocks.
+
+    Why a declaration: the two kinds of tier need different things. An offload
+    tier treats ``None`` as "do not store this batch" and carries on, so a
+    policy may refuse on purpose (vLLM's ARC refuses when its target list has
+    nothing evictable, even though the other list has). The GPU prefix cache
+    (``--gpu-eviction``) asks only for blocks that are idle and has no way to
+    go on without them: a refusal there would stall allocation. So a policy
+    that may refuse sets ``may_refuse = True``; the GPU tier rejects it when
+    it is selected, with an error naming the policy, and offload tiers accept it.
+    A policy whose options decide it (``arc`` refuses, ``arc:variant=paper``
+    does not) sets it on the instance in ``__init__``. The default, ``False``,
+    is a promise the conformance suite checks.
+    """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
@@ -310,7 +343,11 @@ class EvictionPolicy(PluginBase):
     def evict(
         self, n: int, protected: Set[Hashable]
     ) -> list[tuple[Hashable, EvictableBlock]] | None:
-        """Remove and return exactly ``n`` evictable blocks, or change nothing and return None."""
+        """Remove and return exactly ``n`` evictable blocks, or change nothing and return None.
+
+        ``None`` is allowed only when fewer than ``n`` idle, unprotected blocks are
+        held, or when the policy declares :attr:`may_refuse`.
+        """
 
 
 # ==========================================================================

@@ -600,6 +600,27 @@ class BlockPool:
 _NOTHING_PROTECTED: frozenset[object] = frozenset()
 
 
+def gpu_eviction_problem(policy: object) -> str | None:
+    """Why ``policy`` cannot order the GPU prefix cache, or ``None`` if it can.
+
+    The refusal rule (:attr:`kvframe.bases.EvictionPolicy.may_refuse`): the GPU
+    tier asks ``evict(n, set())`` only when ``n`` blocks it gave the policy are
+    idle, and cannot go on if the answer is ``None``; a policy that declares it
+    may refuse anyway is turned away here, when it is selected, rather than
+    failing an allocation in the middle of a run.
+    """
+    if not getattr(policy, "may_refuse", False):
+        return None
+    name = getattr(type(policy), "name", "") or type(policy).__qualname__
+    return (
+        f"eviction policy {name!r} declares may_refuse = True (its evict may return None "
+        "although enough idle blocks exist), which only an offload tier can accept: the GPU "
+        "prefix cache (--gpu-eviction) cannot go on without the blocks it asked for. Use it "
+        "for an offload tier (--eviction / cpu:eviction=...), or pick a policy that never "
+        "refuses (e.g. lru, arc:variant=paper)"
+    )
+
+
 class PolicyOrderedBlockPool(BlockPool):
     """A block pool whose cached blocks are evicted in an eviction policy's order.
 
@@ -666,6 +687,9 @@ class PolicyOrderedBlockPool(BlockPool):
     ) -> None:
         if eviction_policy is None:
             raise ValueError("PolicyOrderedBlockPool needs an eviction_policy")
+        problem = gpu_eviction_problem(eviction_policy)
+        if problem is not None:
+            raise ValueError(problem)
         super().__init__(num_gpu_blocks, enable_caching, enable_kv_cache_events)
         self.eviction_policy = eviction_policy
         self.evictable: dict[Hashable, KVCacheBlock] = {}

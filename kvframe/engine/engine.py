@@ -216,6 +216,15 @@ class Engine:
                 raise ConfigError(str(err), origin="--executor") from None
         if config.gpu_eviction is not None:
             eviction = registry.create("eviction", config.gpu_eviction, num_gpu_blocks)
+            from kvframe.core.block_pool import gpu_eviction_problem
+
+            problem = gpu_eviction_problem(eviction)
+            if problem is not None:
+                from kvframe.config import ConfigError
+
+                selected = config.gpu_eviction
+                text = selected if isinstance(selected, str) else type(eviction).name
+                raise ConfigError(f"--gpu-eviction {text}: {problem}")
         tracing = registry.create_tracing(config.tracers) if config.tracers else None
         events = tracing is not None and tracing.active
         try:

@@ -89,6 +89,8 @@ def suite_settings(max_examples: int) -> Any:
         database=None,
         deadline=None,
         print_blob=False,
+        # One failure, shrunk: the message names one rule and one call sequence.
+        report_multiple_bugs=False,
         suppress_health_check=[
             HealthCheck.too_slow,
             HealthCheck.data_too_large,

@@ -6,16 +6,23 @@ model (a plain dict of what the tier has inserted and not yet removed):
 
 * ``evict(n, protected)`` returns exactly ``n`` distinct ``(key, block)`` pairs
   the policy holds, none protected, none with ``ref_cnt != 0`` — or ``None``,
-  and then behaves afterwards exactly as if it had not been called;
+  and then behaves afterwards exactly as if it had not been called; ``None``
+  only with fewer than ``n`` idle, unprotected blocks held, unless the policy
+  declares :attr:`kvframe.EvictionPolicy.may_refuse` (the refusal rule);
 * ``get`` answers what was inserted and not removed or evicted since, with the
   very block object inserted; ``touch`` of keys the policy does not hold is
   harmless (no error, nothing appears);
 * inserts happen the way an offload tier does them: only while fewer than
   ``capacity`` blocks are held, else after evicting with the new key protected;
 * the same calls on a fresh policy give the same victims (determinism);
-* memory stays bounded by the capacity however many keys pass through;
-* (capability :attr:`EvictionPolicySuite.gpu_prefix_cache`) evict succeeds
-  whenever enough idle blocks exist, as the GPU prefix cache requires.
+* memory stays bounded by the capacity however many keys pass through, by
+  eviction or by ``remove``;
+* every short call sequence, exhaustively, with the calls that must not change
+  the eviction order checked by draining the policy
+  (:mod:`kvframe.testing.eviction_sequences`);
+* (capability :attr:`EvictionPolicySuite.gpu_prefix_cache`) the real GPU tier
+  runs with the policy (:mod:`kvframe.testing.gpu_tier`), or rejects it if it
+  declares ``may_refuse``.
 
 Keys are small ints so that a failure reads like
 ``after insert(0), insert(1), touch([0]), evict(1, protected={1}) ...``.
@@ -101,6 +108,7 @@ class _Run:
         self.ops: list[Op] = []
         self.outcomes: list[tuple[Hashable, ...] | None] = []
         self.has_len = hasattr(type(self.policy), "__len__")
+        self.may_refuse = bool(getattr(self.policy, "may_refuse", False))
 
     # -- keys ---------------------------------------------------------------
 
@@ -130,6 +138,8 @@ class _Run:
             block = SimpleBlock(key, ref)
             call_plugin(self.log, text, policy.insert, key, block)
             self.model[key] = self.blocks[key] = block
+            if isinstance(key, int) and key >= self.next_key:
+                self.next_key = key + 1
             if key not in self.inserted:
                 self.inserted.append(key)
         elif kind == "remove":
@@ -164,9 +174,24 @@ class _Run:
         self, call: str, n: int, protected: frozenset[Hashable], victims: object
     ) -> tuple[Hashable, ...] | None:
         __tracebackhide__ = True
-        if victims is None:
-            return None
         log = self.log
+        if victims is None:
+            if self.check and not self.may_refuse:
+                idle = [
+                    key
+                    for key, block in self.model.items()
+                    if block.ref_cnt == 0 and key not in protected
+                ]
+                if len(idle) >= n:
+                    raise log.violation(
+                        f"then {call} returned None, although the policy holds {len(idle)} "
+                        f"idle, unprotected block(s) {fmt(idle)}",
+                        "The refusal rule (kvframe.EvictionPolicy.may_refuse): evict returns n "
+                        "blocks whenever n idle, unprotected blocks are held. A policy that "
+                        "refuses on purpose declares may_refuse = True (offload tiers accept "
+                        "it; the GPU tier rejects it when it is selected).",
+                    )
+            return None
         contract = (
             f"The contract: evict returns exactly {n} (key, block) pairs the policy holds, "
             "none protected, none with ref_cnt != 0 - or None, changing nothing."
@@ -282,15 +307,16 @@ def _drive_tier(run: _Run, abstract: Sequence[tuple[Any, ...]]) -> None:
     capacity = run.capacity
     for step in abstract:
         kind = step[0]
-        if kind == "insert":
-            _, pick, ref = step
-            absent = run.absent_known()
-            key = absent[pick % len(absent)] if pick < 3 and absent else run.fresh_key()
-            if len(run.model) >= capacity:
-                n = len(run.model) - capacity + 1
-                if run.do(("evict", n, frozenset({key}))) is None:
-                    continue
-            run.do(("insert", key, ref))
+        if kind == "insert" or kind == "fill":
+            inserts = [step[1:]] if kind == "insert" else [(7, 0)] * step[1]
+            for pick, ref in inserts:
+                absent = run.absent_known()
+                key = absent[pick % len(absent)] if pick < 3 and absent else run.fresh_key()
+                if len(run.model) >= capacity:
+                    n = len(run.model) - capacity + 1
+                    if run.do(("evict", n, frozenset({key}))) is None:
+                        continue
+                run.do(("insert", key, ref))
         elif kind == "remove":
             present = run.present()
             if present:
@@ -307,15 +333,48 @@ def _drive_tier(run: _Run, abstract: Sequence[tuple[Any, ...]]) -> None:
 
 
 def _tier_steps() -> Any:
+    """Abstract tier steps, shaped to reach the states real defects need.
+
+    Fills (several inserts in a row) get a tier to many blocks quickly; the
+    tier changes ``ref_cnt`` behind the policy's back often; evictions come
+    with up to six protected keys, so refusals happen with many blocks held.
+    """
+    from hypothesis import strategies as st
+
+    insert = st.tuples(st.just("insert"), st.integers(0, 7), st.sampled_from((0, 0, 0, 1, -1)))
+    ref = st.tuples(st.just("ref"), st.integers(0, 15), st.sampled_from((-1, 0, 0, 1, 2)))
+    return st.lists(
+        st.one_of(
+            insert,
+            insert,
+            st.tuples(st.just("fill"), st.integers(2, 8)),
+            st.tuples(st.just("remove"), st.integers(0, 15)),
+            st.tuples(st.just("touch"), st.lists(st.integers(0, 23), min_size=1, max_size=5)),
+            st.tuples(
+                st.just("evict"), st.integers(0, 4), st.lists(st.integers(0, 23), max_size=6)
+            ),
+            ref,
+            ref,
+        ),
+        max_size=40,
+    )
+
+
+def _refusal_steps() -> Any:
+    """Steps for the refused-eviction test: fills, blocks taken by the tier, and
+    evictions asking for more than is idle, so refusals happen with many blocks held."""
     from hypothesis import strategies as st
 
     insert = st.tuples(st.just("insert"), st.integers(0, 7), st.sampled_from((0, 0, 0, 1, -1)))
     return st.lists(
         st.one_of(
             insert,
-            insert,
+            st.tuples(st.just("fill"), st.integers(2, 6)),
             st.tuples(st.just("remove"), st.integers(0, 15)),
             st.tuples(st.just("touch"), st.lists(st.integers(0, 23), min_size=1, max_size=4)),
+            st.tuples(
+                st.just("evict"), st.integers(1, 6), st.lists(st.integers(0, 23), max_size=4)
+            ),
             st.tuples(
                 st.just("evict"), st.integers(0, 3), st.lists(st.integers(0, 23), max_size=3)
             ),
@@ -323,6 +382,12 @@ def _tier_steps() -> Any:
         ),
         max_size=40,
     )
+
+
+def _capacities() -> Any:
+    from hypothesis import strategies as st
+
+    return st.sampled_from((1, 2, 3, 4, 5, 6, 8, 12))
 
 
 def _replay(
@@ -355,8 +420,9 @@ class EvictionPolicySuite(PluginSuite):
     The GPU block pool asks ``evict(n, set())`` only when at least ``n`` of the
     blocks it gave the policy are idle, and cannot cope with ``None``. A policy
     that may decline an eviction although enough blocks are idle (an admission
-    policy, say) can still serve an offload tier; set this to ``False`` to skip
-    :meth:`test_evicts_whenever_enough_blocks_are_idle`.
+    policy, say) declares ``may_refuse = True`` on its class: the suite then
+    accepts its refusals and checks that the GPU tier rejects it. Set this to
+    ``False`` to skip the two GPU-tier checks altogether.
     """
 
     # -- the reference model --------------------------------------------------
@@ -364,10 +430,9 @@ class EvictionPolicySuite(PluginSuite):
     def test_random_calls_agree_with_a_reference_model(self, kvframe_target: PluginTarget) -> None:
         """Exactly n victims or None; never protected; never ref_cnt != 0; get/len consistent."""
         from hypothesis import given
-        from hypothesis import strategies as st
 
         @suite_settings(self.examples())
-        @given(capacity=st.integers(1, 6), steps=_tier_steps())
+        @given(capacity=_capacities(), steps=_tier_steps())
         def run(capacity: int, steps: list[tuple[Any, ...]]) -> None:
             __tracebackhide__ = True
             _drive_tier(_Run(kvframe_target, capacity), steps)
@@ -377,10 +442,10 @@ class EvictionPolicySuite(PluginSuite):
     def test_a_refused_eviction_changes_nothing(self, kvframe_target: PluginTarget) -> None:
         """After ``evict`` returns None, the policy behaves as if the call never happened."""
         from hypothesis import given
-        from hypothesis import strategies as st
+        from hypothesis import strategies as st  # small tiers refuse more often
 
         @suite_settings(self.examples(0.5))
-        @given(capacity=st.integers(1, 6), steps=_tier_steps())
+        @given(capacity=st.integers(2, 8), steps=_refusal_steps())
         def run(capacity: int, steps: list[tuple[Any, ...]]) -> None:
             __tracebackhide__ = True
             checked = _Run(kvframe_target, capacity)
@@ -415,10 +480,9 @@ class EvictionPolicySuite(PluginSuite):
     def test_the_same_calls_give_the_same_victims(self, kvframe_target: PluginTarget) -> None:
         """Deterministic: the same calls on a fresh policy evict the same keys in the same order."""
         from hypothesis import given
-        from hypothesis import strategies as st
 
         @suite_settings(self.examples(0.5))
-        @given(capacity=st.integers(1, 6), steps=_tier_steps())
+        @given(capacity=_capacities(), steps=_tier_steps())
         def run(capacity: int, steps: list[tuple[Any, ...]]) -> None:
             __tracebackhide__ = True
             first = _Run(kvframe_target, capacity)
@@ -440,6 +504,18 @@ class EvictionPolicySuite(PluginSuite):
                 )
 
         run()
+
+    # -- every short sequence ---------------------------------------------------
+
+    def test_every_short_call_sequence_keeps_the_contract(
+        self, kvframe_target: PluginTarget
+    ) -> None:
+        """Exhaustive over short sequences: the model, the refusal rule, and the calls that
+        change no order (``get``, ``evict(0)`` -> ``[]``, a refused ``evict``, ``touch`` of an
+        iterator acting as of a list). See :mod:`kvframe.testing.eviction_sequences`."""
+        from kvframe.testing.eviction_sequences import check_all_short_sequences
+
+        assert check_all_short_sequences(kvframe_target) > 0
 
     # -- unknown keys -----------------------------------------------------------
 
@@ -508,12 +584,78 @@ class EvictionPolicySuite(PluginSuite):
                 "ever seen (ghost lists or counters that are never trimmed?)"
             )
 
+    def test_memory_stays_bounded_under_insert_remove_churn(
+        self, kvframe_target: PluginTarget
+    ) -> None:
+        """Blocks leave by ``remove`` too (a tier dropping a failed store, a GPU block reused):
+        whatever the policy remembers about a removed key must not pile up."""
+        capacity = 16
+        policy = kvframe_target.create(capacity)
+        held: list[bytes] = []
+        samples: dict[int, tuple[int, int]] = {}
+        short, long = 40 * capacity, 400 * capacity
+        for i in range(long):
+            key = b"key-%d" % i
+            if len(held) >= capacity:
+                victim = held.pop(i % len(held))
+                policy.remove(victim)
+            policy.insert(key, SimpleBlock(key))
+            held.append(key)
+            if i % 2 == 0:
+                policy.touch(iter([key, held[0], b"gone-%d" % (i - capacity)]))
+            if i % 7 == 0:
+                policy.evict(0, set())
+            if i + 1 in (short, long):
+                samples[i + 1] = footprint(policy)
+        (objects_short, bytes_short), (objects_long, bytes_long) = samples[short], samples[long]
+        if objects_long > objects_short + 4 * capacity + 64:
+            raise ContractViolation(
+                f"rule: memory stays bounded by a multiple of the capacity, also when blocks "
+                f"leave by remove\n{kvframe_target.label} with capacity {capacity}, driven by "
+                f"insert(new key), remove(a held key) and touch([new key, oldest key, a removed "
+                f"key]) in turn (never more than {capacity} held), held {objects_short} objects "
+                f"({bytes_short} bytes) after {short} keys passed through it and {objects_long} "
+                f"({bytes_long} bytes) after {long}: something kept per removed key is never "
+                "trimmed"
+            )
+
     # -- capability: the GPU prefix cache -------------------------------------
+
+    def test_orders_the_real_gpu_tier(self, kvframe_target: PluginTarget) -> None:
+        """The real GPU tier (``--gpu-eviction``) with this policy runs requests with shared
+        prefixes without an allocation failing or its block accounting breaking; a policy
+        that declares ``may_refuse`` is rejected by the tier when selected."""
+        from hypothesis import given
+
+        from kvframe.testing.gpu_tier import GPUTierRun, gpu_tier_steps
+
+        if getattr(kvframe_target.create(4), "may_refuse", False):
+            from kvframe.core.kv_cache_manager import KVCacheManager
+
+            try:
+                KVCacheManager(5, 2, 64, eviction_policy=kvframe_target.create(5))
+            except ValueError as err:
+                pytest.skip(f"the policy declares may_refuse; the GPU tier rejects it: {err}")
+            raise ContractViolation(
+                "the policy declares may_refuse = True, but the GPU tier accepted it"
+            )
+        if not self.gpu_prefix_cache:
+            pytest.skip("capability gpu_prefix_cache is off for this policy")
+
+        @suite_settings(self.examples(0.3))
+        @given(steps=gpu_tier_steps())
+        def run(steps: list[tuple[Any, ...]]) -> None:
+            __tracebackhide__ = True
+            GPUTierRun(kvframe_target).run(steps)
+
+        run()
 
     def test_evicts_whenever_enough_blocks_are_idle(self, kvframe_target: PluginTarget) -> None:
         """As ``--gpu-eviction`` uses it: evict(n, set()) succeeds when n held blocks are idle."""
         if not self.gpu_prefix_cache:
             pytest.skip("capability gpu_prefix_cache is off for this policy")
+        if getattr(kvframe_target.create(4), "may_refuse", False):
+            pytest.skip("the policy declares may_refuse: the GPU tier does not accept it")
         from hypothesis import given
         from hypothesis import strategies as st
 
@@ -562,8 +704,9 @@ class EvictionPolicySuite(PluginSuite):
                             f"(the last evict was refused although {idle} held blocks are idle "
                             "and none is protected)",
                             "The GPU prefix cache (--gpu-eviction) asks only for what is idle "
-                            "and cannot handle None. If the policy may refuse on purpose, set "
-                            "gpu_prefix_cache = False in a subclass of EvictionPolicySuite.",
+                            "and cannot handle None. If the policy may refuse on purpose, "
+                            "declare may_refuse = True on its class (the GPU tier then rejects "
+                            "it when selected).",
                         )
 
         run()

@@ -18,8 +18,10 @@ ref-count lifecycle::
   ignores hashes that are not being written;
 * KV events report exactly the blocks made ready and the blocks evicted.
 
-The worker side is checked by a byte-exact round trip when the suite can reach
-the device KV cache the handler copies (see :meth:`OffloadSpecSuite.kv_cache_access`).
+The worker side is checked by a byte-exact round trip: the suite gives the
+handler its own small KV tensors (:class:`SuiteKVCache`, through
+``register_kv_caches``), stores two blocks of known bytes, loads them back into
+other GPU blocks and compares (see :meth:`OffloadSpecSuite.kv_cache_access`).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from kvframe.testing.common import (
     suite_settings,
 )
 
-__all__ = ["KVCacheAccess", "OffloadSpecSuite"]
+__all__ = ["KVCacheAccess", "OffloadSpecSuite", "SuiteKVCache"]
 
 HASHES: tuple[bytes, ...] = tuple(b"h%02d" % i for i in range(12))
 """The block hashes the model test uses (short, so messages stay readable)."""
@@ -59,6 +61,38 @@ class KVCacheAccess(Protocol):
     def block_bytes(self) -> int:
         """Bytes of one GPU block."""
         ...
+
+
+class SuiteKVCache:
+    """The suite's own device KV cache for the round trip: two layers (CPU torch tensors).
+
+    Each layer holds half of a GPU block's bytes as ``float16``, indexed by GPU
+    block id along dimension 0, as the contract's ``register_kv_caches`` says.
+    ``write`` and ``read`` see a block as its bytes, layer after layer. torch is
+    imported here, when a round trip runs, never with the suite.
+    """
+
+    def __init__(self, context: OffloadContext) -> None:
+        import torch
+
+        half = context.gpu_block_bytes // 2
+        self.block_bytes = context.gpu_block_bytes
+        self.caches = [
+            torch.zeros((context.num_gpu_blocks, 2, half // 4), dtype=torch.float16)
+            for _ in range(2)
+        ]
+        self._flat = [c.view(context.num_gpu_blocks, -1).view(torch.uint8) for c in self.caches]
+
+    def write(self, gpu_block_id: int, data: bytes) -> None:
+        import torch
+
+        half = self.block_bytes // 2
+        for i, flat in enumerate(self._flat):
+            chunk = bytearray(data[i * half : (i + 1) * half])
+            flat[gpu_block_id] = torch.frombuffer(chunk, dtype=torch.uint8)
+
+    def read(self, gpu_block_id: int) -> bytes:
+        return b"".join(bytes(flat[gpu_block_id].tolist()) for flat in self._flat)
 
 
 class _Model:
@@ -290,13 +324,19 @@ class OffloadSpecSuite(PluginSuite):
     def kv_cache_access(self, handler: Any, context: OffloadContext) -> KVCacheAccess | None:
         """Access to the device KV cache ``handler`` copies, for the round trip; None skips it.
 
-        The contract in :mod:`kvframe.offload.contract` does not (yet) say how a
-        handler is given the device KV cache, so the suite cannot build one for
-        any tier. A tier's own tests can subclass this suite and return an
-        object with ``write(gpu_block_id, data)``, ``read(gpu_block_id)`` and
-        ``block_bytes`` for the cache their handler was built around.
+        By default the suite brings its own: a handler that takes device tensors
+        (``register_kv_caches``, as the contract in :mod:`kvframe.offload.contract`
+        says) is given :class:`SuiteKVCache`, two small CPU torch tensors, so
+        ``pytest --kvframe-plugin offload:SPEC`` checks the bytes with no test
+        code. A handler built around something else can be checked by
+        subclassing this suite and returning an object with
+        ``write(gpu_block_id, data)``, ``read(gpu_block_id)`` and ``block_bytes``.
         """
-        return None
+        if not callable(getattr(handler, "register_kv_caches", None)):
+            return None
+        access = SuiteKVCache(context)
+        handler.register_kv_caches(access.caches)
+        return access
 
     # -- the manager ----------------------------------------------------------
 
@@ -455,11 +495,19 @@ class OffloadSpecSuite(PluginSuite):
             handler = spec.create_transfer_handler(self.context)
         except NotImplementedError as err:
             pytest.skip(f"the spec provides no transfer handler: {err}")
+        if callable(getattr(handler, "register_kv_caches", None)):
+            import importlib.util
+
+            if importlib.util.find_spec("torch") is None:
+                pytest.skip(
+                    "torch is not installed: the suite's own KV tensors (SuiteKVCache) are "
+                    "torch tensors; pip install torch to check the round trip"
+                )
         access = self.kv_cache_access(handler, self.context)
         if access is None:
             pytest.skip(
-                "the TransferHandler contract (kvframe/offload/contract.py) does not say how a "
-                "handler is given the device KV cache, so the suite cannot fill one; override "
+                "the handler has no register_kv_caches (kvframe/offload/contract.py), so the "
+                "suite cannot give it KV tensors to copy; override "
                 "OffloadSpecSuite.kv_cache_access to check the round trip"
             )
         manager = spec.create_manager(self.context)

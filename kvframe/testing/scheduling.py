@@ -332,7 +332,105 @@ class _CheckedPolicy(SchedulingPolicy):
                 f"on_finish({request.request_id!r}) returned {deadline!r}; it must return "
                 "None or a deadline (a number of seconds of virtual time)"
             )
+        if deadline is not None and math.isinf(deadline):
+            raise ContractViolation(
+                f"on_finish({request.request_id!r}) returned {deadline!r}: a retention deadline "
+                "is a finite time (the core keeps the blocks until then; with no end, a "
+                "policy that forgets to release them holds them forever)"
+            )
         return deadline
+
+
+def _room_for_a_load(workload: Workload) -> Workload:
+    """The workload with a pool that fits its two longest requests at once.
+
+    A request whose load landed waits in skipped-waiting *holding* its blocks.
+    In a pool sized for one request, a policy that ranks a waiting request
+    first (as vLLM's priority policy may) preempts that one over and over
+    while the loaded request keeps the blocks it would need: a livelock of the
+    host's mechanics (vLLM's too), not of the policy, so the connector check
+    leaves room for both.
+    """
+    settings = dict(workload.settings)
+    block_size = settings["block_size"]
+    sizes = sorted(-(-(len(p.prompt) + p.max_tokens) // block_size) for p in workload.requests)
+    room = 1 + sum(sizes[-2:])
+    if settings["num_gpu_blocks"] >= room:
+        return workload
+    settings["num_gpu_blocks"] = room
+    return attrs.evolve(workload, settings=tuple(settings.items()))
+
+
+class ScriptedConnector:
+    """A connector whose tier answers by script, so a policy meets every connector path.
+
+    Requests are sorted into four kinds by their id: the tier cannot answer
+    yet on the first ask (the request waits in *skipped-waiting*, and the
+    scheduler moves that queue with ``prepend_requests``); it holds all but the
+    last block of the prompt and loads it *asynchronously* (the request waits
+    for the load, with blocks reserved, in skipped-waiting); it loads it at
+    once; or it holds nothing. An asynchronous load lands one step after it
+    was started.
+    """
+
+    SCRIPT = (
+        "request ids hashed into: not known on first ask / async load of all but the last "
+        "block / sync load / nothing held; async loads land a step later"
+    )
+
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self.asked: Counter[str] = Counter()
+        self.is_async: dict[str, bool] = {}
+        self.loading: dict[str, int] = {}
+
+    @staticmethod
+    def _kind(request_id: str) -> int:
+        return sum(map(ord, request_id)) % 4
+
+    def get_num_new_matched_tokens(
+        self, request: Request, num_computed_tokens: int
+    ) -> tuple[int | None, bool]:
+        request_id = request.request_id
+        self.asked[request_id] += 1
+        kind = self._kind(request_id)
+        if kind == 0 and self.asked[request_id] == 1:
+            return None, False
+        held = (request.num_tokens - 1) // self.block_size * self.block_size
+        available = held - num_computed_tokens
+        if kind == 3 or available <= 0:
+            self.is_async[request_id] = False
+            return 0, False
+        self.is_async[request_id] = kind != 2
+        return available, kind != 2
+
+    def update_state_after_alloc(
+        self, request: Request, blocks: Sequence[Any], num_external_tokens: int
+    ) -> None:
+        if num_external_tokens and self.is_async.get(request.request_id):
+            self.loading[request.request_id] = 0
+
+    def build_connector_meta(self, scheduler_output: Any) -> None:
+        return None
+
+    def update_connector_output(self, output: Any) -> None:
+        return None
+
+    def request_finished(self, request: Request, block_ids: Sequence[int]) -> bool:
+        return False
+
+    def take_events(self) -> tuple[()]:
+        return ()
+
+    def finished_loads(self) -> set[str]:
+        """Loads that landed this step (started at least one step ago)."""
+        done = {rid for rid, age in self.loading.items() if age >= 1}
+        for rid in list(self.loading):
+            if rid in done:
+                del self.loading[rid]
+            else:
+                self.loading[rid] += 1
+        return done
 
 
 class _Driver:
@@ -344,6 +442,8 @@ class _Driver:
         workload: Workload,
         retention_horizon: float,
         max_retention_wait: float = 30.0,
+        *,
+        connector: bool = False,
     ) -> None:
         from kvframe.core.scheduler import Scheduler
 
@@ -353,7 +453,8 @@ class _Driver:
         self.max_retention_wait = max_retention_wait
         self.config = workload.config()
         self.policy = _CheckedPolicy(target.create())
-        self.scheduler = Scheduler(self.config, self.policy)
+        self.connector = ScriptedConnector(self.config.block_size) if connector else None
+        self.scheduler = Scheduler(self.config, self.policy, connector=self.connector)
         self.step = 0
         self.now = 0.0
         self.finished_at: dict[str, int] = {}
@@ -376,9 +477,14 @@ class _Driver:
     # -- messages -------------------------------------------------------------
 
     def fail(self, what: str) -> ContractViolation:
+        context = (
+            f"\nwith the suite's scripted connector: {ScriptedConnector.SCRIPT}"
+            if self.connector is not None
+            else ""
+        )
         return ContractViolation(
             f"{self.target.label} at step {self.step} (t={self.now:.2f}s): {what}\n"
-            f"{self.workload.describe()}"
+            f"{self.workload.describe()}{context}"
         )
 
     # -- the run ------------------------------------------------------------
@@ -402,11 +508,16 @@ class _Driver:
                 request = scheduler.requests[request_id]
                 if request.num_computed_tokens >= request.num_tokens:
                     sampled[request_id] = [SAMPLED_TOKEN]
+            transfers = None
+            if self.connector is not None:
+                from kvframe.core.scheduler_output import KVConnectorOutput
+
+                transfers = KVConnectorOutput(finished_recving=self.connector.finished_loads())
             finished = self._call(
                 "update_from_output",
                 scheduler.update_from_output,
                 output,
-                ModelRunnerOutput(sampled_token_ids=sampled),
+                ModelRunnerOutput(sampled_token_ids=sampled, kv_connector_output=transfers),
             )
             for request in finished:
                 self.finished_at[request.request_id] = self.step
@@ -676,6 +787,36 @@ class SchedulingPolicySuite(PluginSuite):
             _Driver(kvframe_target, workload, self.retention_horizon, self.max_retention_wait).run()
 
         run()
+
+    def test_with_a_connector_async_loads_and_skipped_requests_finish(
+        self, kvframe_target: PluginTarget
+    ) -> None:
+        """The same rules with a scripted connector (:class:`ScriptedConnector`): tiers that
+        answer late, asynchronous loads, the skipped-waiting queue moved back with
+        ``prepend_requests`` (a path only a connector reaches)."""
+        from hypothesis import given
+
+        @suite_settings(self.examples(0.5))
+        @given(workload=workloads())
+        def run(workload: Workload) -> None:
+            __tracebackhide__ = True
+            _Driver(
+                kvframe_target,
+                _room_for_a_load(workload),
+                self.retention_horizon,
+                self.max_retention_wait,
+                connector=True,
+            ).run()
+
+        run()
+
+    def test_queues_iterate_in_the_order_they_admit(self, kvframe_target: PluginTarget) -> None:
+        """Every short sequence of queue calls (:mod:`kvframe.testing.queues`): iteration is
+        the order pops admit, len and peek agree, prepend_requests takes a queue,
+        remove_requests takes an iterator, an empty queue raises IndexError."""
+        from kvframe.testing.queues import check_all_short_queue_sequences
+
+        assert check_all_short_queue_sequences(kvframe_target) > 0
 
     def test_a_crowded_pool_preempts_and_still_finishes(self, kvframe_target: PluginTarget) -> None:
         """A fixed workload with preemption, shared prefixes and an agentic job."""

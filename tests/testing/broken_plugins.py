@@ -484,3 +484,60 @@ class CorruptingTierSpec(MemoryTierSpec):
 
     name = "corrupting-tier"
     handler = _CorruptingHandler
+
+
+class _TensorHandler:
+    """Copies whole GPU blocks of the registered KV tensors (every layer) to host copies."""
+
+    layers_loaded: int | None = None  # None: every layer
+
+    def __init__(self) -> None:
+        self.kv_caches: list[Any] = []
+        self.slots: dict[int, list[Any]] = {}
+        self.done: list[int] = []
+        self.next_id = 0
+
+    def register_kv_caches(self, kv_caches: Sequence[Any]) -> None:
+        self.kv_caches = list(kv_caches)
+
+    def start_transfers(
+        self, loads: Sequence[tuple[int, int]], stores: Sequence[tuple[int, int]]
+    ) -> int:
+        for gpu_block, slot in stores:
+            self.slots[slot] = [cache[gpu_block].clone() for cache in self.kv_caches]
+        for gpu_block, slot in loads:
+            for cache, data in list(zip(self.kv_caches, self.slots[slot], strict=True))[
+                : self.layers_loaded
+            ]:
+                cache[gpu_block].copy_(data)
+        self.next_id += 1
+        self.done.append(self.next_id)
+        return self.next_id
+
+    def finished_transfers(self) -> Sequence[int]:
+        done, self.done = self.done, []
+        return done
+
+    def wait(self, transfer_ids: Any) -> None:
+        return None
+
+
+class _FirstLayerHandler(_TensorHandler):
+    layers_loaded = 1
+
+
+class TensorTierSpec(GoodSlotSpec):
+    """A slot tier whose handler copies the KV tensors it is given (``register_kv_caches``)."""
+
+    name = "tensor-tier"
+    handler: type[_TensorHandler] = _TensorHandler
+
+    def create_transfer_handler(self, context: Any) -> Any:
+        return self.handler()
+
+
+class FirstLayerTierSpec(TensorTierSpec):
+    """Loads back only the first layer's bytes (a loop over layers that stops early)."""
+
+    name = "first-layer-tier"
+    handler = _FirstLayerHandler

@@ -68,6 +68,10 @@ class ARCPolicy(kvframe.EvictionPolicy):
         super().__init__(capacity)
         self.variant = variant
         self._paper = variant == "paper"
+        self.may_refuse = not self._paper
+        """vLLM's ARC may refuse although enough blocks are idle (T1 under its
+        target and nothing evictable in T2): fine for an offload tier, turned away
+        by the GPU prefix cache. The paper variant falls back to the other list."""
         self.target_t1_size: float = 0.0
         """The adaptive target for ``len(t1)`` (the paper's ``p``), in [0, capacity]."""
         self.t1: OrderedDict[Hashable, EvictableBlock] = OrderedDict()
