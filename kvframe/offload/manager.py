@@ -87,8 +87,7 @@ class SlotOffloadManager:
     lifecycle violations raise :class:`OffloadStateError` *before* changing
     anything (vLLM asserts midway), a hash repeated within one
     ``prepare_store`` batch is stored once (vLLM would allocate two slots and
-    leak one), and a store needing more slots than are free or idle is refused
-    without asking the policy (which would have to refuse it).
+    leak one).
     """
 
     def __init__(
@@ -156,13 +155,14 @@ class SlotOffloadManager:
         """Free slots + idle blocks + blocks ever inserted.
 
         Why: a store of hashes ``L`` refused with ``c = refused_new_blocks``
-        new hashes when ``store_clock`` read ``T`` is refused again -- by the
-        room rule of :meth:`prepare_store`, without asking the policy -- for
-        any ``L' ⊇ L`` while ``store_clock < c + (T - free - idle)``, i.e.
-        ``< c + inserted_then``: inserting a hash of ``L`` costs a slot of room
-        and adds one insertion, so only slots freed or blocks becoming idle
-        can let it through. The connector uses this to skip retrying, every
-        step, the stores of requests waiting for room.
+        new hashes (more than free + idle slots), when ``inserted_then`` blocks
+        had been inserted, still has more new hashes than free + idle slots
+        for any ``L' ⊇ L`` while ``store_clock < c + inserted_then``:
+        inserting a hash of ``L`` costs a slot of room and adds one insertion,
+        so only slots freed or blocks becoming idle can let it through. A
+        policy keeping the contract (it evicts idle blocks only) must then
+        refuse it again; the connector uses this to skip retrying, every step,
+        the stores of requests waiting for room.
         """
         return self.num_free_blocks + self._num_idle + self._num_inserted
 
@@ -222,17 +222,14 @@ class SlotOffloadManager:
         requested = block_hashes if isinstance(block_hashes, list) else list(block_hashes)
         get = self._blocks.get
         # A store needs a slot per new hash: free ones, then idle blocks the
-        # policy evicts. With more new hashes than that it must be refused, and
-        # the policy, which may only evict idle blocks and changes nothing when
-        # it refuses, would refuse it: answer None without asking it, and say
-        # how many new hashes there were (``refused_new_blocks``) so that a
-        # caller retrying every step can skip retries bound to fail (see
-        # ``store_clock``).
+        # policy evicts. With more new hashes than that, a policy keeping the
+        # contract must refuse; the policy is still asked (the conformance
+        # suite must see a policy that would not), and the count is kept in
+        # ``refused_new_blocks`` so that a caller retrying every step can skip
+        # retries bound to fail (see ``store_clock``).
         room = self.num_free_blocks + self._num_idle
         new = [h for h in dict.fromkeys(requested) if get(h) is None]
-        if len(new) > room:
-            self.refused_new_blocks = len(new)
-            return None
+        self.refused_new_blocks = len(new) if len(new) > room else 0
         if not new:
             return PrepareStoreResult((), (), ())
         evicted: tuple[BlockHash, ...] = ()
@@ -242,7 +239,6 @@ class SlotOffloadManager:
             # that is already there must still be there afterwards.
             victims = self.policy.evict(num_to_evict, set(requested))
             if victims is None:
-                self.refused_new_blocks = 0  # the policy's refusal: nothing to infer
                 return None
             self._num_idle -= len(victims)
             evicted = tuple(cast(BlockHash, h) for h, _ in victims)
