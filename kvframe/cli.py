@@ -35,6 +35,8 @@ from kvframe.config import (
     merge,
 )
 from kvframe.run_cli import add_gen_command, add_run_command
+from kvframe.torch_cli import add_calibrate_command, add_outputs_diff_command
+from kvframe.workloads_cli import add_workloads_command
 
 if TYPE_CHECKING:
     from kvframe.plugins import PluginEntry, PluginRegistry
@@ -258,6 +260,9 @@ SUBCOMMANDS: list[Callable[[Any], None]] = [
     add_check_command,
     add_run_command,
     add_gen_command,
+    add_workloads_command,
+    add_calibrate_command,
+    add_outputs_diff_command,
 ]
 """Functions that each add one subcommand; later commands append themselves here."""
 

@@ -50,6 +50,8 @@ _ENGINE_FLAGS = (
     "gpu_eviction",
     "seed",
     "offload_bandwidth",
+    "executor",
+    "cost_model",
 )
 
 
@@ -67,7 +69,12 @@ def add_run_command(subparsers: Any) -> None:
         description="Replay a Mooncake or kvframe JSONL trace on a virtual clock with the "
         "selected plugins, print a summary and write metrics.json and requests.csv.",
     )
-    parser.add_argument("trace", metavar="TRACE", help="workload file (.jsonl or .jsonl.gz)")
+    parser.add_argument(
+        "trace",
+        metavar="TRACE",
+        help="workload file (.jsonl or .jsonl.gz), or a bundled workload such as "
+        "mooncake:conversation (`kvframe workloads` lists them)",
+    )
     add_selection_arguments(parser)
 
     engine = parser.add_argument_group(
@@ -116,6 +123,17 @@ def add_run_command(subparsers: Any) -> None:
         help="eviction policy ordering the GPU prefix cache (default: vLLM's LRU free queue)",
     )
     engine.add_argument("--seed", type=int, metavar="N", help="block-hash seed")
+    engine.add_argument(
+        "--executor",
+        metavar="SPEC",
+        help="sim (default: cost model, no tensors) or torch[:preset=tiny,dtype=float32,"
+        "device=cpu,...]: a real Llama decoder on paged KV; writes outputs.jsonl",
+    )
+    engine.add_argument(
+        "--cost-model",
+        metavar="FILE",
+        help="cost-model file (from kvframe calibrate) replacing the preset's step times",
+    )
     engine.add_argument(
         "--offload-bandwidth",
         metavar="SIZE",
@@ -188,7 +206,7 @@ def _engine_config(args: argparse.Namespace) -> Any:
 
 
 def _default_out_dir(trace: str) -> Path:
-    name = Path(trace).name
+    name = Path(trace).name.replace(":", "-")  # bundled names: mooncake-conversation
     for suffix in (".gz", ".jsonl", ".json"):
         name = name.removesuffix(suffix)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -213,8 +231,8 @@ def run_command(args: argparse.Namespace, ctx: Context) -> int:
         workload = load_workload(
             args.trace, format=args.format, limit=args.limit, skip_bad_lines=args.skip_bad_lines
         )
-    except FileNotFoundError:
-        print(f"kvframe run: error: no such trace file: {args.trace}", file=sys.stderr)
+    except FileNotFoundError as err:  # WorkloadNotFoundError words it, did-you-mean included
+        print(f"kvframe run: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except (WorkloadError, OSError, EOFError) as err:
         print(f"kvframe run: error: {err}", file=sys.stderr)
@@ -235,6 +253,7 @@ def run_command(args: argparse.Namespace, ctx: Context) -> int:
 
     out_dir = Path(args.out) if args.out else _default_out_dir(args.trace)
     _write_outputs(result, out_dir)
+    _write_executor_outputs(engine, out_dir)
     _report(result, out_dir, ctx, as_json=args.json)
     return EXIT_INTERRUPTED if result.partial else EXIT_OK
 
@@ -243,6 +262,20 @@ def _write_outputs(result: RunResult, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     result.summary.write_json(out_dir / "metrics.json")
     result.summary.write_csv(out_dir / "requests.csv")
+
+
+def _write_executor_outputs(engine: Any, out_dir: Path) -> None:
+    """The torch executor's generated tokens (outputs.jsonl) and measured steps (steps.csv)."""
+    outputs = getattr(engine.executor, "outputs", None)
+    if outputs is None:
+        return
+    from kvframe.executors.torch.outputs import OUTPUTS_FILE, write_outputs
+
+    write_outputs(out_dir / OUTPUTS_FILE, outputs)
+    with (out_dir / "steps.csv").open("w") as f:
+        f.write("step,prefill_tokens,decode_seqs,context_tokens,virtual_s,wall_s\n")
+        for i, s in enumerate(engine.executor.steps, 1):
+            f.write(f"{i},{s.prefill},{s.decode},{s.context},{s.virtual_s!r},{s.wall_s!r}\n")
 
 
 def _bytes(n: float) -> str:

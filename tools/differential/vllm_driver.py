@@ -137,15 +137,31 @@ class VllmAdapter:
             from vllm.v1.kv_cache_interface import KVCacheTensor
 
             factor = tier["block_size_factor"]
-            kv_transfer_config = KVTransferConfig(
-                kv_connector="OffloadingConnector",
-                kv_role="kv_both",
-                kv_connector_extra_config={
-                    "cpu_bytes_to_use": tier["num_cpu_blocks"] * factor * kv_spec.page_size_bytes,
+            cpu_bytes = tier["num_cpu_blocks"] * factor * kv_spec.page_size_bytes
+            if tier.get("bridge"):
+                # The same tier with kvframe's plugins in it (plugins/kvframe-vllm).
+                import kvframe_vllm
+
+                threshold = tier["store_threshold"]
+                extra = kvframe_vllm.extra_config(
+                    cpu_bytes_to_use=cpu_bytes,
+                    eviction=tier["eviction"],
+                    reuse_filter=f"threshold:store_threshold={threshold}"
+                    if threshold >= 2
+                    else None,
+                    block_size=block_size * factor,
+                )
+            else:
+                extra = {
+                    "cpu_bytes_to_use": cpu_bytes,
                     "eviction_policy": tier["eviction"],
                     "block_size": block_size * factor,
                     "store_threshold": tier["store_threshold"],
-                },
+                }
+            kv_transfer_config = KVTransferConfig(
+                kv_connector="OffloadingConnector",
+                kv_role="kv_both",
+                kv_connector_extra_config=extra,
             )
             kv_cache_tensors = [
                 KVCacheTensor(
@@ -221,11 +237,13 @@ class VllmAdapter:
             "block_size_factor": side.block_size_factor,
             "num_cpu_blocks": backing._num_blocks,
             "filtered": backing is not manager,
+            "kvframe_policy": type(backing._policy).__module__.startswith("kvframe"),
         }
         wanted = {
             "block_size_factor": tier["block_size_factor"],
             "num_cpu_blocks": tier["num_cpu_blocks"],
             "filtered": tier["store_threshold"] >= 2,
+            "kvframe_policy": bool(tier.get("bridge")),
         }
         if effective != wanted:
             raise RuntimeError(f"vLLM built another tier (wanted, got): {wanted} {effective}")

@@ -516,8 +516,14 @@ def generate_tier(
     rule: str,
     num_requests: int = DEFAULT_NUM_REQUESTS,
     seed: int = 0,
+    bridge: bool = False,
 ) -> Workload:
-    """Tier workload ``name`` with one tier variant; same requests for every variant."""
+    """Tier workload ``name`` with one tier variant; same requests for every variant.
+
+    ``bridge`` runs vLLM's tier with kvframe's eviction plugin and reuse filter
+    through the ``kvframe-vllm`` spec instead of vLLM's own policy (vLLM driver
+    only; ``eviction`` is then any installed kvframe eviction config string).
+    """
     try:
         gen, overrides, num_cpu_blocks, _ = TIER_WORKLOADS[name]
     except KeyError:
@@ -535,8 +541,11 @@ def generate_tier(
         "block_size_factor": block_size_factor,
         "store_threshold": store_threshold,
         "completion": {**COMPLETION_RULES[rule], "seed": seed},
+        "bridge": bridge,
     }
     variant = f"{eviction}.f{block_size_factor}.t{store_threshold}.{rule}"
+    if bridge:
+        variant += ".bridge"
     workload = {
         "name": f"{name}.{variant}-{policy}",
         "config": config,
