@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from kvframe.events import BlockHash
 
-__all__ = ["Request", "RequestQueue", "RequestStatus"]
+__all__ = ["Request", "RequestQueue", "RequestStatus", "TokenView"]
 
 
 class RequestStatus(enum.IntEnum):
@@ -73,7 +73,12 @@ class Request:
 
     * ``prompt_token_ids`` is the prompt as given (not copied, never mutated).
     * ``output_token_ids`` are the tokens generated so far.
-    * ``all_token_ids`` is prompt followed by outputs.
+    * ``all_token_ids`` is prompt followed by outputs: a list, or -- when the
+      prompt is lazy (has ``token_bytes(start, end)``, like the engine's
+      :class:`kvframe.workloads.spec.PromptTokens`) -- a read-only
+      :class:`TokenView` that indexes, slices (to lists), iterates and
+      compares like one without copying the prompt. ``list(...)`` of either
+      gives the token ids.
     * ``spec_token_ids`` are draft tokens proposed for the next step; they are
       not part of ``all_token_ids`` and are never hashed or cached.
 
@@ -167,7 +172,15 @@ class Request:
         self.finish_time: float | None = None
 
         self.output_token_ids: list[int] = []
-        self.all_token_ids: list[int] = list(prompt_token_ids)
+        # A lazy prompt (one with ``token_bytes``, e.g. the engine's
+        # PromptTokens over a trace recipe) is never copied: all_token_ids is
+        # then a read-only view of prompt + outputs, so a waiting request costs
+        # bytes, not a Python int per token.
+        self.all_token_ids: list[int] | TokenView = (
+            TokenView(prompt_token_ids, self.output_token_ids)
+            if hasattr(prompt_token_ids, "token_bytes")
+            else list(prompt_token_ids)
+        )
         self.spec_token_ids: list[int] = []
 
         self.num_computed_tokens = 0
@@ -202,19 +215,22 @@ class Request:
 
     def append_output_token_ids(self, token_ids: int | list[int]) -> None:
         """Append generated tokens and hash any block they complete."""
+        all_token_ids = self.all_token_ids
         if isinstance(token_ids, int):
             self.output_token_ids.append(token_ids)
-            self.all_token_ids.append(token_ids)
+            if all_token_ids.__class__ is list:
+                all_token_ids.append(token_ids)
         else:
             self.output_token_ids.extend(token_ids)
-            self.all_token_ids.extend(token_ids)
+            if all_token_ids.__class__ is list:
+                all_token_ids.extend(token_ids)
         if self.block_hasher is not None:
             self.block_hashes.extend(self.block_hasher(self))
 
     @property
     def num_tokens(self) -> int:
         """Prompt plus output tokens (speculative tokens excluded)."""
-        return len(self.all_token_ids)
+        return self.num_prompt_tokens + len(self.output_token_ids)
 
     @property
     def num_output_tokens(self) -> int:
@@ -223,7 +239,7 @@ class Request:
     @property
     def num_tokens_with_spec(self) -> int:
         """Tokens including the draft tokens proposed for the next step."""
-        return len(self.all_token_ids) + len(self.spec_token_ids)
+        return self.num_prompt_tokens + len(self.output_token_ids) + len(self.spec_token_ids)
 
     # ----------------------------------------------------------------- status
 
@@ -253,6 +269,72 @@ class Request:
             f"Request({self.request_id!r}, status={self.status.name}, "
             f"num_tokens={self.num_tokens}, num_computed_tokens={self.num_computed_tokens})"
         )
+
+
+class TokenView(Sequence[int]):
+    """Prompt followed by outputs, read-only, without copying the prompt.
+
+    Why: the Mooncake trace's waiting queue holds thousands of 13k-token
+    prompts at once; as lists of ints they cost 4 GB. The view reads the
+    (lazy) prompt and the request's own output list; slices and iteration
+    materialise only what is asked for. ``token_bytes`` is what the block
+    hasher reads (uint32 little-endian).
+    """
+
+    __slots__ = ("_outputs", "_prompt")
+
+    def __init__(self, prompt: Sequence[int], outputs: list[int]) -> None:
+        self._prompt = prompt
+        self._outputs = outputs
+
+    def __len__(self) -> int:
+        return len(self._prompt) + len(self._outputs)
+
+    def __getitem__(self, index: Any) -> Any:
+        num_prompt = len(self._prompt)
+        if isinstance(index, slice):
+            start, stop, stride = index.indices(len(self))
+            if stride != 1:
+                return self.tolist()[index]
+            if stop <= num_prompt:
+                return list(self._prompt[start:stop])
+            if start >= num_prompt:
+                return self._outputs[start - num_prompt : stop - num_prompt]
+            return list(self._prompt[start:num_prompt]) + self._outputs[: stop - num_prompt]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError("token index out of range")
+        return self._prompt[index] if index < num_prompt else self._outputs[index - num_prompt]
+
+    def __iter__(self) -> Iterator[int]:
+        yield from self._prompt
+        yield from self._outputs
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str | bytes):
+            return len(self) == len(other) and self.tolist() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable contents, like a list
+
+    def tolist(self) -> list[int]:
+        return [*self._prompt, *self._outputs]
+
+    def token_bytes(self, start: int, end: int) -> bytes:
+        """Tokens ``start .. end - 1`` as uint32 little-endian bytes (for hashing)."""
+        from kvframe.core.hashing import token_bytes
+
+        num_prompt = len(self._prompt)
+        if end <= num_prompt:
+            return self._prompt.token_bytes(start, end)  # type: ignore[attr-defined]
+        out = token_bytes(self._outputs[max(start, num_prompt) - num_prompt : end - num_prompt])
+        if start < num_prompt:
+            return self._prompt.token_bytes(start, num_prompt) + out  # type: ignore[attr-defined]
+        return out
+
+    def __repr__(self) -> str:
+        return f"TokenView(<{len(self._prompt)} prompt + {len(self._outputs)} output tokens>)"
 
 
 class RequestQueue(Protocol):

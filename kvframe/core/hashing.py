@@ -96,6 +96,10 @@ def _token_bytes(tokens: Sequence[int]) -> bytes:
     return packed.tobytes()
 
 
+token_bytes = _token_bytes
+"""Token ids as the hasher encodes them (uint32 little-endian): for lazy token sources."""
+
+
 # ------------------------------------------------------------------ extra keys
 
 
@@ -197,11 +201,17 @@ def make_block_hasher(
 
     def hasher(request: Request) -> list[BlockHash]:
         hashes = request.block_hashes
+        tokens = request.all_token_ids
         start = len(hashes) * block_size
-        end = (len(request.all_token_ids) // block_size) * block_size
+        end = (len(tokens) // block_size) * block_size
         if start >= end:
             return []
-        data = _token_bytes(request.all_token_ids[start:end])
+        if tokens.__class__ is list:
+            data = _token_bytes(tokens[start:end])
+        else:
+            # A lazy prompt (kvframe.request.TokenView): its bytes without
+            # materialising the token ids.
+            data = tokens.token_bytes(start, end)
         parent = hashes[-1] if hashes else root
         new_hashes: list[BlockHash] = []
         append = new_hashes.append

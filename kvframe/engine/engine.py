@@ -49,6 +49,7 @@ from kvframe.executors.sim import SimExecutor
 from kvframe.metrics import MetricsCollector, MetricsSummary
 from kvframe.offload.contract import OffloadContext
 from kvframe.request import Request
+from kvframe.workloads.spec import PromptTokens
 
 if TYPE_CHECKING:
     from kvframe.core.scheduler_output import SchedulerOutput
@@ -482,7 +483,7 @@ class Engine:
             scheduler.add_request(
                 Request(
                     spec.request_id,
-                    spec.prompt_token_ids,
+                    PromptTokens(spec.prompt),
                     spec.max_tokens,
                     arrival_time=arrival,
                     priority=spec.priority,

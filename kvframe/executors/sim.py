@@ -163,7 +163,7 @@ class SimExecutor:
                 prefill += num_new - 1
             else:
                 prefill += num_new
-            if computed >= len(request.all_token_ids):
+            if computed >= request.num_tokens:
                 # Every known token is computed: the model samples the next one.
                 # The list is shared and read-only (update_from_output only iterates it).
                 tokens[request_id] = sample

@@ -14,7 +14,7 @@ imports a plugin.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, cast
 
 import attrs
@@ -64,9 +64,11 @@ class SlotOffloadManager:
     """A tier of ``num_blocks`` slots whose occupants an eviction policy orders.
 
     The manager owns the slots, the ref counts and the events; the policy owns
-    the map from hash to block and the eviction order (it is vLLM's
-    ``CachePolicy``: ``get`` is the ledger's only index). Semantics match vLLM
-    0.19's ``CPUOffloadingManager`` call for call:
+    the eviction order (it is vLLM's ``CachePolicy``). The manager keeps its
+    own hash -> block map of what it inserted and the policy has not evicted
+    (by the policy contract, what ``policy.get`` answers), so a lookup is a
+    dict read rather than a method call per hash. Semantics match vLLM 0.19's
+    ``CPUOffloadingManager`` call for call:
 
     * slots are handed out fresh in increasing order until all have been used
       once, then from a free list, most recently freed first;
@@ -83,7 +85,7 @@ class SlotOffloadManager:
 
     Where this class differs, it is stricter, never different on valid input:
     lifecycle violations raise :class:`OffloadStateError` *before* changing
-    anything (vLLM asserts midway), and a hash repeated within one
+    anything (vLLM asserts midway), a hash repeated within one
     ``prepare_store`` batch is stored once (vLLM would allocate two slots and
     leak one).
     """
@@ -108,8 +110,6 @@ class SlotOffloadManager:
         if num_blocks < 0:
             raise ValueError(f"num_blocks must be >= 0, not {num_blocks}")
         self.policy = policy
-        # The policy hands back the blocks this manager inserted: OffloadBlocks.
-        self._get = cast(Callable[[BlockHash], OffloadBlock | None], policy.get)
         self.num_blocks = num_blocks
         self._block_size = block_size
         self._medium = medium
@@ -117,6 +117,22 @@ class SlotOffloadManager:
         """Slots handed out at least once: ids ``0 .. _num_allocated - 1``."""
         self._free_slots: list[int] = []
         """Slots given back, reused last-in first-out."""
+        self._blocks: dict[BlockHash, OffloadBlock] = {}
+        """Every block inserted into the policy and not yet evicted or removed.
+
+        The tier owns its blocks (see :class:`kvframe.EvictionPolicy`): by the
+        contract ``policy.get(h)`` returns exactly this map's entry, so lookups
+        read the dict directly instead of calling the policy per hash."""
+        self._num_inserted = 0
+        """Blocks ever inserted: see :attr:`store_clock`."""
+        self.refused_new_blocks = 0
+        """New hashes of the last store refused for want of room (0: refused by the policy)."""
+        self._num_idle = 0
+        """Blocks with ``ref_cnt == 0``: the most a policy can ever evict.
+
+        Every ``ref_cnt`` change happens here, so the count is exact. It lets
+        :meth:`prepare_store` answer a store that cannot fit without walking
+        all its hashes or asking the policy (see there)."""
         self._events: list[KVEvent] | None = [] if enable_events else None
 
     # -- geometry -------------------------------------------------------------
@@ -134,10 +150,30 @@ class SlotOffloadManager:
         """Slots a store can take without evicting."""
         return len(self._free_slots) + self.num_blocks - self._num_allocated
 
+    @property
+    def store_clock(self) -> int:
+        """Free slots + idle blocks + blocks ever inserted.
+
+        Why: a store of hashes ``L`` refused with ``c = refused_new_blocks``
+        new hashes (more than free + idle slots), when ``inserted_then`` blocks
+        had been inserted, still has more new hashes than free + idle slots
+        for any ``L' ⊇ L`` while ``store_clock < c + inserted_then``:
+        inserting a hash of ``L`` costs a slot of room and adds one insertion,
+        so only slots freed or blocks becoming idle can let it through. A
+        policy keeping the contract (it evicts idle blocks only) must then
+        refuse it again; the connector uses this to skip retrying, every step,
+        the stores of requests waiting for room.
+        """
+        return self.num_free_blocks + self._num_idle + self._num_inserted
+
+    @property
+    def num_inserted(self) -> int:
+        return self._num_inserted
+
     # -- the OffloadManager protocol -----------------------------------------
 
     def lookup(self, block_hashes: Iterable[BlockHash]) -> int:
-        get = self._get
+        get = self._blocks.get
         hits = 0
         for block_hash in block_hashes:
             block = get(block_hash)
@@ -148,7 +184,7 @@ class SlotOffloadManager:
 
     def prepare_load(self, block_hashes: Iterable[BlockHash]) -> tuple[int, ...]:
         blocks = []
-        get = self._get
+        get = self._blocks.get
         for block_hash in block_hashes:
             block = get(block_hash)
             if block is None:
@@ -157,6 +193,8 @@ class SlotOffloadManager:
                 raise OffloadStateError(f"cannot load block {block_hash!r}: still being stored")
             blocks.append(block)
         for block in blocks:
+            if block.ref_cnt == 0:
+                self._num_idle -= 1
             block.ref_cnt += 1
         return tuple(block.slot_id for block in blocks)
 
@@ -165,7 +203,7 @@ class SlotOffloadManager:
 
     def complete_load(self, block_hashes: Iterable[BlockHash]) -> None:
         blocks = []
-        get = self._get
+        get = self._blocks.get
         for block_hash in block_hashes:
             block = get(block_hash)
             if block is None:
@@ -177,11 +215,21 @@ class SlotOffloadManager:
             blocks.append(block)
         for block in blocks:
             block.ref_cnt -= 1
+            if block.ref_cnt == 0:
+                self._num_idle += 1
 
     def prepare_store(self, block_hashes: Iterable[BlockHash]) -> PrepareStoreResult | None:
-        requested = list(block_hashes)
-        get = self._get
+        requested = block_hashes if isinstance(block_hashes, list) else list(block_hashes)
+        get = self._blocks.get
+        # A store needs a slot per new hash: free ones, then idle blocks the
+        # policy evicts. With more new hashes than that, a policy keeping the
+        # contract must refuse; the policy is still asked (the conformance
+        # suite must see a policy that would not), and the count is kept in
+        # ``refused_new_blocks`` so that a caller retrying every step can skip
+        # retries bound to fail (see ``store_clock``).
+        room = self.num_free_blocks + self._num_idle
         new = [h for h in dict.fromkeys(requested) if get(h) is None]
+        self.refused_new_blocks = len(new) if len(new) > room else 0
         if not new:
             return PrepareStoreResult((), (), ())
         evicted: tuple[BlockHash, ...] = ()
@@ -192,24 +240,32 @@ class SlotOffloadManager:
             victims = self.policy.evict(num_to_evict, set(requested))
             if victims is None:
                 return None
+            self._num_idle -= len(victims)
             evicted = tuple(cast(BlockHash, h) for h, _ in victims)
+            pop = self._blocks.pop
+            for block_hash in evicted:
+                pop(block_hash)
             self._free_slots.extend(cast(OffloadBlock, block).slot_id for _, block in victims)
             if self._events is not None:
                 self._events.append(BlockRemoved(evicted, medium=self._medium))
         blocks = self._allocate(len(new))
+        self._num_inserted += len(new)
         insert = self.policy.insert
+        mirror = self._blocks
         for block_hash, block in zip(new, blocks, strict=True):
             insert(block_hash, block)
+            mirror[block_hash] = block
         return PrepareStoreResult(tuple(new), tuple(b.slot_id for b in blocks), evicted)
 
     def complete_store(self, block_hashes: Iterable[BlockHash], success: bool = True) -> None:
-        get = self._get
+        get = self._blocks.get
         if success:
             stored = []
             for block_hash in block_hashes:
                 block = get(block_hash)
                 if block is not None and block.ref_cnt < 0:
                     block.ref_cnt = 0
+                    self._num_idle += 1
                     stored.append(block_hash)
             if stored and self._events is not None:
                 self._events.append(
@@ -220,6 +276,7 @@ class SlotOffloadManager:
             block = get(block_hash)
             if block is not None and block.ref_cnt < 0:
                 self.policy.remove(block_hash)
+                del self._blocks[block_hash]
                 self._free_slots.append(block.slot_id)
 
     def take_events(self) -> list[KVEvent]:

@@ -40,8 +40,7 @@ does. The rules it mirrors, because they decide hit counts:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-from itertools import islice
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import attrs
@@ -138,6 +137,10 @@ class OffloadingConnector:
         """Each scheduled request's GPU block table, rebuilt from the step outputs."""
         self._reqs_to_load: dict[str, TransferSpec] = {}
         self._next_stored_block_idx: dict[str, int] = {}
+        # Stores refused for want of room: request id -> (first block, end
+        # block, the manager's store_clock value below which a retry of the
+        # same or a longer run of blocks must be refused too).
+        self._store_waits: dict[str, tuple[int, int, int]] = {}
         """The store cursor: index of the next offloaded block to offer."""
         self._blocks_being_loaded: set[BlockHash] | None = set() if enable_prefix_caching else None
         # Hashes per request in insertion order (dicts, not sets): completing
@@ -148,15 +151,14 @@ class OffloadingConnector:
 
     # -- helpers ---------------------------------------------------------------
 
-    def _hashes(self, request: Request, start: int = 0, end: int | None = None) -> Iterator:
-        """Hashes naming offloaded blocks ``start .. end - 1``: each one's last GPU block's."""
+    def _hashes(self, request: Request, start: int = 0, end: int | None = None) -> list:
+        """Hashes naming offloaded blocks ``start .. end - 1``: each one's last GPU block's.
+
+        A slice (a C-level copy), not an iterator: the store path asks for a
+        request's pending hashes on every step it is refused."""
         factor = self.block_size_factor
-        return islice(
-            request.block_hashes,
-            factor * start + factor - 1,
-            factor * end if end else None,
-            factor,
-        )
+        stop = factor * end if end else None
+        return request.block_hashes[factor * start + factor - 1 : stop : factor]
 
     @property
     def busy(self) -> bool:
@@ -218,7 +220,7 @@ class OffloadingConnector:
             )
         start = num_computed_tokens // size
         num_blocks = full_block_tokens // size
-        hashes = list(self._hashes(request, start, num_blocks))
+        hashes = self._hashes(request, start, num_blocks)
         slots = self.manager.prepare_load(hashes)
         factor = self.block_size_factor
         host = [slot * factor + j for slot in slots for j in range(factor)]
@@ -235,6 +237,7 @@ class OffloadingConnector:
     def _reqs_to_store(self, output: SchedulerOutput) -> dict[str, TransferSpec]:
         reqs_to_store: dict[str, TransferSpec] = {}
         manager = self.manager
+        store_waits = self._store_waits
         size = self.offloaded_block_size
         factor = self.block_size_factor
         cached = output.scheduled_cached_reqs
@@ -263,11 +266,27 @@ class OffloadingConnector:
             start = self._next_stored_block_idx.get(request_id, 0)
             if num_blocks - start <= 0:
                 continue
-            new_hashes = list(self._hashes(request, start, num_blocks))
+            wait = store_waits.get(request_id)
+            if (
+                wait is not None
+                and wait[0] == start
+                and num_blocks >= wait[1]
+                and manager.store_clock < wait[2]
+            ):
+                # Bound to be refused again (SlotOffloadManager.store_clock):
+                # the same outcome as asking, without walking the hashes.
+                self.stats.num_store_refused += 1
+                continue
+            new_hashes = self._hashes(request, start, num_blocks)
             result = manager.prepare_store(new_hashes)
             if result is None:
                 self.stats.num_store_refused += 1
+                refused = getattr(manager, "refused_new_blocks", 0)
+                if refused:
+                    store_waits[request_id] = (start, num_blocks, refused + manager.num_inserted)
                 continue
+            if wait is not None:
+                del store_waits[request_id]
             self._next_stored_block_idx[request_id] = num_blocks
             if result.evicted_block_hashes:
                 self.stats.num_evicted_blocks += len(result.evicted_block_hashes)
@@ -324,6 +343,7 @@ class OffloadingConnector:
         self._requests.pop(request_id, None)
         self._request_block_ids.pop(request_id, None)
         self._next_stored_block_idx.pop(request_id, None)
+        self._store_waits.pop(request_id, None)
         return request_id in self._reqs_being_stored
 
     def take_events(self) -> Iterable[KVEvent]:

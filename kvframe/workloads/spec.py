@@ -35,6 +35,7 @@ __all__ = [
     "SYNTHETIC_VOCAB_SIZE",
     "MooncakePrompt",
     "Prompt",
+    "PromptTokens",
     "RequestSpec",
     "SyntheticPrompt",
     "TokenPrompt",
@@ -122,6 +123,15 @@ class TokenPrompt:
         values.frombytes(self.packed)
         return values.tolist()
 
+    def token_bytes(self, start: int, end: int) -> bytes:
+        """Tokens ``start .. end - 1`` as uint32 little-endian bytes."""
+        if sys.byteorder == "little":  # non-negative int32 == uint32 bytes
+            return self.packed[4 * start : 4 * end]
+        values = array("i")
+        values.frombytes(self.packed[4 * start : 4 * end])
+        values.byteswap()
+        return values.tobytes()
+
     def __repr__(self) -> str:
         return f"TokenPrompt(<{len(self)} tokens>)"
 
@@ -194,11 +204,107 @@ class MooncakePrompt:
             tokens = list(tokens)
         return tokens
 
+    def token_bytes(self, start: int, end: int) -> bytes:
+        """Tokens ``start .. end - 1`` as uint32 little-endian bytes, built from the ids.
+
+        The same bytes as packing ``token_ids()[start:end]``, without a
+        Python int per token: this is how a trace prompt is hashed.
+        """
+        end = min(end, self.length)
+        if start >= end:
+            return b""
+        size = self.block_tokens
+        out = array(_U32)
+        extend = out.extend
+        hash_ids = self.hash_ids
+        for index in range(start // size, (end - 1) // size + 1):
+            first = index * size
+            base = hash_ids[index] * size - first
+            extend(range(base + max(start, first), base + min(end, first + size)))
+        if sys.byteorder == "big":
+            out.byteswap()
+        return out.tobytes()
+
+    def token_slice(self, start: int, end: int) -> list[int]:
+        """Tokens ``start .. end - 1`` without building the whole prompt."""
+        end = min(end, self.length)
+        size = self.block_tokens
+        tokens: list[int] = []
+        for index in range(start // size, (end - 1) // size + 1) if start < end else ():
+            first = index * size
+            base = self.hash_ids[index] * size - first
+            tokens.extend(range(base + max(start, first), base + min(end, first + size)))
+        return tokens
+
     def __repr__(self) -> str:
         return (
             f"MooncakePrompt(<{len(self.hash_ids)} hash ids>, length={self.length}, "
             f"block_tokens={self.block_tokens})"
         )
+
+
+_U32 = "I" if array("I").itemsize == 4 else "L"
+
+
+class PromptTokens(Sequence[int]):
+    """A prompt recipe's token ids as a read-only, lazily built sequence.
+
+    What the engine hands a :class:`kvframe.request.Request` as
+    ``prompt_token_ids``. Why: thousands of requests wait at once in a real
+    trace; a list of ints per prompt is ~40 bytes per token, this is a few
+    dozen bytes per request. ``len()`` is free; ``token_bytes`` (what the block
+    hasher reads) never builds ints for Mooncake prompts; indexing, slicing
+    (to a list), iteration, ``list()``/``tolist()`` and ``==`` against a list
+    work like a list and build the ids on demand -- e.g. an executor that
+    needs real token ids calls ``prompt_token_ids.tolist()`` or ``list(...)``.
+    """
+
+    __slots__ = ("prompt",)
+
+    def __init__(self, prompt: Prompt) -> None:
+        self.prompt = prompt
+
+    def __len__(self) -> int:
+        return len(self.prompt)
+
+    def tolist(self) -> list[int]:
+        return self.prompt.token_ids()
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            start, stop, stride = index.indices(len(self.prompt))
+            token_slice = getattr(self.prompt, "token_slice", None)
+            if stride == 1 and token_slice is not None:
+                return token_slice(start, stop)
+            return self.tolist()[index]
+        if index < 0:
+            index += len(self.prompt)
+        if not 0 <= index < len(self.prompt):
+            raise IndexError("prompt token index out of range")
+        return self[index : index + 1][0]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.tolist())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str | bytes):
+            return len(self) == len(other) and self.tolist() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def token_bytes(self, start: int, end: int) -> bytes:
+        """Tokens ``start .. end - 1`` as uint32 little-endian bytes (for hashing)."""
+        direct = getattr(self.prompt, "token_bytes", None)
+        if direct is not None:
+            return direct(start, end)
+        values = array(_U32, self.tolist()[start:end])
+        if sys.byteorder == "big":
+            values.byteswap()
+        return values.tobytes()
+
+    def __repr__(self) -> str:
+        return f"PromptTokens({self.prompt!r})"
 
 
 def as_prompt(value: Prompt | Sequence[int]) -> Prompt:
