@@ -46,11 +46,11 @@ from kvframe.config import (
     OptionInfo,
     PluginSpec,
     bind_options,
+    did_you_mean,
     get_kind,
     kind_of,
     parse_spec,
     plugin_options,
-    suggest,
 )
 
 if TYPE_CHECKING:
@@ -565,7 +565,7 @@ class PluginRegistry:
                 continue
             for impl in caller.get_hookimpls():
                 source = self._sources.get(impl.plugin_name) or PluginSource(impl.plugin_name)
-                error = f"implements unknown hook {hook_name!r}" + _did_you_mean(hook_name, known)
+                error = f"implements unknown hook {hook_name!r}" + did_you_mean(hook_name, known)
                 failures.append(PluginEntry(None, source.label, None, source, "broken", error))
                 self._warn("plugin_invalid", source, None, error)
         return failures
@@ -617,7 +617,7 @@ class PluginRegistry:
                 + "; ".join(f"{e.source.describe()}: {e.error}" for e in unattributed)
             )
         raise ConfigError(
-            f"unknown {k.label} {name!r}{_did_you_mean(name, self.names(k.name))}",
+            f"unknown {k.label} {name!r}{did_you_mean(name, self.names(k.name))}",
             text=text,
             span=span,
             origin=origin,
@@ -724,7 +724,7 @@ class PluginRegistry:
             found = f"{kind.plural} in {module_name}: {', '.join(sorted(candidates)) or 'none'}"
             raise error(
                 f"module {module_name!r} has no attribute {class_name!r}"
-                + _did_you_mean(class_name, candidates),
+                + did_you_mean(class_name, candidates),
                 class_span,
                 found,
             )
@@ -760,11 +760,6 @@ def _dist_name(ep: Any) -> str | None:
 def _describe_error(err: BaseException) -> str:
     text = str(err)
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
-
-
-def _did_you_mean(word: str, candidates: Iterable[str]) -> str:
-    best = suggest(word, candidates)
-    return f"; did you mean {best!r}?" if best else ""
 
 
 def _target_start(text: str) -> int:
