@@ -117,14 +117,14 @@ def test_engine_counters_override_and_extend() -> None:
         counters={
             "prefix_cache_queries": 1000,
             "prefix_cache_hits": 250,
-            "connector_prefix_cache_queries": 0,
-            "connector_prefix_cache_hits": 0,
+            "external_prefix_cache_queries": 0,
+            "external_prefix_cache_hits": 0,
             "num_retentions": 2,
         },
         end_time=10.0,
     ).counters
     assert counters["prefix_cache_hit_rate"] == 0.25
-    assert counters["connector_prefix_cache_hit_rate"] == 0.0  # no division by zero
+    assert counters["external_prefix_cache_hit_rate"] == 0.0  # no division by zero
     assert counters["num_retentions"] == 2
     assert counters["offload_bytes_stored"] == 8192
     assert counters["simulated_duration_seconds"] == 10.0
