@@ -667,7 +667,10 @@ def _build_offload(
         num_gpu_blocks=config.resolved_num_gpu_blocks(),
         enable_events=enable_events,
     )
-    manager = spec.create_manager(context)  # type: ignore[attr-defined]
+    try:
+        manager = spec.create_manager(context)  # type: ignore[attr-defined]
+    except ValueError as err:
+        raise ConfigError(f"offload tier {resolved.name!r}: {err}") from err
     if config.reuse_filter is not None:
         reuse_filter = registry.create("reuse_filter", config.reuse_filter)
         manager = FilteredOffloadManager(manager, reuse_filter)
