@@ -65,7 +65,7 @@ def test_no_prefix_caching_flag_turns_hits_off(
     argv = ["run", str(conversation_trace), "--limit", "10", "--json", "--out", "o"]
     assert run_cli(*argv) == 0
     with_cache = json.loads(capsys.readouterr().out)["counters"]
-    assert run_cli(*argv, "--no-prefix-caching") == 0
+    assert run_cli(*argv, "--no-prefix-caching", "--force") == 0
     without = json.loads(capsys.readouterr().out)["counters"]
     assert with_cache["prefix_cache_hits"] > 0 and without["prefix_cache_hits"] == 0
 
@@ -138,7 +138,7 @@ def test_engine_settings_come_from_kvframe_toml_and_flags_override(
         4,
     )
     assert engine["reserve_full_sequence"] is False
-    assert run_cli(*argv, "--reserve-full-sequence", "--scheduler", "fcfs") == 0
+    assert run_cli(*argv, "--reserve-full-sequence", "--scheduler", "fcfs", "--force") == 0
     engine = json.loads(capsys.readouterr().out)["metadata"]["engine"]
     assert engine["reserve_full_sequence"] is True and engine["scheduling"] == "fcfs"
 
