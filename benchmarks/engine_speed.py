@@ -30,11 +30,10 @@ from pathlib import Path
 from kvframe.engine import Engine, EngineConfig
 from kvframe.workloads import load_workload
 
-TRACE = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "mooncake"
-TRACE = TRACE.resolve() / "conversation_trace.jsonl"
+TRACE = "mooncake:conversation"  # bundled with kvframe; a path works too
 
 
-def run_once(trace: Path, limit: int, config: EngineConfig, profile: bool) -> dict:
+def run_once(trace: str, limit: int, config: EngineConfig, profile: bool) -> dict:
     load_started = time.perf_counter()
     workload = load_workload(trace, limit=limit)
     load_s = time.perf_counter() - load_started
@@ -70,7 +69,7 @@ def run_once(trace: Path, limit: int, config: EngineConfig, profile: bool) -> di
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trace", type=Path, default=TRACE)
+    parser.add_argument("--trace", default=TRACE)
     parser.add_argument("--sizes", default="1000,4000,12031")
     parser.add_argument("--preset", default="llama3.1-8b-h100")
     parser.add_argument("--block-size", type=int, default=16)
@@ -85,7 +84,7 @@ def main() -> None:
         f"{'requests':>9}{'wall s':>9}{'cpu s':>9}{'steps':>9}{'sim s':>9}"
         f"{'req/wall s':>11}{'steps/s':>9}{'us/step':>9}{'wall/req':>10}{'cpu/req':>9}"
     )
-    print(f"trace {args.trace.name}, preset {args.preset}, block size {args.block_size}, "
+    print(f"trace {args.trace}, preset {args.preset}, block size {args.block_size}, "
           f"{config.resolved_num_gpu_blocks()} GPU blocks")  # fmt: skip
     print(header)
     print("-" * len(header))

@@ -24,6 +24,7 @@ benchmarks cover that).
 from __future__ import annotations
 
 import argparse
+import gzip
 import importlib
 import json
 import time
@@ -35,10 +36,7 @@ from kvframe.request import Request
 from kvframe.workloads.mooncake_tokens import expand_hash_ids
 
 REPO = Path(__file__).resolve().parents[1]
-CANDIDATE_TRACES = (
-    REPO.parent / "shared" / "data" / "mooncake" / "conversation_trace.jsonl",
-    REPO / "tests" / "core" / "data" / "mooncake_conversation_head300.jsonl",
-)
+TRACE = REPO / "kvframe" / "data" / "mooncake" / "conversation.jsonl.gz"  # bundled copy
 
 
 def unbounded_hit_tokens(records: list[dict], block_size: int, block_tokens: int = 512) -> int:
@@ -67,8 +65,7 @@ def unbounded_hit_tokens(records: list[dict], block_size: int, block_tokens: int
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    default_trace = next((p for p in CANDIDATE_TRACES if p.exists()), CANDIDATE_TRACES[-1])
-    parser.add_argument("--trace", type=Path, default=default_trace)
+    parser.add_argument("--trace", type=Path, default=TRACE, help="Mooncake .jsonl or .jsonl.gz")
     parser.add_argument("--num-requests", type=int, default=2000, help="0 = the whole trace")
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument(
@@ -98,7 +95,8 @@ def main() -> None:
     queries = 0
     records = []
     start = time.perf_counter()
-    with args.trace.open() as lines:
+    opener = gzip.open if args.trace.suffix == ".gz" else open
+    with opener(args.trace, "rt", encoding="utf-8") as lines:
         for i, line in enumerate(lines):
             if args.num_requests and i >= args.num_requests:
                 break

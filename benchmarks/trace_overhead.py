@@ -29,15 +29,13 @@ from __future__ import annotations
 import argparse
 import time
 import timeit
-from pathlib import Path
 
 import kvframe
 from kvframe.engine import Engine, EngineConfig
 from kvframe.plugins import PluginRegistry
 from kvframe.workloads import load_workload
 
-TRACE = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "mooncake"
-TRACE = TRACE.resolve() / "conversation_trace.jsonl"
+TRACE = "mooncake:conversation"  # bundled with kvframe; a path works too
 TRACE_POINTS_PER_STEP = 4  # snapshot, decision (with prefix events), KV events, finished
 
 
@@ -106,7 +104,7 @@ def branch_cost(number: int, repeat: int = 40) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trace", type=Path, default=TRACE)
+    parser.add_argument("--trace", default=TRACE)
     parser.add_argument("--requests", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--iterations", type=int, default=1_000_000)
@@ -123,7 +121,7 @@ def main() -> None:
     branch_ns = (per_branch - per_empty) * 1e9
     step_s = 1.0 / plain
 
-    print(f"workload: first {args.requests} requests of {args.trace.name}, {steps} steps")
+    print(f"workload: first {args.requests} requests of {args.trace}, {steps} steps")
     print(f"{'engine steps per CPU second, no tracer':<44}{plain:>12,.0f}")
     print(f"{'engine steps per CPU second, no-op tracer':<44}{noop:>12,.0f}")
     print(f"{'  ratio no tracer / no-op tracer':<44}{plain / noop:>12.3f}")

@@ -454,8 +454,23 @@ class MetricsCollector:
         record = self._records[request_id]
         if record.first_scheduled_time is None:
             record.first_scheduled_time = now
-            record.num_cached_tokens = num_cached_tokens
-            record.num_external_cached_tokens = num_external_cached_tokens
+            if num_cached_tokens or num_external_cached_tokens:
+                record.num_cached_tokens = num_cached_tokens
+                record.num_external_cached_tokens = num_external_cached_tokens
+
+    def on_prefix_hit(
+        self, request_id: str, num_cached_tokens: int, num_external_cached_tokens: int = 0
+    ) -> None:
+        """The request's prefix was looked up at its first admission.
+
+        Separate from :meth:`on_scheduled`: a request whose prefix an offload
+        tier loads asynchronously is looked up when the load starts but enters
+        RUNNING (vLLM's SCHEDULED event, which starts the prefill clock) only
+        once the load landed.
+        """
+        record = self._records[request_id]
+        record.num_cached_tokens = num_cached_tokens
+        record.num_external_cached_tokens = num_external_cached_tokens
 
     def on_first_token(self, request_id: str, now: float) -> None:
         record = self._records[request_id]

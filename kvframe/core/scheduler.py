@@ -161,6 +161,10 @@ class Scheduler:
         self._finished_recving: set[str] = set()
         # Tokens a preempted request had computed, to count recomputation.
         self._computed_before_preemption: dict[str, int] = {}
+        # Requests whose prefix lookup of the current admission was already
+        # counted (an async load is admitted twice: when the load starts and
+        # when it is promoted). Cleared when the request enters RUNNING.
+        self._lookup_recorded: set[str] = set()
         self._now = 0.0
         policy.attach(_SchedulerView(self))
 
@@ -366,6 +370,10 @@ class Scheduler:
         # never peeks the same blocked request twice; they rejoin skipped-waiting
         # (ahead of older skipped requests) after the loop.
         step_skipped = policy.create_queue()
+        # The tier's answer for a request retried after a reclaim freed blocks:
+        # vLLM asks the connector once per request per step, and asking again
+        # would touch the tier and count the reuse filter's sightings twice.
+        retry: tuple[Request, int, int, bool] | None = None
 
         while (self.waiting or self.skipped_waiting) and step.token_budget > 0:
             if len(self.running) == self.max_num_running_reqs:
@@ -383,9 +391,12 @@ class Scheduler:
             if request.num_computed_tokens == 0:
                 new_computed_blocks, num_local_tokens = kv.get_computed_blocks(request)
                 if connector is not None:
-                    ext_tokens, load_kv_async = connector.get_num_new_matched_tokens(
-                        request, num_local_tokens
-                    )
+                    if retry is not None and retry[0] is request and retry[1] == num_local_tokens:
+                        ext_tokens, load_kv_async = retry[2], retry[3]
+                    else:
+                        ext_tokens, load_kv_async = connector.get_num_new_matched_tokens(
+                            request, num_local_tokens
+                        )
                     if ext_tokens is None:
                         # The tier cannot answer yet: ask again next step without
                         # blocking the requests behind this one.
@@ -434,11 +445,12 @@ class Scheduler:
                 )
             if new_blocks is None:
                 stalled = not self.running and not step.num_scheduled_tokens
-                if self.retained and self._reclaim_retained(
-                    request, num_new_tokens, stalled=stalled
-                ):
-                    continue
-                if stalled and self._release_loaded_waiting(request):
+                if (
+                    self.retained
+                    and self._reclaim_retained(request, num_new_tokens, stalled=stalled)
+                ) or (stalled and self._release_loaded_waiting(request)):
+                    if request.num_computed_tokens == 0:
+                        retry = (request, num_local_tokens, num_external_tokens, load_kv_async)
                     continue
                 break
 
@@ -448,10 +460,20 @@ class Scheduler:
                     request, kv.get_blocks(request_id), num_external_tokens
                 )
             queue.pop_request()
-            if request.num_cached_tokens < 0:
-                self._record_first_admission(step, request, num_local_tokens, num_external_tokens)
-            elif request.status == _PREEMPTED:
-                self._record_readmission(step, request, num_local_tokens + num_external_tokens)
+            if request_id not in self._lookup_recorded:
+                # Once per admission: an async load passes here again when it
+                # is promoted, and a stall-released load when it is looked up
+                # again; only the first lookup counts.
+                if request.num_cached_tokens < 0:
+                    self._record_first_admission(
+                        step, request, num_local_tokens, num_external_tokens
+                    )
+                elif request.status == _PREEMPTED:
+                    self._record_readmission(step, request, num_local_tokens + num_external_tokens)
+            if load_kv_async:
+                self._lookup_recorded.add(request_id)
+            else:
+                self._lookup_recorded.discard(request_id)
 
             if load_kv_async:
                 # Blocks are reserved; the request waits for its load to land.
@@ -618,6 +640,7 @@ class Scheduler:
         self.finished_req_ids.add(request_id)
         del self.requests[request_id]
         self._computed_before_preemption.pop(request_id, None)
+        self._lookup_recorded.discard(request_id)
         if self.connector is not None and self.connector.request_finished(
             request, self.kv_cache_manager.get_block_ids(request_id)
         ):

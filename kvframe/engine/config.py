@@ -136,6 +136,11 @@ class EngineConfig:
     vLLM 0.19)."""
     seed: int = attrs.field(default=0, validator=attrs.validators.instance_of(int))
     """Seed of the chained block hash (vLLM's ``PYTHONHASHSEED`` role)."""
+    cost_model: str | None = attrs.field(default=None)
+    """A cost-model file (``kvframe calibrate`` writes one); replaces ``preset``'s."""
+    executor: str = attrs.field(default="sim", validator=attrs.validators.instance_of(str))
+    """``sim`` (cost model only) or ``torch[:preset=tiny,dtype=float32,...]`` (a real
+    decoder on paged KV tensors; see :mod:`kvframe.executors.torch`)."""
 
     def __attrs_post_init__(self) -> None:
         if self.offload_bandwidth is not None and not self.offload_bandwidth > 0:
@@ -152,6 +157,11 @@ class EngineConfig:
                 f"(got num_gpu_blocks={self.num_gpu_blocks}, kv_memory={self.kv_memory})"
             )
         get_preset(self.preset)  # raises ValueError naming the presets
+        if self.cost_model is not None:
+            self.preset_object  # noqa: B018 -- raises ValueError naming the file and field
+        from kvframe.executors.torch.options import parse_executor
+
+        parse_executor(self.executor)  # raises ValueError naming the bad option
         if self.num_gpu_blocks is not None and self.num_gpu_blocks < 2:
             raise ValueError(
                 "num_gpu_blocks must be >= 2 (block 0 is the null block), "
@@ -167,6 +177,10 @@ class EngineConfig:
 
     @property
     def preset_object(self) -> Preset:
+        if self.cost_model is not None:
+            from kvframe.executors.cost_model_file import load_cost_model_file
+
+            return load_cost_model_file(self.cost_model)
         return get_preset(self.preset)
 
     def resolved_num_gpu_blocks(self) -> int:
@@ -229,6 +243,8 @@ class EngineConfig:
             "enable_chunked_prefill": self.enable_chunked_prefill,
             "reserve_full_sequence": self.scheduler_config().reserve_full_sequence,
             "seed": self.seed,
+            "executor": self.executor,
+            "cost_model": self.cost_model,
         }
 
     # -- from kvframe.toml and flags ----------------------------------------
@@ -332,6 +348,8 @@ _CONVERTERS: Mapping[str, Any] = {
     "reserve_full_sequence": _bool,
     "seed": _int,
     "offload_bandwidth": _size,
+    "executor": _str,
+    "cost_model": _str,
 }
 
 _ALIASES: Mapping[str, str] = {
@@ -339,6 +357,7 @@ _ALIASES: Mapping[str, str] = {
     "chunked_prefill": "enable_chunked_prefill",
     "gpu-eviction": "gpu_eviction",
     "offload-bandwidth": "offload_bandwidth",
+    "cost-model": "cost_model",
 }
 
 ENGINE_KEYS: tuple[str, ...] = tuple(_CONVERTERS)

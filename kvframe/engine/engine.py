@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from kvframe.core.scheduler_output import SchedulerOutput
     from kvframe.executors.presets import Preset
     from kvframe.offload.offloading_connector import OffloadingConnector
-    from kvframe.offload.worker import OffloadWorker, SimTransferHandler
+    from kvframe.offload.worker import OffloadWorker
     from kvframe.plugins import PluginRegistry, Tracing
     from kvframe.workloads.spec import RequestSpec, Workload
 
@@ -154,7 +154,7 @@ class Engine:
         self,
         config: EngineConfig,
         scheduler: Scheduler,
-        executor: SimExecutor,
+        executor: SimExecutor | Any,
         *,
         tracing: Tracing | None = None,
         preset: Preset | None = None,
@@ -169,6 +169,7 @@ class Engine:
         self._now = 0.0
         self._ran = False
         self._num_ignored = 0
+        self._stop_token_ids = tuple(getattr(executor, "stop_token_ids", ()))
 
     @classmethod
     def from_config(cls, config: EngineConfig, registry: PluginRegistry | None = None) -> Engine:
@@ -181,10 +182,38 @@ class Engine:
             from kvframe.plugins import get_registry
 
             registry = get_registry()
+        from kvframe.executors.torch.options import parse_executor
+
+        executor_name, torch_options = parse_executor(config.executor)
+        plan = None
+        if torch_options is not None:
+            # Validate the model (dtype, device, checkpoint) before anything else is built.
+            from kvframe.config import ConfigError
+            from kvframe.executors.torch.build import plan_model
+
+            try:
+                plan = plan_model(torch_options)
+            except ValueError as err:
+                raise ConfigError(str(err), origin="--executor") from None
+            config = attrs.evolve(
+                config,
+                num_gpu_blocks=_torch_num_blocks(
+                    config, plan.kv_bytes_per_block(config.block_size), torch_options.kv_memory
+                ),
+                kv_memory=None,
+            )
         preset = config.preset_object
         policy = registry.create("scheduling", config.scheduling)
         eviction = None
         num_gpu_blocks = config.resolved_num_gpu_blocks()
+        model = None
+        if plan is not None:
+            from kvframe.config import ConfigError
+
+            try:
+                model = plan.build(num_gpu_blocks, config.block_size)
+            except ValueError as err:
+                raise ConfigError(str(err), origin="--executor") from None
         if config.gpu_eviction is not None:
             eviction = registry.create("eviction", config.gpu_eviction, num_gpu_blocks)
         tracing = registry.create_tracing(config.tracers) if config.tracers else None
@@ -192,7 +221,13 @@ class Engine:
         try:
             connector = worker = handler = None
             if config.offload is not None:
-                connector, worker, handler = _build_offload(config, registry, events)
+                connector, worker, handler = _build_offload(
+                    config,
+                    registry,
+                    events,
+                    kv_bytes_per_token=None if plan is None else plan.kv_bytes_per_token(),
+                    real_bytes=plan is not None,
+                )
             scheduler = Scheduler(
                 config.scheduler_config(enable_kv_cache_events=events),
                 policy,
@@ -204,7 +239,28 @@ class Engine:
             if tracing is not None:
                 tracing.close()
             raise
-        executor = SimExecutor(preset.cost_model, offload_worker=worker, transfer_handler=handler)
+        executor: Any
+        if model is not None:
+            from kvframe.executors.torch.executor import TorchExecutor
+
+            assert plan is not None and torch_options is not None
+            if handler is not None:
+                handler.register_kv_caches(model.kv_caches)
+            eos = torch_options.eos if torch_options.eos is not None else plan.config.eos_token_id
+            executor = TorchExecutor(
+                model,
+                preset.cost_model,
+                clock=torch_options.clock,
+                stop_token_ids=() if eos is None else (eos,),
+                offload_worker=worker,
+                transfer_handler=handler,
+                description=plan.describe(),
+            )
+        else:
+            executor = SimExecutor(
+                preset.cost_model, offload_worker=worker, transfer_handler=handler
+            )
+        del executor_name
         return cls(config, scheduler, executor, tracing=tracing, preset=preset)
 
     # ------------------------------------------------------------------
@@ -277,12 +333,14 @@ class Engine:
         on_first_token = collector.on_first_token
         on_finished = collector.on_finished
         on_scheduled = collector.on_scheduled
+        on_prefix_hit = collector.on_prefix_hit
         stats = scheduler.stats
         hook = self.tracing.hook if self.tracing is not None and self.tracing.active else None
         view = RunProgress(self) if progress is not None else None
         connector = cast("OffloadingConnector | None", scheduler.connector)
         worker = self.executor.offload_worker
         handler = self.executor.transfer_handler
+        record_finished = getattr(self.executor, "record_finished", None)
 
         now = arrivals.next_time if arrivals.next_time != math.inf else 0.0
         idle_steps = 0
@@ -316,12 +374,12 @@ class Engine:
                     collector.on_preempted(request_id)
             if output.first_admissions:
                 for hit in output.first_admissions:
-                    on_scheduled(
-                        hit.req_id,
-                        now,
-                        num_cached_tokens=hit.local_hit_tokens,
-                        num_external_cached_tokens=hit.external_hit_tokens,
-                    )
+                    on_prefix_hit(hit.req_id, hit.local_hit_tokens, hit.external_hit_tokens)
+            if output.scheduled_new_reqs:
+                # Stamped when the request enters RUNNING, as vLLM's SCHEDULED
+                # event: an async load's first admission only reserves blocks.
+                for new_request in output.scheduled_new_reqs:
+                    on_scheduled(new_request.req_id, now)
             if output.recomputed_tokens:
                 for request_id, num_tokens in output.recomputed_tokens.items():
                     if num_tokens:
@@ -376,6 +434,8 @@ class Engine:
                         num_output_tokens=request.num_output_tokens,
                         status=request.get_finished_reason() or str(request.status),
                     )
+                    if record_finished is not None:
+                        record_finished(request)
                     if request.job_id is not None:
                         arrivals.turn_finished(request.job_id, end)
                     if hook is not None:
@@ -422,6 +482,7 @@ class Engine:
                     turn=spec.turn,
                     is_last_turn=spec.is_last_turn,
                     tool_name=spec.tool_name,
+                    stop_token_ids=self._stop_token_ids,
                 )
             )
 
@@ -532,6 +593,9 @@ class Engine:
             counters["offload_loaded_blocks"] = stats.num_loaded_blocks
             counters["offload_evicted_blocks"] = stats.num_evicted_blocks
             counters["offload_store_refused"] = stats.num_store_refused
+        executor_counters = getattr(self.executor, "counters", None)
+        if executor_counters is not None:
+            counters.update(executor_counters())
         source = getattr(workload, "source", None)
         metadata = {
             "kvframe_version": kvframe.__version__,
@@ -545,6 +609,9 @@ class Engine:
             "scheduling_policy": self.policy_name,
             "preset": self.preset.describe(),
         }
+        description = getattr(self.executor, "description", None)
+        if description:
+            metadata["executor"] = description
         return self._collector.summary(
             counters=counters, wall_clock_seconds=wall, partial=partial, metadata=metadata
         )
@@ -629,9 +696,20 @@ def _finished_record(request: Request, step: int, now: float) -> RequestFinished
 
 
 def _build_offload(
-    config: EngineConfig, registry: PluginRegistry, enable_events: bool
-) -> tuple[OffloadingConnector, OffloadWorker, SimTransferHandler]:
-    """The tier's manager (wrapped in the reuse filter), its connector and the sim worker.
+    config: EngineConfig,
+    registry: PluginRegistry,
+    enable_events: bool,
+    *,
+    kv_bytes_per_token: int | None = None,
+    real_bytes: bool = False,
+) -> tuple[OffloadingConnector, OffloadWorker, Any]:
+    """The tier's manager (wrapped in the reuse filter), its connector and the worker.
+
+    The sim executor's worker runs a :class:`SimTransferHandler`. With
+    ``real_bytes`` (the torch executor) the tier's own transfer handler moves
+    the bytes and the sim handler keeps the time (see
+    :class:`~kvframe.executors.torch.executor.RealBytesTransferHandler`);
+    ``kv_bytes_per_token`` is then the torch model's, not the preset's.
 
     ``config.eviction`` sets the tier's ``eviction`` option; if the offload
     config string sets it too, they must name the same policy with the same options.
@@ -663,7 +741,9 @@ def _build_offload(
     preset = config.preset_object
     context = OffloadContext(
         gpu_block_size=config.block_size,
-        kv_bytes_per_token=preset.shape.kv_bytes_per_token,
+        kv_bytes_per_token=(
+            preset.shape.kv_bytes_per_token if kv_bytes_per_token is None else kv_bytes_per_token
+        ),
         num_gpu_blocks=config.resolved_num_gpu_blocks(),
         enable_events=enable_events,
     )
@@ -689,5 +769,26 @@ def _build_offload(
     cost_model = preset.cost_model
     if config.offload_bandwidth is not None:
         cost_model = attrs.evolve(cost_model, transfer_bytes_per_s=float(config.offload_bandwidth))
-    handler = SimTransferHandler(cost_model, context.gpu_block_bytes)
+    handler: Any = SimTransferHandler(cost_model, context.gpu_block_bytes)
+    if real_bytes:
+        from kvframe.executors.torch.executor import RealBytesTransferHandler
+
+        handler = RealBytesTransferHandler(handler, spec.create_transfer_handler(context))
     return connector, OffloadWorker(handler), handler
+
+
+def _torch_num_blocks(config: EngineConfig, block_bytes: int, default_kv_memory: int) -> int:
+    """GPU blocks for the torch executor: as given, or its KV memory over the *model's*
+    block bytes (the preset's model shape only drives the sim's clock)."""
+    if config.num_gpu_blocks is not None:
+        return config.num_gpu_blocks
+    memory = config.kv_memory if config.kv_memory is not None else default_kv_memory
+    blocks = int(memory // block_bytes)
+    if blocks < 2:
+        from kvframe.config import ConfigError
+
+        raise ConfigError(
+            f"kv_memory={memory} bytes holds fewer than 2 blocks of {block_bytes} bytes "
+            "for the torch executor's model"
+        )
+    return blocks

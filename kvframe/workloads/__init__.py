@@ -1,7 +1,9 @@
 """Workloads: request specs, trace readers and generators.
 
 :func:`load_workload` reads a Mooncake or kvframe JSONL file (optionally
-gzip-compressed) into a :class:`Workload`. Reading is eager at the level of
+gzip-compressed), or a workload bundled with kvframe by name
+(``mooncake:conversation``, see :mod:`kvframe.workloads.bundled`), into a
+:class:`Workload`. Reading is eager at the level of
 *specs* — every line is parsed and checked before a run starts, so a bad line
 400 requests in fails now rather than an hour into a simulation — but lazy at
 the level of *tokens*: prompts stay recipes until the engine reads
@@ -23,12 +25,20 @@ import json
 import os
 import time
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from operator import attrgetter
 from pathlib import Path
 from typing import IO, Any, Literal, Protocol
 
 import structlog
 
+from kvframe.workloads.bundled import (
+    BUNDLED_WORKLOADS,
+    BundledWorkload,
+    WorkloadNotFoundError,
+    find_bundled,
+    not_found,
+)
 from kvframe.workloads.errors import WorkloadError, describe_value
 from kvframe.workloads.kvframe_jsonl import HEADER_KEY, KvframeJsonlParser, write_jsonl
 from kvframe.workloads.mooncake import MooncakeParser, looks_like_mooncake
@@ -43,6 +53,7 @@ from kvframe.workloads.spec import (
 )
 
 __all__ = [
+    "BUNDLED_WORKLOADS",
     "FORMATS",
     "MAX_KEPT_ERRORS",
     "MooncakePrompt",
@@ -52,6 +63,7 @@ __all__ = [
     "TokenPrompt",
     "Workload",
     "WorkloadError",
+    "WorkloadNotFoundError",
     "detect_format",
     "load_workload",
     "write_jsonl",
@@ -82,10 +94,23 @@ def detect_format(obj: dict[str, Any]) -> str:
     return "mooncake" if looks_like_mooncake(obj) else "kvframe"
 
 
-def _open_text(path: Path) -> IO[str]:
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8")
-    return path.open("r", encoding="utf-8")
+def _resolve(path: str | os.PathLike[str]) -> Path | BundledWorkload:
+    """A file that exists wins; else a bundled workload of that name; else a did-you-mean error."""
+    file_path = Path(path)
+    if file_path.exists():
+        return file_path
+    bundled = find_bundled(os.fspath(path))
+    if bundled is None:
+        raise not_found(os.fspath(path))
+    return bundled
+
+
+def _open_text(source: Path | BundledWorkload) -> AbstractContextManager[IO[str]]:
+    if isinstance(source, BundledWorkload):
+        return source.open_text()
+    if source.suffix == ".gz":
+        return gzip.open(source, "rt", encoding="utf-8")
+    return source.open("r", encoding="utf-8")
 
 
 def _decoded_lines(
@@ -129,7 +154,9 @@ def load_workload(
 ) -> Workload:
     """Read a workload file into a :class:`Workload` of specs in arrival order.
 
-    :param path: a ``.jsonl`` file, or ``.jsonl.gz``.
+    :param path: a ``.jsonl`` file, or ``.jsonl.gz``; or the name of a bundled
+        workload (``"mooncake:conversation"``; :data:`BUNDLED_WORKLOADS`), looked
+        up only when no file of that name exists.
     :param format: ``"mooncake"``, ``"kvframe"``, or ``"auto"`` (from the first
         JSON object: a kvframe header or record vs. Mooncake's fields).
     :param limit: keep only the first ``limit`` requests (the earliest
@@ -142,14 +169,15 @@ def load_workload(
     :param name: the workload's name (default: the header's, else the file stem).
     :raises WorkloadError: on malformed input (``file:line: field 'x': ...``),
         backward arrivals without ``sort_arrivals``, or a file with no requests.
-    :raises FileNotFoundError: if the file does not exist.
+    :raises WorkloadNotFoundError: (a ``FileNotFoundError``) if ``path`` is
+        neither a file nor a bundled name; the message suggests close names.
     """
     if format not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be >= 1 or None, got {limit}")
     display = os.fspath(path)
-    file_path = Path(path)
+    source = _resolve(path)
     started = time.perf_counter()
 
     parser: _RecordParser | None = None
@@ -165,7 +193,7 @@ def load_workload(
     last_arrival_line = 0
     unsorted = False
 
-    with _open_text(file_path) as stream:
+    with _open_text(source) as stream:
         for line_no, item in _decoded_lines(stream, display):
             try:
                 if isinstance(item, WorkloadError):
@@ -219,8 +247,10 @@ def load_workload(
     metadata = dict(parser.metadata) if parser is not None else {}
     workload = Workload(
         specs,
-        name=name or metadata.get("name") or _stem(file_path),
-        source=file_path,
+        name=name
+        or metadata.get("name")
+        or (source.stem if isinstance(source, BundledWorkload) else _stem(source)),
+        source=source.name if isinstance(source, BundledWorkload) else source,
         format=parser.format if parser is not None else "kvframe",
         num_skipped_lines=num_skipped,
         errors=tuple(kept_errors),

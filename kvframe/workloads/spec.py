@@ -272,7 +272,8 @@ class Workload:
 
     requests: tuple[RequestSpec, ...] = attrs.field(converter=tuple)
     name: str = "workload"
-    source: Path | None = None
+    source: Path | str | None = None
+    """The file read, or a bundled workload's name (``"mooncake:conversation"``)."""
     format: str = "memory"
     """``"mooncake"``, ``"kvframe"`` or ``"memory"`` (built in Python)."""
     num_skipped_lines: int = 0

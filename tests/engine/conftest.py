@@ -3,27 +3,23 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from pathlib import Path
 
 import attrs
 import pytest
 
 from kvframe.workloads import RequestSpec, load_workload
 
-CONVERSATION_TRACE = (
-    Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "mooncake"
-).resolve() / "conversation_trace.jsonl"
+CONVERSATION_TRACE = "mooncake:conversation"
 
 
 @pytest.fixture(scope="session")
-def conversation_trace() -> Path:
-    if not CONVERSATION_TRACE.is_file():  # pragma: no cover - the data ships with the repo
-        pytest.skip(f"{CONVERSATION_TRACE} is missing")
+def conversation_trace() -> str:
+    """The bundled conversation trace's name (works wherever ``load_workload`` takes a path)."""
     return CONVERSATION_TRACE
 
 
 @pytest.fixture(scope="session")
-def conversation_chains(conversation_trace: Path) -> list[RequestSpec]:
+def conversation_chains(conversation_trace: str) -> list[RequestSpec]:
     """120 requests of the conversation trace that continue earlier conversations.
 
     The trace's conversations come back minutes apart, so a window of its first

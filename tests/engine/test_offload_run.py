@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ LIMIT = 150
 
 
 @pytest.fixture(scope="module")
-def workload(conversation_trace: Path):
+def workload(conversation_trace: str):
     return load_workload(conversation_trace, limit=LIMIT)
 
 
@@ -153,3 +154,34 @@ def test_a_tier_run_does_not_depend_on_the_hash_seed(tmp_path: Path):
         )
     assert results[0] == results[1]
     assert results[0][0] > 0
+
+
+def test_a_loading_request_is_scheduled_when_it_enters_running(workload, tmp_path: Path):
+    # Slow loads span several steps. vLLM stamps SCHEDULED when a request
+    # enters RUNNING, not when its load starts: the load is queueing time.
+    path = tmp_path / "trace.jsonl"
+    engine = Engine.from_config(
+        EngineConfig(
+            num_gpu_blocks=NUM_GPU_BLOCKS,
+            offload="cpu:capacity=64GiB,eviction=lru",
+            offload_bandwidth=10**8,
+            tracers=(f"jsonl:path={path}",),
+        )
+    )
+    result = engine.run(workload)
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    entered: dict[str, float] = {}
+    for record in records:
+        if record["event"] == "step_decision":
+            for request_id in record["new_request_ids"]:
+                entered.setdefault(request_id, record["now"])
+    prefix = [r for r in records if r["event"] == "prefix_cache"]
+    loaded = {r["request_id"]: r["now"] for r in prefix if r["external_hit_tokens"] > 0}
+    # Requests longer than the model's context are ignored, never scheduled.
+    rows = {r.request_id: r for r in result.summary.requests if r.finish_status != "ignored"}
+    assert len(rows) > LIMIT // 2 and set(entered) == set(rows)
+    # One prefix-cache event per request, even for those admitted through a load.
+    assert sorted(r["request_id"] for r in prefix) == sorted(rows)
+    assert any(entered[rid] > looked_up for rid, looked_up in loaded.items())
+    for request_id, row in rows.items():
+        assert row.first_scheduled_time == entered[request_id]

@@ -27,7 +27,7 @@ def run_cli(*argv: str) -> int:
 
 
 def test_run_prints_a_summary_and_writes_metrics_and_requests(
-    conversation_trace: Path, capsys: pytest.CaptureFixture[str]
+    conversation_trace: str, capsys: pytest.CaptureFixture[str]
 ):
     code = run_cli(
         "run", str(conversation_trace), "--limit", "12", "--num-gpu-blocks", "8000", "--out", "o"
@@ -48,19 +48,19 @@ def test_run_prints_a_summary_and_writes_metrics_and_requests(
 
 
 def test_default_output_directory_is_named_after_the_trace(
-    conversation_trace: Path, capsys: pytest.CaptureFixture[str]
+    conversation_trace: str, capsys: pytest.CaptureFixture[str]
 ):
     assert run_cli("run", str(conversation_trace), "--limit", "3", "--json") == 0
     out, err = capsys.readouterr()
     data = json.loads(out)  # stdout is pure JSON
     assert data["counters"]["num_requests"] == 3
     (run_dir,) = Path("runs").iterdir()
-    assert run_dir.name.startswith("conversation_trace-")
+    assert run_dir.name.startswith("mooncake-conversation-")
     assert (run_dir / "metrics.json").is_file() and str(run_dir) in err
 
 
 def test_no_prefix_caching_flag_turns_hits_off(
-    conversation_trace: Path, capsys: pytest.CaptureFixture[str]
+    conversation_trace: str, capsys: pytest.CaptureFixture[str]
 ):
     argv = ["run", str(conversation_trace), "--limit", "10", "--json", "--out", "o"]
     assert run_cli(*argv) == 0
@@ -87,11 +87,11 @@ def test_malformed_trace_exits_2_with_file_line_and_field(capsys: pytest.Capture
 
 def test_missing_trace_exits_2(capsys: pytest.CaptureFixture[str]):
     assert run_cli("run", "nope.jsonl") == 2
-    assert "no such trace file: nope.jsonl" in capsys.readouterr().err
+    assert "no such trace file or bundled workload: nope.jsonl" in capsys.readouterr().err
 
 
 def test_unknown_scheduler_exits_2_with_a_suggestion(
-    conversation_trace: Path, capsys: pytest.CaptureFixture[str]
+    conversation_trace: str, capsys: pytest.CaptureFixture[str]
 ):
     assert run_cli("run", str(conversation_trace), "--limit", "1", "--scheduler", "priorty") == 2
     err = capsys.readouterr().err
@@ -100,7 +100,7 @@ def test_unknown_scheduler_exits_2_with_a_suggestion(
 
 
 def test_eviction_without_an_offload_tier_points_at_gpu_eviction(
-    conversation_trace: Path, capsys: pytest.CaptureFixture[str]
+    conversation_trace: str, capsys: pytest.CaptureFixture[str]
 ):
     assert run_cli("run", str(conversation_trace), "--limit", "1", "--eviction", "lru") == 2
     err = capsys.readouterr().err
@@ -108,7 +108,7 @@ def test_eviction_without_an_offload_tier_points_at_gpu_eviction(
 
 
 def test_gpu_eviction_selects_the_prefix_cache_order(
-    conversation_trace: Path, capsys: pytest.CaptureFixture[str]
+    conversation_trace: str, capsys: pytest.CaptureFixture[str]
 ):
     argv = ["run", str(conversation_trace), "--limit", "8", "--num-gpu-blocks", "3000"]
     assert run_cli(*argv, "--json", "--out", "a") == 0
@@ -122,7 +122,7 @@ def test_gpu_eviction_selects_the_prefix_cache_order(
 
 
 def test_engine_settings_come_from_kvframe_toml_and_flags_override(
-    conversation_trace: Path, capsys: pytest.CaptureFixture[str]
+    conversation_trace: str, capsys: pytest.CaptureFixture[str]
 ):
     Path("kvframe.toml").write_text(
         'scheduler = "priority"\nblock_size = 32\nnum_gpu_blocks = 5000\nmax_num_seqs = 4\n'
@@ -144,7 +144,7 @@ def test_engine_settings_come_from_kvframe_toml_and_flags_override(
 
 
 def test_bad_engine_setting_in_kvframe_toml_names_the_key(
-    conversation_trace: Path, capsys: pytest.CaptureFixture[str]
+    conversation_trace: str, capsys: pytest.CaptureFixture[str]
 ):
     Path("kvframe.toml").write_text("max_num_seq = 4\n")
     assert run_cli("run", str(conversation_trace), "--limit", "1") == 2
@@ -153,7 +153,7 @@ def test_bad_engine_setting_in_kvframe_toml_names_the_key(
     assert "did you mean 'max_num_seqs'" in err
 
 
-def test_bad_flag_value_names_the_flag(conversation_trace: Path, capsys):
+def test_bad_flag_value_names_the_flag(conversation_trace: str, capsys):
     assert run_cli("run", str(conversation_trace), "--kv-memory", "lots") == 2
     assert "--kv-memory: bad value for kv_memory" in capsys.readouterr().err
     assert run_cli("run", str(conversation_trace), "--num-gpu-blocks", "1", "--kv-memory", "1GiB")
@@ -161,7 +161,7 @@ def test_bad_flag_value_names_the_flag(conversation_trace: Path, capsys):
 
 
 def test_ctrl_c_writes_partial_results_and_exits_130(
-    conversation_trace: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    conversation_trace: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ):
     calls = 0
 
@@ -181,7 +181,7 @@ def test_ctrl_c_writes_partial_results_and_exits_130(
     assert Path("o/requests.csv").read_text().count("\n") == 1 + metrics["counters"]["num_requests"]
 
 
-def test_tracer_flag_writes_a_jsonl_trace(conversation_trace: Path):
+def test_tracer_flag_writes_a_jsonl_trace(conversation_trace: str):
     code = run_cli(
         "run", str(conversation_trace), "--limit", "5", "--out", "o",
         "--tracer", "jsonl:path=t.jsonl,kv_events=false",

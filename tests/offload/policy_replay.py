@@ -19,6 +19,7 @@ The vLLM interpreter is ``$KVFRAME_VLLM_PYTHON`` or
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-DATA = REPO.parent / "shared" / "data" / "mooncake"
+DATA = REPO / "kvframe" / "data" / "mooncake"  # the bundled traces, read without kvframe
 TRACES = ("conversation", "synthetic")
 CAPACITIES = (1024, 4096, 16384, 65536)
 MODES = ("touch-all", "touch-hits")
@@ -56,13 +57,13 @@ class Block:
 
 
 def trace_path(trace: str) -> Path:
-    return DATA / f"{trace}_trace.jsonl"
+    return DATA / f"{trace}.jsonl.gz"
 
 
 def load_stream(trace: str, max_requests: int | None = None) -> list[int]:
     """Every request's ``hash_ids`` in file order, concatenated: one access per id."""
     stream: list[int] = []
-    with trace_path(trace).open() as f:
+    with gzip.open(trace_path(trace), "rt", encoding="utf-8") as f:
         for i, line in enumerate(f):
             if max_requests is not None and i >= max_requests:
                 break

@@ -6,8 +6,8 @@
   whichever replay mode drives it.
 
 The replay is ``policy_replay.replay`` (documented in docs/offload.md). The
-Mooncake tests read ``../shared/data/mooncake`` next to the repository and are
-skipped where it is absent.
+Mooncake tests read the bundled traces (``kvframe/data/mooncake``) straight from
+the repository, so that the vLLM replay subprocess needs no kvframe install.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ textbook_arc = _load("textbook_arc")
 
 needs_traces = pytest.mark.skipif(
     not policy_replay.trace_path("conversation").exists(),
-    reason="Mooncake traces absent (../shared/data/mooncake)",
+    reason="Mooncake traces absent (kvframe/data/mooncake)",
 )
 
 

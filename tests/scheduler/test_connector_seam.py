@@ -148,9 +148,11 @@ def test_two_loaded_requests_that_each_need_more_blocks_do_not_deadlock():
     a = add(s, "a", 24)
     b = add(s, "b", 24)
     out = s.schedule()
+    admitted = [hit.req_id for hit in out.first_admissions]
     assert s.kv_cache_manager.num_free_blocks == 2
     s.update_from_output(out, empty_output(finished_recving={"a", "b"}))
     out = s.schedule()
+    admitted += [hit.req_id for hit in out.first_admissions]
     assert out.num_scheduled_tokens == {"a": 12}
     assert b.num_computed_tokens == 0
     assert s.stats.num_loaded_requests_released == 1
@@ -162,5 +164,88 @@ def test_two_loaded_requests_that_each_need_more_blocks_do_not_deadlock():
         }
         s.update_from_output(out, ModelRunnerOutput(sampled))
         out = s.schedule()
+        admitted += [hit.req_id for hit in out.first_admissions]
     assert a.is_finished() and b.is_finished()
     assert s.kv_cache_manager.num_free_blocks == 8
+    # b's loaded blocks were given back and b looked its prefix up again: still
+    # one first admission each, and each prompt counted once.
+    assert admitted == ["a", "b"]
+    assert s.stats.prefix_cache_queries == 48
+
+
+def test_a_preempted_request_readmitted_through_a_load_is_counted_once():
+    connector = ScriptedConnector({"a": [(0, False), (8, True)]})
+    config = SchedulerConfig(
+        block_size=4,
+        num_gpu_blocks=32,
+        max_num_batched_tokens=64,
+        max_model_len=128,
+        enable_prefix_caching=False,  # every hit comes from the tier
+    )
+    s = Scheduler(config, FCFSPolicy(), connector=connector)
+    a = add(s, "a", 12)
+    out = s.schedule()
+    assert out.num_scheduled_tokens == {"a": 12}
+    s.update_from_output(out, ModelRunnerOutput({"a": [7]}))
+    # Preempt a by recompute, as the running phase would.
+    s.running.remove(a)
+    s._preempt(a)
+    out = s.schedule()  # the load of 8 tokens starts
+    assert a.status == RequestStatus.WAITING_FOR_REMOTE_KVS
+    assert s.stats.preempted_prefix_cache_queries == 13
+    s.update_from_output(out, empty_output(finished_recving={"a"}))
+    out = s.schedule()  # promoted and resumed
+    assert out.num_scheduled_tokens == {"a": 5}
+    assert a.status == RequestStatus.RUNNING
+    assert s.stats.preempted_prefix_cache_queries == 13
+    assert s.stats.preempted_prefix_cache_hits == 8
+    assert s.stats.num_recomputed_tokens == 4
+
+
+class _RetainAll(FCFSPolicy):
+    """Retains every finished request until told to release (one per reclaim call)."""
+
+    name = "retain-all"
+
+    def attach(self, context) -> None:
+        self.context = context
+
+    def on_finish(self, request):
+        return self.context.now + 1000.0
+
+    def reclaim_retained(self, num_blocks_needed: int) -> bool:
+        for request_id in list(self.context.retained):
+            self.context.release(request_id)
+            return True
+        return False
+
+
+def test_a_retry_after_a_reclaim_does_not_ask_the_connector_again():
+    # 8 usable blocks. a (16 tokens, 4 blocks + 1 for its output) and b are
+    # retained; c (16 tokens) needs 4 blocks with 3 free: the policy releases a
+    # and c is admitted in the same step, with the tier asked once.
+    connector = ScriptedConnector({})
+    calls: list[str] = []
+    lookup = connector.get_num_new_matched_tokens
+
+    def counting(request, num_computed_tokens):
+        calls.append(request.request_id)
+        return lookup(request, num_computed_tokens)
+
+    connector.get_num_new_matched_tokens = counting
+    config = SchedulerConfig(
+        block_size=4, num_gpu_blocks=9, max_num_batched_tokens=64, max_model_len=128
+    )
+    s = Scheduler(config, _RetainAll(), connector=connector)
+    add(s, "a", 12, max_tokens=1)
+    add(s, "b", 8, max_tokens=1)
+    out = s.schedule(now=0.0)
+    s.update_from_output(out, ModelRunnerOutput({"a": [7], "b": [7]}))
+    assert set(s.retained) == {"a", "b"}
+    assert s.kv_cache_manager.num_free_blocks == 3
+    calls.clear()
+    add(s, "c", 16, max_tokens=1)
+    out = s.schedule(now=1.0)
+    assert "a" not in s.retained
+    assert out.num_scheduled_tokens == {"c": 16}
+    assert calls == ["c"]

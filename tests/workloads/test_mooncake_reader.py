@@ -12,10 +12,10 @@ from kvframe.workloads import MooncakePrompt, WorkloadError, load_workload
 from kvframe.workloads.mooncake_tokens import expand_hash_ids
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SHARED_MOONCAKE = REPO_ROOT.parent / "shared" / "data" / "mooncake"
+BUNDLED_CONVERSATION = REPO_ROOT / "kvframe" / "data" / "mooncake" / "conversation.jsonl.gz"
 
 # The first lines of conversation_trace.jsonl (plus one later arrival), copied
-# so that these tests do not depend on the shared data directory.
+# so that these tests read plain text they can see.
 LINES = [
     '{"timestamp": 0, "input_length": 6758, "output_length": 500, '
     '"hash_ids": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]}',
@@ -70,17 +70,15 @@ def test_surplus_hash_ids_are_dropped(tmp_path: Path) -> None:
     assert len(spec.prompt_token_ids) == 600
 
 
-def test_a_slice_of_the_shared_conversation_trace(tmp_path: Path) -> None:
-    trace = SHARED_MOONCAKE / "conversation_trace.jsonl"
-    if not trace.exists():
-        pytest.skip(f"shared data not found at {trace}")
-    with trace.open() as f:
+def test_a_slice_of_the_bundled_conversation_trace() -> None:
+    with gzip.open(BUNDLED_CONVERSATION, "rt") as f:
         expected = [json.loads(next(f)) for _ in range(300)]
 
-    workload = load_workload(trace, limit=300)
+    workload = load_workload("mooncake:conversation", limit=300)
 
     assert len(workload) == 300
-    assert workload.name == "conversation_trace"
+    assert workload.name == "mooncake-conversation"
+    assert workload.source == "mooncake:conversation"
     assert [s.num_prompt_tokens for s in workload] == [e["input_length"] for e in expected]
     assert [s.max_tokens for s in workload] == [e["output_length"] for e in expected]
     assert [s.arrival_time for s in workload] == [e["timestamp"] / 1000 for e in expected]

@@ -6,6 +6,15 @@
     python tools/differential/compare.py --workload pressure --workload prefix
     python tools/differential/compare.py --vllm-python /path/to/venv/bin/python
     python tools/differential/compare.py --vllm-only          # sanity-check the vLLM side
+    python tools/differential/compare.py --tier               # with a CPU offload tier
+    python tools/differential/compare.py --tier --workload tier-reuse --eviction arc \
+        --factor 2 --store-threshold 2 --rule seeded
+
+``--tier`` runs the tier set instead (``workloads.TIER_WORKLOADS``): each
+workload x eviction policy x ``block_size_factor`` x ``store_threshold`` x
+completion rule, under fcfs unless ``--policy`` says otherwise, with vLLM's
+OffloadingConnector on one side and kvframe's on the other, the worker played
+by ``stepping.ScriptedWorker`` for both.
 
 Generates the workloads (``workloads.py``), runs ``vllm_driver.py`` under the
 vLLM reference virtualenv and ``kvframe_driver.py`` under this interpreter —
@@ -33,7 +42,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workloads import DEFAULT_NUM_REQUESTS, POLICIES, WORKLOADS, all_workloads, write_workload
+from workloads import (
+    COMPLETION_RULES,
+    DEFAULT_NUM_REQUESTS,
+    POLICIES,
+    TIER_EVICTIONS,
+    TIER_FACTORS,
+    TIER_THRESHOLDS,
+    TIER_WORKLOADS,
+    WORKLOADS,
+    all_workloads,
+    tier_workloads,
+    write_workload,
+)
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parents[1]
@@ -131,16 +152,31 @@ def same_step(a: Record, b: Record) -> bool:
 class Summary:
     """Running totals of one side's records (what the table shows)."""
 
-    __slots__ = ("hit_tokens", "preemptions", "requests", "steps")
+    __slots__ = (
+        "evictions",
+        "external_tokens",
+        "hit_tokens",
+        "loads",
+        "preemptions",
+        "requests",
+        "steps",
+        "stores",
+    )
 
     def __init__(self) -> None:
         self.steps = self.requests = self.preemptions = self.hit_tokens = 0
+        self.external_tokens = self.loads = self.stores = self.evictions = 0
 
     def add(self, r: Record) -> None:
         self.steps += 1
         self.requests += len(r["new"])
         self.preemptions += len(r["preempted"])
         self.hit_tokens += sum(r["prefix_hits"].values())
+        if "loads" in r:
+            self.loads += len(r["loads"])
+            self.stores += len(r["stores"])
+            self.evictions += len(r["tier_evicted"])
+            self.external_tokens += sum(r["external_hits"][rid] for rid in r["loads"])
 
     def as_dict(self) -> dict[str, int]:
         return {
@@ -148,6 +184,10 @@ class Summary:
             "requests": self.requests,
             "preemptions": self.preemptions,
             "prefix_hit_tokens": self.hit_tokens,
+            "tier_hit_tokens": self.external_tokens,
+            "tier_loads": self.loads,
+            "tier_stores": self.stores,
+            "tier_evictions": self.evictions,
         }
 
 
@@ -241,7 +281,10 @@ def _fmt_table(rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def format_table(results: Sequence[Result]) -> str:
+TIER_COLUMNS = ("tier_hit_tokens", "tier_loads", "tier_stores", "tier_evictions")
+
+
+def format_table(results: Sequence[Result], tier: bool = False) -> str:
     header = [
         "workload",
         "policy",
@@ -249,6 +292,7 @@ def format_table(results: Sequence[Result]) -> str:
         "requests",
         "preemptions",
         "prefix-hit tok",
+        *(["tier-hit tok", "loads", "stores", "evictions"] if tier else []),
         "diff steps",
     ]
     rows = [header]
@@ -274,6 +318,7 @@ def format_table(results: Sequence[Result]) -> str:
                 cell("requests"),
                 cell("preemptions"),
                 cell("prefix_hit_tokens"),
+                *(cell(k) for k in TIER_COLUMNS if tier),
                 diff,
             ]
         )
@@ -351,9 +396,17 @@ def run_comparison(
     kvframe_python: Path | str | None = sys.executable,
     out_dir: Path = DEFAULT_OUT_DIR,
     blocks: bool = False,
+    tier: dict[str, Sequence[Any]] | None = None,
 ) -> tuple[list[Result], dict[str, DriverRun]]:
-    """Generate, run both drivers, diff. ``kvframe_python=None`` runs vLLM only."""
-    workloads = all_workloads(names, policies, num_requests, seed)
+    """Generate, run both drivers, diff. ``kvframe_python=None`` runs vLLM only.
+
+    ``tier`` selects the tier set instead: a dict of ``evictions``, ``factors``,
+    ``thresholds`` and ``rules`` (each optional; every value by default).
+    """
+    if tier is not None:
+        workloads = tier_workloads(names, policies, num_requests=num_requests, seed=seed, **tier)
+    else:
+        workloads = all_workloads(names, policies, num_requests, seed)
     paths = [write_workload(wl, out_dir / "workloads" / f"{wl['name']}.json") for wl in workloads]
     runs = run_drivers(
         paths, out_dir, vllm_python=vllm_python, kvframe_python=kvframe_python, blocks=blocks
@@ -376,8 +429,18 @@ def main(argv: list[str] | None = None) -> int:
         epilog="workloads:\n"
         + "\n".join(f"  {n:20} {desc}" for n, (_, _, desc) in WORKLOADS.items()),
     )
-    parser.add_argument("--workload", action="append", choices=list(WORKLOADS), dest="names")
+    parser.add_argument(
+        "--workload", action="append", choices=[*WORKLOADS, *TIER_WORKLOADS], dest="names"
+    )
     parser.add_argument("--policy", action="append", choices=list(POLICIES), dest="policies")
+    tier = parser.add_argument_group("offload tier (--tier)")
+    tier.add_argument("--tier", action="store_true", help="run the tier set (CPU offload tier)")
+    tier.add_argument("--eviction", action="append", choices=TIER_EVICTIONS, dest="evictions")
+    tier.add_argument("--factor", action="append", type=int, choices=TIER_FACTORS, dest="factors")
+    tier.add_argument(
+        "--store-threshold", action="append", type=int, choices=TIER_THRESHOLDS, dest="thresholds"
+    )
+    tier.add_argument("--rule", action="append", choices=list(COMPLETION_RULES), dest="rules")
     parser.add_argument("--num-requests", type=int, default=DEFAULT_NUM_REQUESTS)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--vllm-python", help=f"default: ${VLLM_PYTHON_ENV} or the repo's venv")
@@ -388,6 +451,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--vllm-only", action="store_true", help="run and summarize vLLM only")
     args = parser.parse_args(argv)
+
+    tier_matrix: dict[str, Sequence[Any]] | None = None
+    if args.tier:
+        wrong = [n for n in args.names or () if n not in TIER_WORKLOADS]
+        if wrong:
+            parser.error(f"--tier runs the tier workloads only, not {', '.join(wrong)}")
+        tier_matrix = {
+            k: v
+            for k, v in {
+                "evictions": args.evictions,
+                "factors": args.factors,
+                "thresholds": args.thresholds,
+                "rules": args.rules,
+            }.items()
+            if v
+        }
+    elif any(n in TIER_WORKLOADS for n in args.names or ()):
+        parser.error("the tier-* workloads need --tier")
+    policies = args.policies or (("fcfs",) if args.tier else POLICIES)
 
     vllm_python = find_vllm_python(args.vllm_python)
     if vllm_python is None:
@@ -400,20 +482,21 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     results, runs = run_comparison(
         args.names,
-        args.policies or POLICIES,
+        policies,
         num_requests=args.num_requests,
         seed=args.seed,
         vllm_python=vllm_python,
         kvframe_python=None if args.vllm_only else args.kvframe_python,
         out_dir=args.out_dir,
         blocks=args.blocks,
+        tier=tier_matrix,
     )
     for run in runs.values():
         if run.returncode != 0 and not any(
             (r.vllm_error if run.side == "vllm" else r.kvframe_error) for r in results
         ):
             print(f"{run.side} driver exited {run.returncode}:\n{run.output}", file=sys.stderr)
-    print(format_table(results))
+    print(format_table(results, tier=args.tier))
     failed = [r for r in results if not r.ok]
     for res in failed:
         print()

@@ -7,6 +7,12 @@ The kvframe twin of ``vllm_driver.py``, run under kvframe's own virtualenv::
 
 writes ``DIR/<workload name>.jsonl`` with exactly the schema and stepping
 rule of the vLLM driver (both come from ``stepping.py``).
+
+With a tier (``config["tier"]``) the scheduler gets kvframe's own
+``OffloadingConnector`` over a ``SlotOffloadManager`` whose eviction policy is
+the bundled ``lru`` / ``arc`` plugin class, wrapped in the ``threshold`` reuse
+filter when ``store_threshold >= 2`` -- the pieces ``--offload cpu:...`` builds,
+assembled directly so that the comparison does not depend on CLI option names.
 """
 
 from __future__ import annotations
@@ -57,6 +63,50 @@ def _scheduler_config(config: dict[str, Any]) -> Any:
     return SchedulerConfig(**kwargs)
 
 
+def _connector(tier: dict[str, Any], block_size: int, enable_prefix_caching: bool) -> Any:
+    """kvframe's scheduler-side CPU tier, as ``--offload cpu:...`` would build it."""
+    from kvframe.offload.manager import FilteredOffloadManager, SlotOffloadManager
+    from kvframe.offload.offloading_connector import OffloadingConnector
+
+    num_slots = tier["num_cpu_blocks"]
+    if tier["eviction"] == "lru":
+        from kvframe_lru import LRUPolicy
+
+        policy: Any = LRUPolicy(num_slots)
+    elif tier["eviction"] == "arc":
+        from kvframe_arc import ARCPolicy
+
+        policy = ARCPolicy(num_slots)
+    else:
+        raise ValueError(f"unknown tier eviction policy {tier['eviction']!r}")
+    factor = tier["block_size_factor"]
+    manager: Any = SlotOffloadManager(
+        policy, num_slots, block_size=block_size * factor, enable_events=False
+    )
+    if tier["store_threshold"] >= 2:
+        from kvframe_cpu_offload.reuse import ThresholdReuseFilter
+
+        manager = FilteredOffloadManager(
+            manager, ThresholdReuseFilter(store_threshold=tier["store_threshold"])
+        )
+    return OffloadingConnector(
+        manager,
+        gpu_block_size=block_size,
+        block_size_factor=factor,
+        enable_prefix_caching=enable_prefix_caching,
+    )
+
+
+def _slots(host_block_ids: list[int], factor: int) -> list[int]:
+    """Tier slots of a transfer's host block indices (``slot * factor + j``), in order."""
+    slots: list[int] = []
+    for host in host_block_ids:
+        slot = host // factor
+        if not slots or slots[-1] != slot:
+            slots.append(slot)
+    return slots
+
+
 def _first_group(ids: Any) -> list[int]:
     """Block ids as a flat list whether kvframe reports one group or a tuple of them."""
     if ids is None:
@@ -78,7 +128,58 @@ class KvframeAdapter:
         self._Request = Request
         self._ModelRunnerOutput = ModelRunnerOutput
         self.record_blocks = record_blocks
-        self.scheduler = Scheduler(_scheduler_config(config), _policy(config["policy"]))
+        tier = config.get("tier")
+        connector = None
+        self._namer: stepping.BlockNamer | None = None
+        self._evicted: list[Any] = []
+        if tier:
+            connector = _connector(tier, config["block_size"], config["enable_prefix_caching"])
+            self._factor = tier["block_size_factor"]
+            self._namer = stepping.BlockNamer(config["block_size"])
+            prepare_store = connector.manager.prepare_store
+
+            def recording_prepare_store(block_hashes: Any) -> Any:
+                result = prepare_store(block_hashes)
+                if result is not None:
+                    self._evicted.extend(result.evicted_block_hashes)
+                return result
+
+            connector.manager.prepare_store = recording_prepare_store
+        config = {k: v for k, v in config.items() if k != "tier"}
+        self.scheduler = Scheduler(
+            _scheduler_config(config), _policy(config["policy"]), connector=connector
+        )
+
+    def _tier_view(self, out: Any, new: list[str]) -> stepping.TierView:
+        from kvframe.request import RequestStatus
+
+        requests = self.scheduler.requests
+        namer = self._namer
+        assert namer is not None
+        for rid, request in requests.items():
+            namer.observe(rid, request.block_hashes)
+        meta = out.kv_connector_metadata
+        factor = self._factor
+
+        def transfer(spec: Any) -> stepping.Transfer:
+            return {"gpu": list(spec.gpu_block_ids), "cpu": _slots(spec.host_block_ids, factor)}
+
+        loads = {rid: transfer(spec) for rid, spec in meta.reqs_to_load.items()}
+        stores = {rid: transfer(spec) for rid, spec in meta.reqs_to_store.items()}
+        evicted = [namer.name(h) for h in self._evicted]
+        self._evicted.clear()
+        waiting = RequestStatus.WAITING_FOR_REMOTE_KVS
+        return stepping.TierView(
+            loads=loads,
+            stores=stores,
+            flush=sorted(meta.reqs_to_flush),
+            finished_req_ids=sorted(out.finished_req_ids),
+            external_hits={
+                rid: requests[rid].num_external_computed_tokens for rid in [*new, *loads]
+            },
+            waiting_remote=sorted(rid for rid, r in requests.items() if r.status == waiting),
+            evicted=evicted,
+        )
 
     def _free_blocks(self) -> int:
         free = self.scheduler.kv_cache_manager.num_free_blocks
@@ -96,6 +197,8 @@ class KvframeAdapter:
             block_hasher=self.scheduler.block_hasher,
         )
         self.scheduler.add_request(request)
+        if self._namer is not None:
+            self._namer.add_request(spec)
 
     def schedule(self) -> stepping.StepView:
         out = self.scheduler.schedule()
@@ -116,16 +219,27 @@ class KvframeAdapter:
             free_blocks=self._free_blocks(),
             blocks=blocks,
             raw=out,
+            tier=self._tier_view(out, new) if self._namer is not None else None,
         )
 
     def progress(self, req_id: str) -> tuple[int, int]:
         request = self.scheduler.requests[req_id]
         return request.num_computed_tokens, request.num_tokens
 
-    def update(self, view: stepping.StepView, sampled: dict[str, list[int]]) -> list[str]:
-        finished = self.scheduler.update_from_output(
-            view.raw, self._ModelRunnerOutput(sampled_token_ids=sampled)
-        )
+    def update(
+        self,
+        view: stepping.StepView,
+        sampled: dict[str, list[int]],
+        transfers: tuple[set[str], set[str]] | None = None,
+    ) -> list[str]:
+        output = self._ModelRunnerOutput(sampled_token_ids=sampled)
+        if transfers is not None:
+            from kvframe.core.scheduler_output import KVConnectorOutput
+
+            output.kv_connector_output = KVConnectorOutput(
+                finished_sending=set(transfers[0]), finished_recving=set(transfers[1])
+            )
+        finished = self.scheduler.update_from_output(view.raw, output)
         return [r.request_id for r in finished or ()]
 
 

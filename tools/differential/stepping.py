@@ -29,6 +29,24 @@ The record of a step (one JSON object per line in the output)::
     blocks      {req_id: [block ids]}        only with ``record_blocks``: the new
                                              block ids of each scheduled request
 
+With an offload tier (a workload whose config has a ``tier``), the connector's
+worker side is played by :class:`ScriptedWorker`, the same code in both
+drivers, between ``schedule()`` and ``update_from_output()``; its report goes
+into the update as the connector output. The record then also holds::
+
+    external_hits  {req_id: tokens}  num_external_computed_tokens of each request
+                                     admitted (``new``) or given a load this step
+    waiting_remote sorted req ids waiting for remote KV after schedule()
+    loads          {req_id: {"gpu": [...], "cpu": [...]}}  loads the connector
+                                     metadata asked for (GPU block ids, tier slots)
+    stores         {req_id: {"gpu": [...], "cpu": [...]}}  stores it asked for
+    tier_evicted   [block names]     blocks the tier evicted this step, in order
+    finished_sending / finished_recving  sorted ids the worker reported
+
+A tier block is named by content, not by either project's hash (SHA-256 vs
+BLAKE2b): :func:`block_names` chains a SHA-1 over the request's token blocks,
+so both drivers name the same content the same way.
+
 ``prefix_hits`` is per request rather than vLLM's prefix_cache_queries/hits
 counters, which count a waiting request again every step it cannot be admitted.
 """
@@ -36,10 +54,12 @@ counters, which count a waiting request again every step it cannot be admitted.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import random
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -66,6 +86,168 @@ class StepView:
     blocks: dict[str, list[int]] | None = None
     raw: Any = field(default=None, repr=False)
     """The scheduler's own output object, handed back to :meth:`update`."""
+    tier: TierView | None = None
+    """Only with an offload tier: what the connector decided this step."""
+
+
+Transfer = dict[str, list[int]]
+"""``{"gpu": [GPU block ids], "cpu": [tier slot ids]}`` of one request's copy."""
+
+
+@dataclass(slots=True)
+class TierView:
+    """The connector's side of one step, in names both projects share."""
+
+    loads: dict[str, Transfer]
+    stores: dict[str, Transfer]
+    flush: list[str]
+    """Requests preempted this step: their stores must land first."""
+    finished_req_ids: list[str]
+    """What the scheduler tells the worker finished since the previous step."""
+    external_hits: dict[str, int]
+    waiting_remote: list[str]
+    evicted: list[str]
+
+
+# --------------------------------------------------------------------------
+# The worker side of an offload tier, played identically for both schedulers
+# --------------------------------------------------------------------------
+
+
+class ScriptedWorker:
+    """vLLM 0.19's ``OffloadingConnectorWorker`` bookkeeping with scripted transfer times.
+
+    The order of one step is the worker's: submit the stores deferred from the
+    previous step, wait for the stores of requests preempted now (the flush
+    barrier), start this step's loads, defer this step's stores to the next
+    step, then report finished transfers. A finished request is reported in
+    ``finished_sending`` once it had stores and none is pending; a load in
+    ``finished_recving`` when it lands.
+
+    A transfer submitted at step ``s`` lands at the end of step ``s + d``:
+
+    * rule ``next-step``: ``d = 1`` for every transfer;
+    * rule ``seeded``: ``d`` drawn from ``0 .. max_delay`` by a generator seeded
+      with ``(seed, request id, load|store, n)`` for the request's ``n``-th
+      transfer of that kind, so both drivers draw the same delays for the
+      same transfers, whatever order they issue them in.
+
+    A flushed store lands at once (the worker blocks on it).
+    """
+
+    def __init__(self, rule: dict[str, Any]) -> None:
+        kind = rule.get("kind", "next-step")
+        if kind not in ("next-step", "seeded"):
+            raise ValueError(f"unknown completion rule {kind!r}")
+        self.kind = kind
+        self.max_delay = int(rule.get("max_delay", 0))
+        self.seed = rule.get("seed", 0)
+        self._next_job = 0
+        self._due: dict[int, int] = {}
+        """Submitted job -> the step at whose end it lands."""
+        self._jobs: dict[int, tuple[str, bool]] = {}
+        self._counts: dict[tuple[str, bool], int] = {}
+        self._store_jobs: dict[str, set[int]] = {}
+        self._unsubmitted: list[int] = []
+        self._finished_waiting: set[str] = set()
+
+    def _delay(self, request_id: str, is_store: bool) -> int:
+        key = (request_id, is_store)
+        n = self._counts.get(key, 0)
+        self._counts[key] = n + 1
+        if self.kind == "next-step":
+            return 1
+        kind = "store" if is_store else "load"
+        return random.Random(f"{self.seed}:{request_id}:{kind}:{n}").randint(0, self.max_delay)
+
+    def _new_job(self, request_id: str, is_store: bool) -> int:
+        job = self._next_job
+        self._next_job += 1
+        self._jobs[job] = (request_id, is_store)
+        return job
+
+    def _submit(self, job: int, step: int) -> None:
+        request_id, is_store = self._jobs[job]
+        self._due[job] = step + self._delay(request_id, is_store)
+
+    def step(self, step: int, view: TierView) -> tuple[set[str], set[str]]:
+        """Play the worker for one step; return ``(finished_sending, finished_recving)``."""
+        for job in self._unsubmitted:
+            self._submit(job, step)
+        self._unsubmitted.clear()
+        for request_id in view.flush:
+            for job in self._store_jobs.get(request_id, ()):
+                self._due[job] = min(self._due[job], step)
+        for request_id in view.loads:
+            self._submit(self._new_job(request_id, False), step)
+        for request_id in view.stores:
+            job = self._new_job(request_id, True)
+            self._store_jobs.setdefault(request_id, set()).add(job)
+            self._unsubmitted.append(job)
+        sending: set[str] = set()
+        recving: set[str] = set()
+        for job in sorted(j for j, due in self._due.items() if due <= step):
+            del self._due[job]
+            request_id, is_store = self._jobs.pop(job)
+            if not is_store:
+                recving.add(request_id)
+                continue
+            jobs = self._store_jobs[request_id]
+            jobs.discard(job)
+            if not jobs and request_id in self._finished_waiting:
+                self._finished_waiting.discard(request_id)
+                sending.add(request_id)
+                del self._store_jobs[request_id]
+        for request_id in view.finished_req_ids:
+            jobs = self._store_jobs.get(request_id)
+            if jobs:
+                self._finished_waiting.add(request_id)
+            elif jobs is not None:
+                sending.add(request_id)
+                del self._store_jobs[request_id]
+        return sending, recving
+
+
+def block_names(spec: RequestSpec, block_size: int) -> list[str]:
+    """Content names of every full block the request can ever have.
+
+    Every sampled token is :data:`SAMPLED_TOKEN_ID`, so a request's blocks are
+    fixed by its prompt; the name of block ``i`` chains a SHA-1 over blocks
+    ``0 .. i`` (the same content gets the same name in any request).
+    """
+    tokens = list(spec["prompt_token_ids"]) + [SAMPLED_TOKEN_ID] * spec["max_tokens"]
+    names: list[str] = []
+    parent = b""
+    for start in range(0, len(tokens) - block_size + 1, block_size):
+        digest = hashlib.sha1(parent + repr(tokens[start : start + block_size]).encode())
+        parent = digest.digest()
+        names.append(digest.hexdigest()[:12])
+    return names
+
+
+class BlockNamer:
+    """Maps a project's block hashes to :func:`block_names`, as requests reveal them."""
+
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self._names: dict[str, list[str]] = {}
+        self._seen: dict[str, int] = {}
+        self.by_hash: dict[Any, str] = {}
+
+    def add_request(self, spec: RequestSpec) -> None:
+        self._names[spec["request_id"]] = block_names(spec, self.block_size)
+
+    def observe(self, request_id: str, block_hashes: Iterable[Any]) -> None:
+        """Learn the hashes a live request has computed since it was last observed."""
+        hashes = list(block_hashes)
+        seen = self._seen.get(request_id, 0)
+        names = self._names[request_id]
+        for i in range(seen, min(len(hashes), len(names))):
+            self.by_hash.setdefault(hashes[i], names[i])
+        self._seen[request_id] = len(hashes)
+
+    def name(self, block_hash: Any) -> str:
+        return self.by_hash.get(block_hash, "?")
 
 
 class SchedulerAdapter(Protocol):
@@ -79,8 +261,13 @@ class SchedulerAdapter(Protocol):
         """``(num_computed_tokens, num_tokens)`` of a scheduled request, right now."""
         ...
 
-    def update(self, view: StepView, sampled: dict[str, list[int]]) -> list[str]:
-        """Apply the step's sampled tokens; return the ids that finished."""
+    def update(
+        self,
+        view: StepView,
+        sampled: dict[str, list[int]],
+        transfers: tuple[set[str], set[str]] | None = None,
+    ) -> list[str]:
+        """Apply the step's sampled tokens (and the worker's report); return finished ids."""
         ...
 
 
@@ -92,6 +279,8 @@ def run(
     for spec in workload["requests"]:
         by_step.setdefault(spec["arrival_step"], []).append(spec)
     total = len(workload["requests"])
+    tier = workload["config"].get("tier")
+    worker = ScriptedWorker(tier.get("completion", {})) if tier else None
     num_finished = 0
     step = 0
     while num_finished < total:
@@ -108,7 +297,12 @@ def run(
             computed, num_tokens = adapter.progress(req_id)
             if computed >= num_tokens:
                 sampled[req_id] = [SAMPLED_TOKEN_ID]
-        finished = adapter.update(view, sampled)
+        transfers = None
+        if worker is not None:
+            if view.tier is None:
+                raise RuntimeError("the workload has a tier but the adapter reported none")
+            transfers = worker.step(step, view.tier)
+        finished = adapter.update(view, sampled, transfers)
         num_finished += len(finished)
         record: dict[str, Any] = {
             "step": step,
@@ -122,6 +316,16 @@ def run(
         }
         if view.blocks is not None:
             record["blocks"] = view.blocks
+        if view.tier is not None and transfers is not None:
+            record.update(
+                external_hits=view.tier.external_hits,
+                waiting_remote=view.tier.waiting_remote,
+                loads=view.tier.loads,
+                stores=view.tier.stores,
+                tier_evicted=view.tier.evicted,
+                finished_sending=sorted(transfers[0]),
+                finished_recving=sorted(transfers[1]),
+            )
         yield record
         step += 1
 

@@ -23,6 +23,14 @@ request_id) and the preemption victim is ``max(running, key=(priority,
 arrival_time))``; under fcfs the waiting queue is a deque in insertion order.
 Sampling: ``ignore_eos=True``, no stop tokens, so a request stops only at
 max_tokens or max_model_len (``check_stop``).
+
+With a tier (``config["tier"]``) the VllmConfig carries a ``kv_transfer_config``
+for vLLM's own ``OffloadingConnector`` (``kv_role="kv_both"``;
+``cpu_bytes_to_use``, ``eviction_policy``, ``block_size`` and
+``store_threshold`` in its extra config), which the Scheduler builds in its
+scheduler role. The KVCacheConfig then holds one KV tensor so that the CPU
+spec's bytes-per-block is the FullAttentionSpec's page size; the tier gets
+exactly ``num_cpu_blocks`` slots. The worker side is ``stepping.ScriptedWorker``.
 """
 
 from __future__ import annotations
@@ -47,6 +55,20 @@ HASH_ALGO = "sha256"
 def _model_dir() -> Path:
     env = os.environ.get("KVFRAME_VLLM_MODEL_DIR")
     return Path(env) if env else DEFAULT_MODEL_DIR
+
+
+class _SortedSet(set):
+    """A set that iterates in sorted order: the worker's report, in request-id order.
+
+    vLLM's scheduler walks ``finished_sending`` / ``finished_recving`` in set
+    order, which for strings depends on ``PYTHONHASHSEED``; the order decides
+    which freed blocks go to the free queue first. kvframe walks them sorted
+    (so that runs do not depend on the hash seed); the harness hands vLLM sets
+    that iterate the same way, so the rule compared is the same.
+    """
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(sorted(set.__iter__(self)))
 
 
 class VllmAdapter:
@@ -81,6 +103,10 @@ class VllmAdapter:
 
         block_size = config["block_size"]
         max_model_len = config["max_model_len"]
+        tier = config.get("tier")
+        kv_spec = FullAttentionSpec(
+            block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32
+        )
         scheduler_config = SchedulerConfig(
             max_num_seqs=config["max_num_seqs"],
             max_num_batched_tokens=config["max_num_batched_tokens"],
@@ -104,23 +130,55 @@ class VllmAdapter:
             enable_prefix_caching=config["enable_prefix_caching"],
             prefix_caching_hash_algo=HASH_ALGO,
         )
+        kv_transfer_config = None
+        kv_cache_tensors = []
+        if tier:
+            from vllm.config import KVTransferConfig
+            from vllm.v1.kv_cache_interface import KVCacheTensor
+
+            factor = tier["block_size_factor"]
+            cpu_bytes = tier["num_cpu_blocks"] * factor * kv_spec.page_size_bytes
+            if tier.get("bridge"):
+                # The same tier with kvframe's plugins in it (plugins/kvframe-vllm).
+                import kvframe_vllm
+
+                threshold = tier["store_threshold"]
+                extra = kvframe_vllm.extra_config(
+                    cpu_bytes_to_use=cpu_bytes,
+                    eviction=tier["eviction"],
+                    reuse_filter=f"threshold:store_threshold={threshold}"
+                    if threshold >= 2
+                    else None,
+                    block_size=block_size * factor,
+                )
+            else:
+                extra = {
+                    "cpu_bytes_to_use": cpu_bytes,
+                    "eviction_policy": tier["eviction"],
+                    "block_size": block_size * factor,
+                    "store_threshold": tier["store_threshold"],
+                }
+            kv_transfer_config = KVTransferConfig(
+                kv_connector="OffloadingConnector",
+                kv_role="kv_both",
+                kv_connector_extra_config=extra,
+            )
+            kv_cache_tensors = [
+                KVCacheTensor(
+                    size=kv_spec.page_size_bytes * config["num_gpu_blocks"], shared_by=["layer"]
+                )
+            ]
         vllm_config = VllmConfig(
             scheduler_config=scheduler_config,
             model_config=model_config,
             cache_config=cache_config,
             device_config=DeviceConfig(device="cpu"),
+            kv_transfer_config=kv_transfer_config,
         )
         kv_cache_config = KVCacheConfig(
             num_blocks=config["num_gpu_blocks"],
-            kv_cache_tensors=[],
-            kv_cache_groups=[
-                KVCacheGroupSpec(
-                    ["layer"],
-                    FullAttentionSpec(
-                        block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32
-                    ),
-                )
-            ],
+            kv_cache_tensors=kv_cache_tensors,
+            kv_cache_groups=[KVCacheGroupSpec(["layer"], kv_spec)],
         )
         cache_config.num_gpu_blocks = config["num_gpu_blocks"]
         self.scheduler = Scheduler(
@@ -131,6 +189,11 @@ class VllmAdapter:
             log_stats=False,
         )
         self._check_effective_config(config)
+        self._tier_factor = 1
+        self._namer: stepping.BlockNamer | None = None
+        self._evicted: list = []
+        if tier:
+            self._attach_tier(tier, block_size)
 
         hash_fn = get_hash_fn_by_name(HASH_ALGO)
         init_none_hash(hash_fn)
@@ -158,6 +221,72 @@ class VllmAdapter:
         if bad:
             raise RuntimeError(f"vLLM rewrote the config (wanted, got): {bad}")
 
+    def _attach_tier(self, tier: dict[str, Any], block_size: int) -> None:
+        """Check the connector vLLM built and record the tier's evictions as they happen."""
+        from vllm.v1.request import RequestStatus
+
+        self._waiting_for_remote = RequestStatus.WAITING_FOR_REMOTE_KVS
+        connector = self.scheduler.connector
+        side = getattr(connector, "connector_scheduler", None)
+        if side is None:
+            raise RuntimeError(f"vLLM built no offloading connector: {connector!r}")
+        self._tier_factor = side.block_size_factor
+        manager = side.manager
+        backing = getattr(manager, "_backing", manager)
+        effective = {
+            "block_size_factor": side.block_size_factor,
+            "num_cpu_blocks": backing._num_blocks,
+            "filtered": backing is not manager,
+            "kvframe_policy": type(backing._policy).__module__.startswith("kvframe"),
+        }
+        wanted = {
+            "block_size_factor": tier["block_size_factor"],
+            "num_cpu_blocks": tier["num_cpu_blocks"],
+            "filtered": tier["store_threshold"] >= 2,
+            "kvframe_policy": bool(tier.get("bridge")),
+        }
+        if effective != wanted:
+            raise RuntimeError(f"vLLM built another tier (wanted, got): {wanted} {effective}")
+        self._namer = stepping.BlockNamer(block_size)
+        prepare_store = manager.prepare_store
+
+        def recording_prepare_store(block_hashes: Any) -> Any:
+            out = prepare_store(block_hashes)
+            if out is not None:
+                self._evicted.extend(out.block_hashes_evicted)
+            return out
+
+        manager.prepare_store = recording_prepare_store
+
+    def _tier_view(self, out: Any, new: list[str]) -> stepping.TierView:
+        requests = self.scheduler.requests
+        namer = self._namer
+        assert namer is not None
+        for rid, request in requests.items():
+            namer.observe(rid, request.block_hashes)
+        meta = out.kv_connector_metadata
+
+        def transfer(gpu: Any, cpu: Any) -> stepping.Transfer:
+            return {"gpu": [int(b) for b in gpu.block_ids], "cpu": [int(b) for b in cpu.block_ids]}
+
+        loads = {rid: transfer(dst, src) for rid, (src, dst) in meta.reqs_to_load.items()}
+        stores = {rid: transfer(src, dst) for rid, (src, dst) in meta.reqs_to_store.items()}
+        evicted = [namer.name(h) for h in self._evicted]
+        self._evicted.clear()
+        return stepping.TierView(
+            loads=loads,
+            stores=stores,
+            flush=sorted(meta.reqs_to_flush or ()),
+            finished_req_ids=sorted(out.finished_req_ids),
+            external_hits={
+                rid: requests[rid].num_external_computed_tokens for rid in [*new, *loads]
+            },
+            waiting_remote=sorted(
+                rid for rid, r in requests.items() if r.status == self._waiting_for_remote
+            ),
+            evicted=evicted,
+        )
+
     # -- SchedulerAdapter ---------------------------------------------------
 
     def add_request(self, spec: RequestSpec) -> None:
@@ -172,6 +301,8 @@ class VllmAdapter:
             block_hasher=self._block_hasher,
         )
         self.scheduler.add_request(request)
+        if self._namer is not None:
+            self._namer.add_request(spec)
 
     def schedule(self) -> stepping.StepView:
         out = self.scheduler.schedule()
@@ -192,19 +323,34 @@ class VllmAdapter:
             free_blocks=self.scheduler.kv_cache_manager.block_pool.get_num_free_blocks(),
             blocks=blocks,
             raw=out,
+            tier=self._tier_view(out, new) if self._namer is not None else None,
         )
 
     def progress(self, req_id: str) -> tuple[int, int]:
         request = self.scheduler.requests[req_id]
         return request.num_computed_tokens, request.num_tokens
 
-    def update(self, view: stepping.StepView, sampled: dict[str, list[int]]) -> list[str]:
+    def update(
+        self,
+        view: stepping.StepView,
+        sampled: dict[str, list[int]],
+        transfers: tuple[set[str], set[str]] | None = None,
+    ) -> list[str]:
         req_ids = [rid for rid, _ in view.scheduled]
+        kv_connector_output = None
+        if transfers is not None:
+            from vllm.v1.outputs import KVConnectorOutput
+
+            kv_connector_output = KVConnectorOutput(
+                finished_sending=_SortedSet(transfers[0]) or None,
+                finished_recving=_SortedSet(transfers[1]) or None,
+            )
         runner_output = self._ModelRunnerOutput(
             req_ids=req_ids,
             req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
             # vLLM's model runner returns [] for a partial prefill chunk.
             sampled_token_ids=[list(sampled.get(rid, ())) for rid in req_ids],
+            kv_connector_output=kv_connector_output,
         )
         engine_outputs = self.scheduler.update_from_output(view.raw, runner_output)
         return [

@@ -16,7 +16,17 @@ A workload is a JSON object::
                    "arrival_step": 0, "arrival_time": 0.25, "priority": 3}, ...]}
 
 ``num_gpu_blocks`` counts the null block (vLLM's ``num_blocks``), so
-``num_gpu_blocks - 1`` blocks are usable. ``reserve_full_sequence`` is vLLM's
+``num_gpu_blocks - 1`` blocks are usable.
+
+A workload of the *tier* set (:data:`TIER_WORKLOADS`, :func:`generate_tier`)
+also has ``config["tier"]``: a CPU offload tier behind the connector::
+
+    {"num_cpu_blocks": 160, "eviction": "lru", "block_size_factor": 1,
+     "store_threshold": 0, "completion": {"kind": "seeded", "max_delay": 3, "seed": 0}}
+
+``num_cpu_blocks`` counts offloaded blocks (``block_size_factor`` GPU blocks
+each); ``completion`` is the transfer-completion rule both drivers play
+(``stepping.ScriptedWorker``). ``reserve_full_sequence`` is vLLM's
 ``scheduler_reserve_full_isl`` (on by default in vLLM 0.19.1).
 
 Every generator is deterministic for a given ``(name, policy, num_requests,
@@ -279,6 +289,30 @@ def _edge_requests(rng: random.Random, n: int) -> list[RequestSpec]:
     return _requests(rng, prompts, max_tokens, priorities, per_step=0.8)
 
 
+def _reuse_requests(rng: random.Random, n: int) -> list[RequestSpec]:
+    """Documents that come back after their blocks have left the GPU pool.
+
+    36 documents of 100-400 tokens, eight of them hot; each request is a
+    document plus a short question, and one in ten is a one-off. The GPU pool
+    holds about three documents, so a returning document usually finds its
+    blocks only in the tier: the case an offload tier exists for.
+    """
+    docs = [_tokens(rng, rng.randint(100, 400)) for _ in range(36)]
+    prompts: list[list[int]] = []
+    for _ in range(n):
+        kind = rng.random()
+        if kind < 0.5:
+            doc = rng.choice(docs[:8])
+        elif kind < 0.9:
+            doc = rng.choice(docs)
+        else:
+            doc = _tokens(rng, rng.randint(50, 300))
+        prompts.append(doc + _tokens(rng, rng.randint(1, 40)))
+    max_tokens = [rng.randint(1, 32) for _ in range(n)]
+    priorities = [rng.randint(0, 3) for _ in range(n)]
+    return _requests(rng, prompts, max_tokens, priorities, per_step=1.0)
+
+
 _Generator = Callable[[random.Random, int], list[RequestSpec]]
 
 # name -> (request generator, config overrides, one-line description)
@@ -413,6 +447,144 @@ WORKLOADS: dict[str, tuple[_Generator, dict[str, Any], str]] = {
         "the priorities workload with prefix caching off",
     ),
 }
+
+
+# name -> (request generator, config overrides, tier slots at block_size_factor 1,
+# one-line description). Every one forces tier evictions at 240 requests.
+TIER_WORKLOADS: dict[str, tuple[_Generator, dict[str, Any], int, str]] = {
+    "tier-reuse": (
+        _reuse_requests,
+        dict(num_gpu_blocks=96, max_num_batched_tokens=512, max_num_seqs=16, max_model_len=1024),
+        160,
+        "documents returning after their blocks left a 95-block GPU pool",
+    ),
+    "tier-reuse-nocache": (
+        _reuse_requests,
+        dict(
+            num_gpu_blocks=96,
+            max_num_batched_tokens=512,
+            max_num_seqs=16,
+            max_model_len=1024,
+            enable_prefix_caching=False,
+        ),
+        160,
+        "the tier-reuse workload with the GPU prefix cache off (every hit from the tier)",
+    ),
+    "tier-pressure": (
+        _pressure_requests,
+        dict(num_gpu_blocks=96, max_num_batched_tokens=256, max_num_seqs=24, max_model_len=1024),
+        128,
+        "the pressure workload (many preemptions) with a tier",
+    ),
+    "tier-prefix": (
+        _prefix_requests,
+        dict(num_gpu_blocks=160, max_num_batched_tokens=1024, max_num_seqs=32, max_model_len=2048),
+        200,
+        "the prefix workload on half its GPU pool, with a tier",
+    ),
+    "tier-chunked": (
+        _chunked_requests,
+        dict(
+            num_gpu_blocks=640,
+            max_num_batched_tokens=192,
+            max_num_seqs=16,
+            max_model_len=3072,
+            long_prefill_token_threshold=80,
+        ),
+        400,
+        "the chunked workload (long prompts, budget 192) with a tier",
+    ),
+}
+
+TIER_EVICTIONS: tuple[str, ...] = ("lru", "arc")
+TIER_FACTORS: tuple[int, ...] = (1, 2)
+TIER_THRESHOLDS: tuple[int, ...] = (0, 2)
+COMPLETION_RULES: dict[str, dict[str, Any]] = {
+    "next-step": {"kind": "next-step"},
+    "seeded": {"kind": "seeded", "max_delay": 3},
+}
+"""Transfer-completion rules: (a) land at the end of the next step; (b) seeded 0-3 steps."""
+
+
+def generate_tier(
+    name: str,
+    policy: str,
+    *,
+    eviction: str,
+    block_size_factor: int,
+    store_threshold: int,
+    rule: str,
+    num_requests: int = DEFAULT_NUM_REQUESTS,
+    seed: int = 0,
+    bridge: bool = False,
+) -> Workload:
+    """Tier workload ``name`` with one tier variant; same requests for every variant.
+
+    ``bridge`` runs vLLM's tier with kvframe's eviction plugin and reuse filter
+    through the ``kvframe-vllm`` spec instead of vLLM's own policy (vLLM driver
+    only; ``eviction`` is then any installed kvframe eviction config string).
+    """
+    try:
+        gen, overrides, num_cpu_blocks, _ = TIER_WORKLOADS[name]
+    except KeyError:
+        known = ", ".join(TIER_WORKLOADS)
+        raise ValueError(f"unknown tier workload {name!r}; known: {known}") from None
+    if rule not in COMPLETION_RULES:
+        raise ValueError(f"unknown completion rule {rule!r}; known: {', '.join(COMPLETION_RULES)}")
+    base = name.removesuffix("-nocache")
+    rng = random.Random(f"kvframe-differential:{base}:{num_requests}:{seed}")
+    config = _config(policy, **overrides)
+    config["tier"] = {
+        # The same bytes at every factor: fewer, larger offloaded blocks.
+        "num_cpu_blocks": num_cpu_blocks // block_size_factor,
+        "eviction": eviction,
+        "block_size_factor": block_size_factor,
+        "store_threshold": store_threshold,
+        "completion": {**COMPLETION_RULES[rule], "seed": seed},
+        "bridge": bridge,
+    }
+    variant = f"{eviction}.f{block_size_factor}.t{store_threshold}.{rule}"
+    if bridge:
+        variant += ".bridge"
+    workload = {
+        "name": f"{name}.{variant}-{policy}",
+        "config": config,
+        "requests": gen(rng, num_requests),
+    }
+    validate(workload)
+    return workload
+
+
+def tier_workloads(
+    names: Iterable[str] | None = None,
+    policies: Iterable[str] = ("fcfs",),
+    *,
+    evictions: Iterable[str] = TIER_EVICTIONS,
+    factors: Iterable[int] = TIER_FACTORS,
+    thresholds: Iterable[int] = TIER_THRESHOLDS,
+    rules: Iterable[str] = tuple(COMPLETION_RULES),
+    num_requests: int = DEFAULT_NUM_REQUESTS,
+    seed: int = 0,
+) -> list[Workload]:
+    """The tier matrix: workloads x policies x evictions x factors x thresholds x rules."""
+    return [
+        generate_tier(
+            name,
+            policy,
+            eviction=eviction,
+            block_size_factor=factor,
+            store_threshold=threshold,
+            rule=rule,
+            num_requests=num_requests,
+            seed=seed,
+        )
+        for name in (names if names is not None else TIER_WORKLOADS)
+        for policy in policies
+        for eviction in evictions
+        for factor in factors
+        for threshold in thresholds
+        for rule in rules
+    ]
 
 
 def generate(

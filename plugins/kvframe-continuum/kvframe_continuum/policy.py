@@ -13,16 +13,22 @@ What it decides, and where:
   expires unconditionally at its deadline, before the policy runs, so the
   policy gives the core a *hard* deadline ``finish + tau + queued_grace`` and
   keeps the *soft* one, ``finish + tau``, itself: at every step start it
-  releases pins whose soft deadline passed unless the job has a turn in flight
-  (arrived, not finished: waiting or running). Such a pin stays until that turn
-  finishes (its own pin replaces this one), until memory pressure reclaims it,
-  or until the hard deadline.
+  releases pins whose soft deadline passed unless the job has a turn queued.
+  Such a pin stays until that turn is admitted, until memory pressure reclaims
+  it, or until the hard deadline.
+* **Release on admission** (:meth:`ContinuumPolicy._release_admitted`). Once
+  the job's next turn is admitted it holds the blocks it shares with the pin;
+  the pin would keep only dead tail blocks, so it goes at the next step start
+  (or at the next failed allocation, whichever comes first).
 * **Queue** (:class:`kvframe_continuum.queue.ContinuumQueue`): preempted, then
   turns of pinned jobs, then the rest, each by the job's first arrival.
 * **Preemption** (:meth:`ContinuumPolicy.choose_victim`,
-  :meth:`ContinuumPolicy.reclaim_retained`): a running request of a job without
-  a pin, latest job first; only when there is none are pins released (latest
-  job first), and only when no pin is left are pinned jobs' turns preempted.
+  :meth:`ContinuumPolicy.reclaim_retained`): before a running request is
+  preempted, pins that are only a bet (TTL passed, or nothing of the job
+  queued) are released, lowest expected saving first; then a running request
+  of a job without a pin is the victim, latest job first; only when there is
+  none are the remaining pins released (latest job first), and only when no
+  pin is left are pinned jobs' turns preempted.
 
 What it learns, and from what:
 
@@ -37,6 +43,7 @@ What it learns, and from what:
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import math
@@ -50,7 +57,14 @@ import kvframe
 from kvframe.executors.presets import get_preset
 from kvframe.request import RequestStatus
 from kvframe_continuum.queue import PINNED, PREEMPTED, UNPINNED, ContinuumQueue, Rank
-from kvframe_continuum.ttl import DurationHistory, SlidingMean, TurnCorrelation, choose_ttl
+from kvframe_continuum.ttl import (
+    DurationHistory,
+    SlidingMean,
+    TurnCorrelation,
+    choose_ttl,
+    choose_ttl_exponential,
+    exponential_cdf,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -65,6 +79,7 @@ DEFAULT_PRESET = "llama3.1-8b-h100"
 __all__ = ["ContinuumPolicy", "ContinuumStats", "TTLDecision"]
 
 _RUNNING = RequestStatus.RUNNING
+_LOADING = RequestStatus.WAITING_FOR_REMOTE_KVS
 _ABORTED = RequestStatus.FINISHED_ABORTED
 
 
@@ -78,6 +93,8 @@ class ContinuumStats:
     """Non-final turns for which the rule chose ``tau = 0``."""
     released_replaced: int = 0
     """Pins released because the job pinned its next turn."""
+    released_admitted: int = 0
+    """Pins released because the job's next turn was admitted (it holds the shared blocks)."""
     released_final: int = 0
     """Pins released because the job's final turn finished."""
     released_not_repinned: int = 0
@@ -85,7 +102,9 @@ class ContinuumStats:
     released_expired: int = 0
     """Pins released at their soft deadline with nothing of the job in flight."""
     released_reclaimed: int = 0
-    """Pins released under memory pressure."""
+    """Pins released under memory pressure, rather than preempting or delaying a turn."""
+    released_for_running: int = 0
+    """Of those, pins released so that a running request need not be preempted."""
     released_aborted: int = 0
     """Pins released because the job's waiting turn was aborted."""
     lost_to_core: int = 0
@@ -102,14 +121,21 @@ class TTLDecision:
     tool: str | None
     ttl: float
     source: str
-    """``"tool"``, ``"global"``, ``"cold-start"`` or ``"fixed"``."""
+    """``"tool"``, ``"global"``, ``"exponential"``, ``"cold-start"`` or ``"fixed"``."""
     queue_delay: float
     eta: float
     reload: float
+    hit_probability: float = 1.0
+    """``F(ttl)``: the chance, under the model used, that the next turn arrives in time."""
 
     @property
     def benefit(self) -> float:
         return self.queue_delay * self.eta + self.reload
+
+    @property
+    def expected_saving(self) -> float:
+        """``F(ttl) * benefit``: what keeping the pin is expected to save, in seconds."""
+        return self.hit_probability * self.benefit
 
 
 @attrs.define(slots=True, eq=False)
@@ -120,6 +146,8 @@ class _Pin:
     soft_deadline: float
     hard_deadline: float
     seq: int
+    value: float
+    """The decision's expected saving (``F(tau) * benefit``): the reclaim order."""
 
 
 @attrs.define(slots=True, eq=False)
@@ -152,12 +180,16 @@ class ContinuumPolicy(kvframe.SchedulingPolicy):
     :param duration_window: observations kept per tool (and globally).
     :param delay_window: queueing-delay samples averaged into ``T``.
     :param job_window: finished jobs ``eta`` is computed over.
+    :param cold_start: before ``K`` (``min_samples``) durations were observed
+        overall, ``"exponential"`` (the paper's reproductions: durations are
+        modelled as exponential with the observed mean) or ``"empirical"`` (the
+        empirical CDF of the few observations, as after ``K``).
     :param cold_start_ttl: seconds to pin before any duration was observed.
     :param cold_eta: ``eta`` while it is undefined (too few or too uniform jobs).
     :param eta: a fixed ``eta`` instead of the learned one (``none``: learn it).
     :param max_ttl: no TTL above this many seconds (``none``: no cap).
     :param queued_grace: seconds a pin may outlive its TTL while its job has a
-        turn waiting or running (the core releases it then, whatever happens).
+        turn queued (the core releases it then, whatever happens).
     :param preset: the cost-model preset ``reload`` is computed with; by default
         the engine's cost model (from the scheduler context), or the 8B preset
         when the scheduler has none.
@@ -175,6 +207,7 @@ class ContinuumPolicy(kvframe.SchedulingPolicy):
         duration_window: int = 1000,
         delay_window: int = 100,
         job_window: int = 1000,
+        cold_start: Literal["exponential", "empirical"] = "exponential",
         cold_start_ttl: float = 2.0,
         cold_eta: float = 1.0,
         eta: float | None = None,
@@ -188,6 +221,10 @@ class ContinuumPolicy(kvframe.SchedulingPolicy):
         _check(duration_window >= 1, f"duration_window must be >= 1, got {duration_window}")
         _check(delay_window >= 1, f"delay_window must be >= 1, got {delay_window}")
         _check(job_window >= 1, f"job_window must be >= 1, got {job_window}")
+        _check(
+            cold_start in ("exponential", "empirical"),
+            f"cold_start must be 'exponential' or 'empirical', got {cold_start!r}",
+        )
         _check(cold_start_ttl >= 0, f"cold_start_ttl must be >= 0, got {cold_start_ttl}")
         _check(0 <= cold_eta <= 1, f"cold_eta must be in [0, 1], got {cold_eta}")
         _check(eta is None or 0 <= eta <= 1, f"eta must be in [0, 1], got {eta}")
@@ -195,6 +232,7 @@ class ContinuumPolicy(kvframe.SchedulingPolicy):
         _check(queued_grace >= 0, f"queued_grace must be >= 0, got {queued_grace}")
         self.ttl_mode = ttl
         self.fixed_ttl = fixed_ttl
+        self.cold_start = cold_start
         self.cold_start_ttl = cold_start_ttl
         self.cold_eta = cold_eta
         self.fixed_eta = eta
@@ -228,6 +266,13 @@ class ContinuumPolicy(kvframe.SchedulingPolicy):
         self._delay_watch: dict[str, Request] = {}
         self._popped: dict[str, tuple[Request, float]] = {}
         self._removed_jobs: set[str] = set()
+        # Turns of pinned jobs popped from a queue: once admitted they hold the
+        # pinned blocks they share, and the pin is released (_release_admitted).
+        self._admitted: list[Request] = []
+        # True from the first select_queue of a step (the admission phase) to
+        # the next step start: reclaim_retained then serves an admission, not
+        # a running request about to be preempted.
+        self._admitting = False
 
     # ------------------------------------------------------------------ set-up
 
@@ -331,6 +376,7 @@ class ContinuumPolicy(kvframe.SchedulingPolicy):
         return queue
 
     def select_queue(self, waiting: RequestQueue, skipped_waiting: RequestQueue) -> RequestQueue:
+        self._admitting = True
         if not skipped_waiting:
             return waiting
         if not waiting:
@@ -344,6 +390,33 @@ class ContinuumPolicy(kvframe.SchedulingPolicy):
     def _on_pop(self, request: Request) -> None:
         if request.request_id in self._delay_watch:
             self._popped[request.request_id] = (request, self._now)
+        elif self._is_pinned(request.job_id):
+            self._admitted.append(request)
+
+    def _release_admitted(self) -> bool:
+        """Release the pins of jobs whose next turn was admitted; ``True`` if any was held.
+
+        Once admitted, the turn holds (ref-counts) the blocks it shares with the
+        pinned one, so the pin keeps only the previous turn's tail (its partial
+        block and output tokens), which the new turn recomputes anyway. A turn
+        set aside without blocks (the tier could not answer) is not admitted;
+        it is seen again at its next pop.
+        """
+        released = False
+        for request in self._admitted:
+            job_id = request.job_id
+            job = self._jobs.get(job_id) if job_id is not None else None
+            if job is None or job.pin is None or job.in_flight is not request:
+                continue
+            status = request.status
+            admitted = status == _RUNNING or (
+                status == _LOADING and request.num_computed_tokens > 0
+            )
+            if admitted and self._release_pin(job_id, job):  # type: ignore[arg-type]
+                self.stats.released_admitted += 1
+                released = True
+        self._admitted.clear()
+        return released
 
     def _on_remove(self, request: Request) -> None:
         self._delay_watch.pop(request.request_id, None)
@@ -385,21 +458,38 @@ class ContinuumPolicy(kvframe.SchedulingPolicy):
         return best
 
     def reclaim_retained(self, num_blocks_needed: int) -> bool:
-        """Release pins, latest job first, only if no running request of an unpinned job exists.
+        """Release pins when an allocation fails, cheapest first.
 
-        While such a request runs, the core preempts it (through
-        :meth:`choose_victim`) or, when admitting, waits for it; pins outrank
-        it. Otherwise pins are released until ``num_blocks_needed`` blocks are
-        free or none is left. With nothing running this is what keeps a full
-        pool of pins from stalling the engine.
+        1. Pins of jobs whose next turn was just admitted (they keep only dead
+           tail blocks).
+        2. Before a running request is preempted (the running phase): pins that
+           are only a bet -- past their soft deadline, or whose job has nothing
+           queued (its tool call is still out) -- lowest expected saving
+           ``F(tau) * benefit`` first, latest job first on ties. A preemption
+           recomputes the victim's whole context for certain; such a pin saves
+           at most its benefit, and only with probability ``F``.
+        3. Only if no running request of an unpinned job exists (the core would
+           preempt it, or the admission waits for it): every pin, latest job
+           first. With nothing running this keeps a full pool of pins from
+           stalling the engine.
+
+        Pins whose job has a turn queued within its TTL are a certain hit, so
+        admissions wait for them (no step 2 while admitting). Each step stops
+        once ``num_blocks_needed`` blocks are free.
         """
         context = self._context
         if context is None:
             return False
+        released = self._release_admitted() if self._admitted else False
+        if released and context.num_free_blocks >= num_blocks_needed:
+            return True
+        if not self._admitting and self._release_bets(num_blocks_needed):
+            released = True
+            if context.num_free_blocks >= num_blocks_needed:
+                return True
         for request in context.running:
             if not self._is_pinned(request.job_id):
-                return False
-        released = False
+                return released
         heap = self._latest_pins
         while heap:
             _, _, seq, job_id = heapq.heappop(heap)
@@ -409,6 +499,34 @@ class ContinuumPolicy(kvframe.SchedulingPolicy):
             if self._release_pin(job_id, job):
                 released = True
                 self.stats.released_reclaimed += 1
+                if context.num_free_blocks >= num_blocks_needed:
+                    break
+        return released
+
+    def _release_bets(self, num_blocks_needed: int) -> bool:
+        """Step 2 of :meth:`reclaim_retained`; ``True`` if a held pin was released."""
+        context = self._context
+        assert context is not None
+        now = self._now
+        retained = self._retained
+        candidates: list[tuple[int, float, float, int, str]] = []
+        for job_id, job in self._jobs.items():
+            pin = job.pin
+            if pin is None or pin.request_id not in retained:
+                continue
+            if pin.soft_deadline <= now:
+                candidates.append((0, 0.0, -job.first_arrival, -job.order, job_id))
+            elif not self._has_turn_in_flight(job):
+                candidates.append((1, pin.value, -job.first_arrival, -job.order, job_id))
+        if not candidates:
+            return False
+        candidates.sort()
+        released = False
+        for *_, job_id in candidates:
+            if self._release_pin(job_id, self._jobs[job_id]):
+                released = True
+                self.stats.released_reclaimed += 1
+                self.stats.released_for_running += 1
                 if context.num_free_blocks >= num_blocks_needed:
                     break
         return released
@@ -472,7 +590,9 @@ class ContinuumPolicy(kvframe.SchedulingPolicy):
         # would release the pin before this policy can see that the job's next
         # turn is queued (see on_step_start).
         hard = soft + self.queued_grace
-        job.pin = _Pin(request.request_id, job_id, ttl, soft, hard, seq)
+        decision = self.last_decision
+        value = decision.expected_saving if decision is not None else 0.0
+        job.pin = _Pin(request.request_id, job_id, ttl, soft, hard, seq, value)
         self._num_pins += 1
         heapq.heappush(self._deadlines, (soft, seq, job_id))
         self._push_latest(job_id, job, seq)
@@ -482,6 +602,9 @@ class ContinuumPolicy(kvframe.SchedulingPolicy):
         return hard
 
     def on_step_start(self, now: float) -> None:
+        self._admitting = False
+        if self._admitted:
+            self._release_admitted()
         if self._popped:
             self._record_admissions()
         if self._rerank_pending:
@@ -552,16 +675,28 @@ class ContinuumPolicy(kvframe.SchedulingPolicy):
             ttl = min(ttl, self.max_ttl)
             self.last_decision = TTLDecision(request.request_id, tool, ttl, "fixed", 0.0, 0.0, 0.0)
             return ttl
-        durations, source = self.durations.distribution(tool)
+        history = self.durations
+        durations, source = history.distribution(tool)
         delay = self.queue_delay.mean
         eta = self.fixed_eta if self.fixed_eta is not None else self.turns.eta
         if eta is None:
             eta = self.cold_eta
         reload = self.reload_time(request)
-        if not durations:
+        benefit = delay * eta + reload
+        observed = history.num_observed
+        if not observed:
             ttl = min(self.cold_start_ttl, self.max_ttl)
             source = "cold-start"
+            hit = 1.0
+        elif self.cold_start == "exponential" and observed < history.min_samples:
+            mean = history.mean_observed or 0.0
+            ttl = choose_ttl_exponential(mean, benefit, max_ttl=self.max_ttl)
+            source = "exponential"
+            hit = exponential_cdf(mean, ttl)
         else:
-            ttl = choose_ttl(durations, delay * eta + reload, max_ttl=self.max_ttl)
-        self.last_decision = TTLDecision(request.request_id, tool, ttl, source, delay, eta, reload)
+            ttl = choose_ttl(durations, benefit, max_ttl=self.max_ttl)
+            hit = bisect.bisect_right(durations, ttl) / len(durations)
+        self.last_decision = TTLDecision(
+            request.request_id, tool, ttl, source, delay, eta, reload, hit
+        )
         return ttl

@@ -35,6 +35,7 @@ __all__ = [
     "SlidingMean",
     "TurnCorrelation",
     "choose_ttl",
+    "choose_ttl_exponential",
 ]
 
 _TIE_TOLERANCE = 1e-9
@@ -76,6 +77,28 @@ def choose_ttl(durations: Sequence[float], benefit: float, *, max_ttl: float = m
             best_utility = utility
             best_tau = tau
     return best_tau
+
+
+def choose_ttl_exponential(mean: float, benefit: float, *, max_ttl: float = math.inf) -> float:
+    """The TTL that maximises ``F(tau) * benefit - tau`` for exponential durations.
+
+    The cold start of the paper's reproductions: until ``K`` durations have
+    been observed overall, the empirical CDF of a handful of samples is a poor
+    guide (one sample ``d`` would give ``tau = d`` exactly), so durations are
+    modelled as exponential with the observed mean ``m``: ``F(tau) = 1 -
+    exp(-tau / m)``. The utility is concave with its maximum where ``benefit /
+    m * exp(-tau / m) = 1``, i.e. ``tau* = m ln(benefit / m)`` when
+    ``benefit > m`` and ``0`` otherwise; under a cap the utility still rises up
+    to it, so the capped optimum is ``min(tau*, max_ttl)``.
+    """
+    if not mean > 0 or not benefit > mean:
+        return 0.0
+    return min(mean * math.log(benefit / mean), max_ttl)
+
+
+def exponential_cdf(mean: float, tau: float) -> float:
+    """``F(tau)`` of the exponential model above (a point mass at 0 when ``mean`` is 0)."""
+    return 1.0 if not mean > 0 else 1.0 - math.exp(-tau / mean)
 
 
 class DurationWindow:
@@ -166,6 +189,16 @@ class DurationHistory:
     @property
     def num_global(self) -> int:
         return len(self._global)
+
+    @property
+    def num_observed(self) -> int:
+        """Every duration observed so far, over all tools (not only the window's)."""
+        return self._global.count
+
+    @property
+    def mean_observed(self) -> float | None:
+        """Mean of every duration observed so far, over all tools; ``None`` before any."""
+        return self._global.mean_all
 
 
 class SlidingMean:

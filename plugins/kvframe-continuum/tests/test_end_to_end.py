@@ -3,11 +3,9 @@
 The workload: 30 coding-agent jobs (4-8 turns, ~2.5k-token first prompts that
 grow by tool results) arriving at 1.5 jobs/s, fast tools (median 0.1-0.5 s),
 on a 1,500-block (24k-token) KV cache with a 512-token step budget and 20 ms
-steps. Measured (seed 0): mean job completion time FCFS 9.78 s, Continuum
-7.30 s (1.34x lower); tokens re-prefilled FCFS 388k, Continuum 261k; Continuum
-without pins (``max_ttl=0``: program-level FCFS only) 7.30 s and 282k -- in
-this fixed-step-time model most of the JCT gain comes from serving jobs in
-first-arrival order, and the pins cut re-prefill further.
+steps. These tests check what the mechanism does (pins turn into prefix hits,
+nothing stalls); how much it gains -- mean JCT and re-prefill against FCFS --
+is measured by ``benchmarks/continuum_closed_loop.py`` on the same workload.
 """
 
 from __future__ import annotations
@@ -71,7 +69,7 @@ def run(workload, policy, **kwargs):
     return result
 
 
-def test_continuum_lowers_job_completion_time_and_reprefill_versus_fcfs(workload):
+def test_continuum_pins_turn_into_prefix_hits_versus_fcfs_and_order_only(workload):
     fcfs = run(workload, FCFSPolicy())
     policy = continuum()
     cont = run(workload, policy)
@@ -82,8 +80,6 @@ def test_continuum_lowers_job_completion_time_and_reprefill_versus_fcfs(workload
         f"re-prefilled tokens: fcfs {fcfs.reprefilled_tokens}  continuum "
         f"{cont.reprefilled_tokens}  no-pin {no_pins.reprefilled_tokens}\n{policy.stats}"
     )
-    assert cont.mean_jct < 0.85 * fcfs.mean_jct
-    assert cont.reprefilled_tokens < 0.8 * fcfs.reprefilled_tokens
     assert cont.prefix_hit_tokens > fcfs.prefix_hit_tokens
     # The pins themselves save prefill beyond what the queue order does.
     assert cont.reprefilled_tokens < no_pins.reprefilled_tokens

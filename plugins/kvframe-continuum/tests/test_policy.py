@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from kvframe_continuum import ContinuumPolicy, choose_ttl
 
@@ -170,6 +172,27 @@ def test_the_core_releases_a_queued_jobs_pin_at_the_hard_deadline():
     assert "J-t0" not in s.retained
     assert policy.stats.lost_to_core == 1 and policy.job_pin("J") is None
     assert s.stats.num_retentions_expired == 1
+
+
+def test_the_pin_is_released_once_the_jobs_next_turn_is_admitted():
+    # TTL 1 s, grace 30 s. Turn 1 arrives at 0.5 s and prefills for several
+    # steps (16-token budget): once admitted it holds the shared blocks, so the
+    # pin -- which would only keep turn 0's tail -- goes at the next step start.
+    policy = ContinuumPolicy(cold_start_ttl=1.0, queued_grace=30.0)
+    s = make_scheduler(policy, max_num_batched_tokens=16)
+    add(s, "J-t0", context_tokens("J", 16), job="J")
+    step(s, 0.0)
+    assert "J-t0" in s.retained and s.num_retained_blocks == 4
+    add(s, "J-t1", context_tokens("J", 64), job="J", turn=1, last=True)
+    output, _ = step(s, 0.5)
+    assert output.first_admissions[0].local_hit_tokens == 16
+    output, _ = step(s, 0.6)
+    assert "J-t1" in output.num_scheduled_tokens and "J-t1" in s.requests
+    assert not s.retained and policy.job_pin("J") is None
+    assert policy.stats.released_admitted == 1
+    # The shared blocks stay, held by turn 1.
+    held = s.kv_cache_manager.get_blocks("J-t1")
+    assert len(held) == 12 and s.kv_cache_manager.num_free_blocks == usable(s) - 12
 
 
 # ---------------------------------------------------------------- robustness
@@ -346,6 +369,25 @@ def test_fewer_than_k_observations_use_the_global_distribution():
     # U(0.1)=0.0667-0.1, U(0.15)=0.133-0.15 -> nothing beats 0.
     assert decision.ttl == choose_ttl([0.1, 0.15, 30.0], 0.2) == 0.0
     assert "J-t0" not in s.retained and policy.stats.num_not_pinned == 1
+
+
+def test_before_k_observations_overall_the_cold_start_models_durations_as_exponential():
+    policy = ContinuumPolicy(min_samples=100, eta=0.0)
+    policy.set_cost_model(unit_cost_model())
+    policy.durations.add("grep", 0.05)  # one observation: the empirical CDF would say tau = 0.05
+    s = make_scheduler(policy)
+    finish_turn(policy, s, "J", "grep", now=0.0)
+    decision = policy.last_decision
+    # benefit = reload = 0.2 > mean 0.05: tau = 0.05 * ln(0.2 / 0.05).
+    assert decision.source == "exponential"
+    assert decision.ttl == pytest.approx(0.05 * math.log(4.0))
+    assert decision.hit_probability == pytest.approx(0.75)
+
+    empirical = ContinuumPolicy(min_samples=100, eta=0.0, cold_start="empirical")
+    empirical.set_cost_model(unit_cost_model())
+    empirical.durations.add("grep", 0.05)
+    finish_turn(empirical, make_scheduler(empirical), "J", "grep", now=0.0)
+    assert (empirical.last_decision.source, empirical.last_decision.ttl) == ("global", 0.05)
 
 
 def test_cold_start_without_any_observation():

@@ -244,13 +244,19 @@ def test_job_first_arrival_beats_turn_arrival_for_victims():
     assert policy.choose_victim([b1, a1]) is b1
 
 
-def test_reclaim_waits_for_unpinned_victims_then_releases_latest_jobs_first():
+def admitting(policy: ContinuumPolicy) -> None:
+    """The scheduler's admission phase begins with ``select_queue``."""
+    policy.select_queue(policy.create_queue(), policy.create_queue())
+
+
+def test_admissions_wait_for_unpinned_victims_then_pins_go_latest_job_first():
     policy, context = make_policy()
     for job, arrival in (("A", 0.0), ("B", 1.0), ("C", 2.0)):
         pin(policy, context, turn(job, 0, arrival), blocks=4)
     unpinned = turn("U", 0, 3.0)
     policy.on_arrival(unpinned)
     context.running = [unpinned]
+    admitting(policy)
     assert not policy.reclaim_retained(4)
     assert context.released == []
     # Only a pinned job's turn runs: release pins, latest job first, until 6 blocks are free.
@@ -266,6 +272,39 @@ def test_reclaim_waits_for_unpinned_victims_then_releases_latest_jobs_first():
     assert policy.reclaim_retained(100)
     assert context.released == ["C-t0", "B-t0", "A-t0"]
     assert not policy.reclaim_retained(1)
+
+
+def sized_turn(job: str, k: int, arrival: float, num_tokens: int) -> Request:
+    return Request(f"{job}-t{k}", list(range(num_tokens)), 4, arrival_time=arrival,
+                   job_id=job, turn=k, is_last_turn=False, tool_name="grep")  # fmt: skip
+
+
+def test_before_a_running_request_is_preempted_bets_are_released_cheapest_first():
+    # Cold start (F = 1): a pin's expected saving is its reload time, which grows
+    # with its context. D's TTL (1 s) passed while its next turn waits; C's next
+    # turn is queued within its TTL (100 s, a certain hit); A and B wait for a tool.
+    policy, context = make_policy(eta=0.0)
+    policy.cold_start_ttl = 1.0
+    pin(policy, context, sized_turn("D", 0, 0.0, 4000), blocks=4)
+    policy.cold_start_ttl = 100.0
+    pin(policy, context, sized_turn("A", 0, 1.0, 4000), blocks=4)
+    pin(policy, context, sized_turn("B", 0, 2.0, 10), blocks=4)
+    pin(policy, context, sized_turn("C", 0, 3.0, 10), blocks=4)
+    policy.on_arrival(sized_turn("D", 1, 0.5, 4100))
+    policy.on_arrival(sized_turn("C", 1, 0.5, 100))
+    context.now = 2.0
+    policy.on_step_start(2.0)
+    assert set(context.retained) == {"A-t0", "B-t0", "C-t0", "D-t0"}
+    unpinned = turn("U", 0, 4.0)
+    policy.on_arrival(unpinned)
+    context.running = [unpinned]
+    for expected in (["D-t0"], ["D-t0", "B-t0"], ["D-t0", "B-t0", "A-t0"]):
+        assert policy.reclaim_retained(4)
+        assert context.released == expected
+    # C's queued turn will hit its pin: U is preempted instead.
+    assert not policy.reclaim_retained(4)
+    assert set(context.retained) == {"C-t0"}
+    assert policy.stats.released_for_running == policy.stats.released_reclaimed == 3
 
 
 def test_queue_satisfies_the_request_queue_protocol_shape():

@@ -7,6 +7,8 @@ import random
 import statistics
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from kvframe_continuum import (
     DurationHistory,
     DurationWindow,
@@ -14,6 +16,7 @@ from kvframe_continuum import (
     TurnCorrelation,
     choose_ttl,
 )
+from kvframe_continuum.ttl import choose_ttl_exponential, exponential_cdf
 
 # ---------------------------------------------------------------- choose_ttl
 
@@ -182,3 +185,20 @@ def test_eta_matches_pearson_on_random_jobs():
         assert turns.eta == pytest.approx(expected, abs=1e-12)
         assert 0.0 <= turns.eta <= 1.0
         assert not math.isnan(turns.eta)
+
+
+@given(
+    mean=st.floats(min_value=0.01, max_value=50.0),
+    benefit=st.floats(min_value=0.0, max_value=100.0),
+    max_ttl=st.floats(min_value=0.0, max_value=200.0),
+)
+def test_the_exponential_cold_start_ttl_maximises_the_utility(mean, benefit, max_ttl):
+    tau = choose_ttl_exponential(mean, benefit, max_ttl=max_ttl)
+    assert 0.0 <= tau <= max_ttl
+
+    def utility(t: float) -> float:
+        return exponential_cdf(mean, t) * benefit - t
+
+    # No point of a fine grid over [0, max_ttl] does better (up to float noise).
+    grid = [max_ttl * i / 400 for i in range(401)]
+    assert utility(tau) >= max(utility(t) for t in grid) - 1e-9 * max(1.0, benefit)

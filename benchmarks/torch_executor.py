@@ -1,0 +1,245 @@
+"""The torch executor on CPU: throughput, the cost of paging, prefix caching, calibration.
+
+    .venv/bin/python benchmarks/torch_executor.py [--quick] [--device cpu|cuda]
+
+Four measurements, each against a baseline taken in the same run:
+
+1. **Tokens/s**: a 40-request shared-prefix workload through ``kvframe``'s
+   engine on ``torch:preset=small`` (4 layers, hidden 256, float32): generated
+   and computed tokens per second of forward time and of engine wall time.
+2. **Paging cost**: one decode step of ``B`` requests with ``L`` cached tokens
+   each, (a) the executor's paged path -- K/V gathered through block tables
+   whose blocks are scattered over the pool -- and (b) the same model with
+   each request's K/V in one contiguous tensor (sliced, no gather). Medians of
+   interleaved repeats; goal: paged <= 1.3x contiguous.
+3. **Prefill tokens computed** with and without prefix caching on the same
+   shared-prefix workload: the drop should equal the prefix hit ratio.
+4. **Calibration round trip**: ``kvframe calibrate``'s grid and fit, then the
+   held-out workload on the torch executor (wall clock) and on the sim with
+   the fitted cost model: per-step median error, duration and mean TTFT errors.
+
+``--device cuda`` runs the same code on a GPU (untested here: the development
+machine has none).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import structlog
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kvframe.engine import Engine, EngineConfig
+from kvframe.executors.torch.build import plan_model
+from kvframe.executors.torch.calibrate import (
+    fit_cost_model,
+    held_out_workload,
+    measure_copy_bandwidth,
+    measure_engine_steps,
+    measure_grid,
+    validate,
+)
+from kvframe.executors.torch.model import LlamaModel, StepChunk
+from kvframe.executors.torch.options import parse_executor
+
+
+def quiet_logs() -> None:
+    import logging
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+
+
+def throughput(executor: str, requests: int) -> None:
+    specs = held_out_workload(requests, seed=11)
+    engine = Engine.from_config(EngineConfig(executor=executor, max_num_batched_tokens=512))
+    started = time.perf_counter()
+    result = engine.run(specs)
+    wall = time.perf_counter() - started
+    steps = engine.executor.steps
+    forward = sum(s.wall_s for s in steps)
+    generated = result.counters["generation_tokens_total"]
+    computed = sum(s.prefill + s.decode for s in steps)
+    print("== 1. throughput (torch:preset=small, float32)")
+    print(f"  {requests} requests, {len(steps)} steps, {generated} generated tokens")
+    print(
+        f"  generated tokens/s: {generated / forward:8.1f} of forward time, "
+        f"{generated / wall:8.1f} of engine wall time"
+    )
+    print(f"  computed tokens/s:  {computed / forward:8.1f} of forward time")
+
+
+def contiguous_decode(model: LlamaModel, token_ids, caches, lengths) -> torch.Tensor:
+    """The executor's decode step with each request's K/V in its own contiguous tensor."""
+    config = model.config
+    nh, nkv, hd = config.num_heads, config.num_kv_heads, config.head_dim
+    q_size, kv_size = nh * hd, nkv * hd
+    positions = torch.tensor(lengths)
+    cos, sin = model._rope(positions)
+    x = model.embed[torch.tensor(token_ids) % config.vocab_size]
+    for layer, (ln1, w_qkv, w_o, ln2, w_gate_up, w_down) in enumerate(model.layers):
+        h = model._rms_norm(x, ln1)
+        qkv = h @ w_qkv
+        q = model._rotate(qkv[:, :q_size].view(-1, nh, hd), cos, sin)
+        k = model._rotate(qkv[:, q_size : q_size + kv_size].view(-1, nkv, hd), cos, sin)
+        v = qkv[:, q_size + kv_size :].view(-1, nkv, hd)
+        attn = torch.empty((x.shape[0], q_size), dtype=x.dtype)
+        for i, length in enumerate(lengths):
+            cache = caches[layer][i]  # [max_len, 2, nkv, hd]
+            cache[length, 0] = k[i]
+            cache[length, 1] = v[i]
+            attn[i : i + 1] = model._attend(
+                q[i : i + 1], cache[: length + 1, 0], cache[: length + 1, 1], length
+            )
+        x = x + attn @ w_o
+        h = model._rms_norm(x, ln2)
+        gate, up = (h @ w_gate_up).chunk(2, dim=-1)
+        x = x + (torch.nn.functional.silu(gate) * up) @ w_down
+    return model._rms_norm(x, model.norm) @ model.lm_head.t()
+
+
+def paging_cost(executor: str, repeats: int) -> None:
+    _, options = parse_executor(executor)
+    plan = plan_model(options)
+    bs = 16
+    print("== 2. decode step, paged vs contiguous KV (same model, same process)")
+    print(f"  {'batch':>5} {'context':>7} {'paged ms':>9} {'contig ms':>9} {'ratio':>6}")
+    for batch, length in ((1, 256), (8, 256), (32, 256), (8, 1024), (32, 1024)):
+        per_request = -(-(length + 1) // bs)
+        num_blocks = 1 + batch * per_request
+        model = plan.build(num_blocks, bs)
+        rng = random.Random(0)
+        blocks = list(range(1, num_blocks))
+        rng.shuffle(blocks)  # scattered, as a busy pool hands them out
+        tables = [blocks[i * per_request : (i + 1) * per_request] for i in range(batch)]
+        chunks = [StepChunk([7 + i], length, tables[i], True) for i in range(batch)]
+        caches = [
+            [
+                torch.zeros(
+                    (length + 1, 2, model.config.num_kv_heads, model.config.head_dim),
+                    dtype=model.dtype,
+                )
+                for _ in range(batch)
+            ]
+            for _ in range(model.config.num_layers)
+        ]
+        tokens, lengths = [7 + i for i in range(batch)], [length] * batch
+        paged, contiguous = [], []
+        with torch.inference_mode():
+            model.forward(chunks)
+            contiguous_decode(model, tokens, caches, lengths)
+            for _ in range(repeats):
+                t = time.perf_counter()
+                model.forward(chunks)
+                paged.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                contiguous_decode(model, tokens, caches, lengths)
+                contiguous.append(time.perf_counter() - t)
+        p, c = statistics.median(paged), statistics.median(contiguous)
+        print(f"  {batch:5d} {length:7d} {p * 1e3:9.2f} {c * 1e3:9.2f} {p / c:6.2f}")
+
+
+def prefix_caching(executor: str, requests: int) -> None:
+    specs = held_out_workload(requests, seed=13)
+    print("== 3. prefill tokens computed, shared-prefix workload")
+    computed = {}
+    for caching in (False, True):
+        engine = Engine.from_config(
+            EngineConfig(
+                executor=executor, enable_prefix_caching=caching, max_num_batched_tokens=512
+            )
+        )
+        result = engine.run(specs)
+        computed[caching] = sum(s.prefill for s in engine.executor.steps)
+        if caching:
+            c = result.counters
+            hits, queries = c["prefix_cache_hits"], c["prefix_cache_queries"]
+    drop = 1 - computed[True] / computed[False]
+    print(f"  without prefix caching: {computed[False]} prefill tokens computed")
+    print(f"  with prefix caching:    {computed[True]} prefill tokens computed")
+    print(f"  drop {drop:.3f}; prefix hit ratio {hits / queries:.3f} ({hits}/{queries} tokens)")
+
+
+def calibration(executor: str, repeats: int) -> None:
+    _, options = parse_executor(executor)
+    plan = plan_model(options)
+    model = plan.build(max(2, options.kv_memory // plan.kv_bytes_per_block(16)), 16)
+    bandwidth = measure_copy_bandwidth(model)
+    samples = measure_grid(model, repeats=repeats)
+    del model
+    samples += measure_engine_steps(executor, held_out_workload(seed=1), max_num_batched_tokens=512)
+    cost_model, stats = fit_cost_model(samples, transfer_bytes_per_s=bandwidth)
+    from kvframe.executors.cost_model import ModelShape
+    from kvframe.executors.cost_model_file import write_cost_model_file
+
+    c = plan.config
+    with tempfile.TemporaryDirectory() as tmp:
+        path = str(Path(tmp) / "cost-model.json")
+        write_cost_model_file(
+            path,
+            name="calibrated-bench",
+            description="benchmarks/torch_executor.py",
+            shape=ModelShape(
+                name="torch-small",
+                num_layers=c.num_layers,
+                num_kv_heads=c.num_kv_heads,
+                head_dim=c.head_dim,
+                dtype_bytes=4,
+                num_params=10**6,
+            ),
+            device=str(plan.device),
+            kv_memory_bytes=float(options.kv_memory),
+            cost_model=cost_model,
+            calibration={},
+        )
+        check = validate(path, executor, held_out_workload(), max_num_batched_tokens=512)
+    print("== 4. calibration round trip")
+    print(
+        f"  fit on {stats['num_samples']} grid shapes: median rel. error "
+        f"{stats['median_abs_rel_error']:.3f}, max {stats['max_abs_rel_error']:.3f}"
+    )
+    print(
+        f"  held out ({check['num_steps']} steps): per-step median abs error "
+        f"{check['step_median_abs_rel_error']:.3f} (goal <= 0.10)"
+    )
+    print(
+        f"  duration torch {check['torch_duration_s']:.3f}s sim {check['sim_duration_s']:.3f}s"
+        f" error {check['duration_rel_error']:.3f} (goal <= 0.05)"
+    )
+    print(
+        f"  mean TTFT torch {check['torch_mean_ttft_s']:.3f}s sim "
+        f"{check['sim_mean_ttft_s']:.3f}s error {check['mean_ttft_rel_error']:.3f} "
+        "(goal <= 0.05)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--skip-calibration", action="store_true")
+    parser.add_argument("--only-calibration", action="store_true")
+    args = parser.parse_args()
+    quiet_logs()
+    executor = f"torch:preset=small,device={args.device}"
+    requests = 16 if args.quick else 40
+    repeats = 3 if args.quick else 9
+    if args.only_calibration:
+        calibration(executor, repeats)
+        return
+    throughput(executor, requests)
+    paging_cost(executor, repeats)
+    prefix_caching(executor, requests)
+    if not args.skip_calibration:
+        calibration(executor, repeats)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""Cost-model preset files: what ``kvframe calibrate`` writes and ``--cost-model FILE`` reads.
+
+A JSON object (so it needs no TOML writer)::
+
+    {"format": "kvframe-cost-model/1",
+     "name": "calibrated-torch-tiny-cpu",
+     "description": "...",
+     "model": {"name": ..., "num_layers": ..., "num_kv_heads": ..., "head_dim": ...,
+               "dtype_bytes": ..., "num_params": ..., "hidden_size": ...},
+     "device": "cpu",
+     "kv_memory_bytes": ...,
+     "cost_model": {"per_step_s": ..., "per_prefill_token_s": ..., "per_decode_seq_s": ...,
+                    "per_context_token_s": ..., "transfer_bytes_per_s": ...,
+                    "transfer_latency_s": ...},
+     "calibration": {...}}
+
+``calibration`` (the grid, the fit's residuals) is informational. The model
+shape is the *measured* model's, so KV sizing in the sim matches the run
+that was timed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from kvframe.executors.cost_model import CostModel, ModelShape
+from kvframe.executors.presets import GpuSpec, Preset
+
+__all__ = ["FORMAT", "load_cost_model_file", "write_cost_model_file"]
+
+FORMAT = "kvframe-cost-model/1"
+_cache: dict[tuple[str, float], Preset] = {}
+
+
+def load_cost_model_file(path: str | Path) -> Preset:
+    """A :class:`Preset` from a cost-model file.
+
+    :raises ValueError: naming the file and the missing or bad field.
+    """
+    path = Path(path)
+    try:
+        key = (str(path.resolve()), path.stat().st_mtime)
+    except OSError as err:
+        raise ValueError(f"cost-model file {path}: {err.strerror or err}") from None
+    if key in _cache:
+        return _cache[key]
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(f"cost-model file {path}: not readable JSON ({err})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ValueError(f"cost-model file {path}: 'format' must be {FORMAT!r}")
+    try:
+        model = data["model"]
+        shape = ModelShape(
+            name=str(model["name"]),
+            num_layers=int(model["num_layers"]),
+            num_kv_heads=int(model["num_kv_heads"]),
+            head_dim=int(model["head_dim"]),
+            dtype_bytes=int(model["dtype_bytes"]),
+            num_params=int(model["num_params"]),
+            weight_dtype_bytes=float(model.get("weight_dtype_bytes", model["dtype_bytes"])),
+            hidden_size=model.get("hidden_size"),
+        )
+        cost_model = CostModel(**{k: float(v) for k, v in data["cost_model"].items()})
+        device = str(data.get("device", "unknown"))
+        preset = Preset(
+            name=str(data["name"]),
+            description=str(data.get("description", "")),
+            shape=shape,
+            gpu=GpuSpec(
+                name=device,
+                peak_flops=0.0,
+                hbm_bytes_per_s=0.0,
+                memory_bytes=float(data["kv_memory_bytes"]),
+                interconnect_bytes_per_s=0.0,
+                host_link_bytes_per_s=cost_model.transfer_bytes_per_s,
+            ),
+            cost_model=cost_model,
+            kv_memory_bytes=float(data["kv_memory_bytes"]),
+            sources=(f"calibrated: {path.name}",),
+        )
+    except KeyError as err:
+        raise ValueError(f"cost-model file {path}: missing field {err}") from None
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"cost-model file {path}: {err}") from None
+    _cache[key] = preset
+    return preset
+
+
+def write_cost_model_file(
+    path: str | Path,
+    *,
+    name: str,
+    description: str,
+    shape: ModelShape,
+    device: str,
+    kv_memory_bytes: float,
+    cost_model: CostModel,
+    calibration: dict[str, Any],
+) -> None:
+    data = {
+        "format": FORMAT,
+        "name": name,
+        "description": description,
+        "model": attrs.asdict(shape),
+        "device": device,
+        "kv_memory_bytes": kv_memory_bytes,
+        "cost_model": attrs.asdict(cost_model),
+        "calibration": calibration,
+    }
+    Path(path).write_text(json.dumps(data, indent=2) + "\n")

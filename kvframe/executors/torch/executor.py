@@ -1,0 +1,270 @@
+"""The torch executor: runs each scheduled step through a real Llama decoder on paged KV.
+
+It is a drop-in for :class:`~kvframe.executors.sim.SimExecutor` (same
+``execute`` signature, same :class:`~kvframe.executors.sim.StepResult`), so the
+engine, every plugin, tracing and metrics work unchanged. What differs:
+
+* **Tokens are real.** The executor keeps the worker-side block table of every
+  request from the :class:`~kvframe.core.scheduler_output.SchedulerOutput`
+  alone -- new requests bring theirs, running ones append ``new_block_ids``,
+  resumed ones replace it, finished and preempted ones are dropped -- as a
+  vLLM model runner does. Each step it computes the scheduled tokens of every
+  request (positions ``num_computed_tokens - scheduled .. num_computed_tokens``,
+  so chunked prefill and prefix hits are honoured), and samples greedily
+  (``argmax``; the lowest id on a tie) for every request whose known tokens are
+  all computed. Stop tokens are the scheduler's business: a sampled EOS ends the
+  request in ``update_from_output`` when it is in the request's ``stop_token_ids``.
+* **Two clocks.** ``clock="virtual"`` (the default) advances the engine's clock
+  by the cost model, exactly as the sim does, so a run's *decisions* do not
+  depend on how loaded the machine is -- the output-invariance tests need that.
+  ``clock="wall"`` advances it by the measured wall time of each step
+  (calibration's ground truth). Either way every step's measured wall time is
+  recorded (:attr:`TorchExecutor.steps`) and summarised in the run's counters.
+* **Offload carries bytes.** With a CPU tier the worker's handler is a
+  :class:`RealBytesTransferHandler`: the tier's own
+  ``TorchTransferHandler`` copies the blocks between this model's KV tensors and
+  host memory, while transfer *timing* (completion on the engine's clock) is the
+  sim's model, for the same reason as the virtual clock.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from kvframe.core.scheduler_output import ModelRunnerOutput
+from kvframe.executors.sim import StepResult
+from kvframe.executors.torch.model import LlamaModel, StepChunk
+
+if TYPE_CHECKING:
+    from kvframe.core.scheduler_output import SchedulerOutput
+    from kvframe.executors.cost_model import CostModel
+    from kvframe.offload.worker import OffloadWorker, SimTransferHandler
+    from kvframe.request import Request
+
+__all__ = ["RealBytesTransferHandler", "StepTiming", "TorchExecutor"]
+
+
+class StepTiming:
+    """One executed forward pass: its shape, its modelled and its measured duration."""
+
+    __slots__ = ("context", "decode", "prefill", "virtual_s", "wall_s")
+
+    def __init__(
+        self, prefill: int, decode: int, context: int, virtual_s: float, wall_s: float
+    ) -> None:
+        self.prefill = prefill
+        self.decode = decode
+        self.context = context
+        self.virtual_s = virtual_s
+        self.wall_s = wall_s
+
+
+class RealBytesTransferHandler:
+    """A tier's real handler for the bytes, the sim's handler for the timing.
+
+    Every transfer is issued to both. Completion is reported when the sim's
+    model says so (after making sure the real copy has landed, which on CPU it
+    has when ``start_transfers`` returns), so a run's decisions are the sim's.
+    """
+
+    def __init__(self, timing: SimTransferHandler, mover: Any) -> None:
+        self.timing = timing
+        self.mover = mover
+        self._mover_job: dict[int, int] = {}
+
+    @property
+    def now(self) -> float:
+        return self.timing.now
+
+    @now.setter
+    def now(self, value: float) -> None:
+        self.timing.now = value
+
+    def register_kv_caches(self, kv_caches: Sequence[Any]) -> None:
+        self.mover.register_kv_caches(kv_caches)
+
+    def start_transfers(
+        self, loads: Sequence[tuple[int, int]], stores: Sequence[tuple[int, int]]
+    ) -> int:
+        real = self.mover.start_transfers(loads, stores)
+        job = self.timing.start_transfers(loads, stores)
+        self._mover_job[job] = real
+        return job
+
+    def finished_transfers(self) -> list[int]:
+        done = self.timing.finished_transfers()
+        if done:
+            self.mover.wait([self._mover_job.pop(job) for job in done])
+            self.mover.finished_transfers()
+        return done
+
+    def wait(self, transfer_ids: Iterable[int]) -> None:
+        ids = list(transfer_ids)
+        self.timing.wait(ids)
+        self.mover.wait([self._mover_job[j] for j in ids if j in self._mover_job])
+
+    def next_completion(self) -> float:
+        return self.timing.next_completion()
+
+    def __getattr__(self, name: str) -> Any:
+        # Counters (bytes_stored, num_loads, transfer_time_s, ...) are the timing model's.
+        return getattr(self.timing, name)
+
+
+class TorchExecutor:
+    """Executes scheduler outputs on a :class:`LlamaModel`.
+
+    :param model: the decoder, owning its KV tensors.
+    :param cost_model: the virtual clock's step times (and offload timing).
+    :param clock: ``"virtual"`` or ``"wall"`` (see the module docstring).
+    :param stop_token_ids: given to every request the engine creates (EOS).
+    """
+
+    def __init__(
+        self,
+        model: LlamaModel,
+        cost_model: CostModel,
+        *,
+        clock: str = "virtual",
+        stop_token_ids: Iterable[int] = (),
+        offload_worker: OffloadWorker | None = None,
+        transfer_handler: Any = None,
+        description: Mapping[str, Any] | None = None,
+    ) -> None:
+        if clock not in ("virtual", "wall"):
+            raise ValueError(f"clock must be 'virtual' or 'wall', not {clock!r}")
+        if (offload_worker is None) != (transfer_handler is None):
+            raise ValueError("give both offload_worker and transfer_handler, or neither")
+        self.model = model
+        self.cost_model = cost_model
+        self.clock = clock
+        self.stop_token_ids = frozenset(stop_token_ids)
+        self.offload_worker = offload_worker
+        self.transfer_handler = transfer_handler
+        self.description = dict(description or {})
+        self.block_tables: dict[str, list[int]] = {}
+        """Worker-side block table of every request the worker holds."""
+        self.steps: list[StepTiming] = []
+        self.outputs: dict[str, list[int]] = {}
+        """Generated token ids of every finished request, in finish order."""
+        self.logits: dict[str, list[float]] = {}
+        """The winning logit of every generated token (for tolerance checks)."""
+        self._cuda = model.device.type == "cuda"
+
+    # -- worker-side request state -------------------------------------------
+
+    def _update_block_tables(self, output: SchedulerOutput) -> None:
+        tables = self.block_tables
+        for request_id in output.finished_req_ids:
+            tables.pop(request_id, None)
+        for request_id in output.preempted_req_ids:
+            tables.pop(request_id, None)
+        for new in output.scheduled_new_reqs:
+            tables[new.req_id] = list(new.block_ids)
+        cached = output.scheduled_cached_reqs
+        resumed = cached.resumed_req_ids
+        for request_id, new_ids in zip(cached.req_ids, cached.new_block_ids, strict=True):
+            if request_id in resumed:
+                tables[request_id] = list(new_ids or ())
+            elif new_ids:
+                tables[request_id].extend(new_ids)
+
+    def block_table(self, request_id: str) -> Sequence[int]:
+        """The blocks attention reads and writes for ``request_id`` this step."""
+        return self.block_tables[request_id]
+
+    # -- the step ---------------------------------------------------------------
+
+    def execute(
+        self,
+        scheduler_output: SchedulerOutput,
+        requests: Mapping[str, Request],
+        now: float = 0.0,
+    ) -> StepResult:
+        """Run one step (the signature and result of :meth:`SimExecutor.execute`)."""
+        worker = self.offload_worker
+        handler = self.transfer_handler
+        stall = 0.0
+        meta = scheduler_output.kv_connector_metadata
+        if worker is not None:
+            handler.now = now
+            worker.start_step(meta)  # type: ignore[arg-type]
+            stall = handler.now - now
+        self._update_block_tables(scheduler_output)
+        chunks: list[StepChunk] = []
+        sampled: list[Request] = []
+        prefill = decode = context = 0
+        for request_id, num_new in scheduler_output.num_scheduled_tokens.items():
+            request = requests[request_id]
+            computed = request.num_computed_tokens
+            before = computed - num_new
+            context += before
+            if before >= request.num_prompt_tokens and request.num_output_tokens:
+                decode += 1
+                prefill += num_new - 1
+            else:
+                prefill += num_new
+            all_ids = request.all_token_ids
+            sample = computed >= len(all_ids)
+            chunks.append(
+                StepChunk(
+                    token_ids=all_ids[before:computed],
+                    start=before,
+                    block_ids=self.block_table(request_id),
+                    sample=sample,
+                )
+            )
+            if sample:
+                sampled.append(request)
+        tokens: dict[str, list[int]] = {}
+        wall = 0.0
+        if chunks:
+            started = time.perf_counter()
+            logits = self.model.forward(chunks)
+            best, index = logits.max(dim=-1) if len(logits) else (logits, logits)
+            if self._cuda:
+                torch.cuda.synchronize(self.model.device)
+            wall = time.perf_counter() - started
+            chosen = index.tolist()
+            values = best.tolist()
+            for request, token, value in zip(sampled, chosen, values, strict=True):
+                tokens[request.request_id] = [token]
+                self.logits.setdefault(request.request_id, []).append(value)
+            virtual = self.cost_model.step_time(prefill, decode, context)
+            duration = wall if self.clock == "wall" else virtual
+            self.steps.append(StepTiming(prefill, decode, context, virtual, wall))
+        else:
+            duration = 0.0
+        model_output = ModelRunnerOutput(sampled_token_ids=tokens)
+        if worker is not None:
+            duration += stall
+            handler.now = now + duration
+            model_output.kv_connector_output = worker.end_step(
+                meta,  # type: ignore[arg-type]
+                scheduler_output.finished_req_ids,
+            )
+        return StepResult(model_output, duration, sampled, prefill, decode, context)
+
+    # -- results ------------------------------------------------------------------
+
+    def record_finished(self, request: Request) -> None:
+        """Keep a finished request's generated tokens (the engine calls this)."""
+        self.outputs[request.request_id] = list(request.output_token_ids)
+        logits = self.logits.get(request.request_id)
+        if logits is not None and len(logits) > request.num_output_tokens:
+            del logits[request.num_output_tokens :]
+
+    def counters(self) -> dict[str, float | int]:
+        """Measured step times for the run's summary, next to the virtual clock's."""
+        walls = [s.wall_s for s in self.steps]
+        return {
+            "torch_forward_steps": len(walls),
+            "torch_wall_step_time_s_total": sum(walls),
+            "torch_wall_step_time_s_median": statistics.median(walls) if walls else 0.0,
+            "torch_virtual_step_time_s_total": sum(s.virtual_s for s in self.steps),
+        }

@@ -1,0 +1,146 @@
+"""The ``--executor`` config string, parsed and checked without importing torch.
+
+``sim`` or ``torch[:key=value,...]``. Validation here catches what can be
+caught without torch (unknown keys, bad numbers, unknown dtype or clock names)
+so that a typo fails at once, before a model is built or a workload read.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+import attrs
+
+__all__ = [
+    "DTYPE_NAMES",
+    "EXECUTOR_NAMES",
+    "TorchOptions",
+    "parse_executor",
+]
+
+EXECUTOR_NAMES = ("sim", "torch")
+DTYPE_NAMES = ("bfloat16", "float16", "float32", "float64")
+MODEL_PRESET_NAMES = ("tiny", "small")
+_SIZES = {
+    "": 1,
+    "k": 1 << 10,
+    "kib": 1 << 10,
+    "m": 1 << 20,
+    "mib": 1 << 20,
+    "g": 1 << 30,
+    "gib": 1 << 30,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+}
+
+
+def _size(text: str) -> int:
+    raw = text.strip().lower()
+    number = raw.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = raw[len(number) :]
+    if unit not in _SIZES or not number:
+        raise ValueError(f"expected a size such as 64MiB, got {text!r}")
+    return int(float(number) * _SIZES[unit])
+
+
+_ARCH_KEYS = {
+    "layers": "num_layers",
+    "hidden": "hidden_size",
+    "heads": "num_heads",
+    "kv_heads": "num_kv_heads",
+    "intermediate": "intermediate_size",
+    "vocab": "vocab_size",
+    "head_dim": "head_dim",
+}
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class TorchOptions:
+    """What ``torch:...`` may say. Architecture keys override the preset's fields."""
+
+    preset: str = "tiny"
+    checkpoint: str | None = None
+    """A Llama checkpoint directory (config.json + *.safetensors); replaces preset/arch keys."""
+    dtype: str = "float32"
+    device: str = "cpu"
+    seed: int = 0
+    clock: str = "virtual"
+    kv_memory: int = 64 << 20
+    """KV bytes when the engine config gives neither num_gpu_blocks nor kv_memory."""
+    threads: int = 1
+    """torch intra-op threads on CPU (0: torch's default). One by default: tiny
+    matmuls gain nothing from threads, and on a shared machine oversubscribed
+    threads made steps ~50x slower in our measurements."""
+    eos: int | None = None
+    """A stop token for every request (default: the checkpoint's eos_token_id; none
+    for random weights, whose outputs would otherwise end at random)."""
+    arch: tuple[tuple[str, int], ...] = ()
+
+    def architecture_overrides(self) -> dict[str, int]:
+        return {_ARCH_KEYS[k]: v for k, v in self.arch}
+
+
+def parse_executor(text: str) -> tuple[str, TorchOptions | None]:
+    """``("sim", None)`` or ``("torch", options)``.
+
+    :raises ValueError: naming the offending part of ``text``.
+    """
+    name, _, rest = text.strip().partition(":")
+    name = name.strip()
+    if name not in EXECUTOR_NAMES:
+        close = difflib.get_close_matches(name, EXECUTOR_NAMES, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"unknown executor {name!r} in {text!r}{hint} (choose sim or torch)")
+    if name == "sim":
+        if rest.strip():
+            raise ValueError(f"the sim executor takes no options (got {rest!r}); use --preset")
+        return "sim", None
+    values: dict[str, Any] = {}
+    arch: list[tuple[str, int]] = []
+    known = [f.name for f in attrs.fields(TorchOptions) if f.name != "arch"] + list(_ARCH_KEYS)
+    for item in filter(None, (part.strip() for part in rest.split(","))):
+        key, eq, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not eq or not value:
+            raise ValueError(f"executor option {item!r} in {text!r} is not key=value")
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(
+                f"unknown torch executor option {key!r}{hint}; options: {', '.join(known)}"
+            )
+        try:
+            if key in _ARCH_KEYS or key in ("seed", "eos", "threads"):
+                number = int(value)
+                if key in _ARCH_KEYS:
+                    if number < 1:
+                        raise ValueError("must be >= 1")
+                    arch.append((key, number))
+                    continue
+                values[key] = number
+            elif key == "kv_memory":
+                values[key] = _size(value)
+            else:
+                values[key] = value
+        except ValueError as err:
+            raise ValueError(f"torch executor option {key}={value!r}: {err}") from None
+    dtype = values.get("dtype", "float32")
+    if dtype not in DTYPE_NAMES:
+        raise ValueError(
+            f"torch executor: unknown dtype {dtype!r}; choose one of {', '.join(DTYPE_NAMES)}"
+        )
+    clock = values.get("clock", "virtual")
+    if clock not in ("virtual", "wall"):
+        raise ValueError(f"torch executor: clock must be virtual or wall, not {clock!r}")
+    device = values.get("device", "cpu")
+    if device != "cpu" and not (device == "cuda" or device.startswith("cuda:")):
+        raise ValueError(f"torch executor: unknown device {device!r}; use cpu, cuda or cuda:N")
+    preset = values.get("preset", "tiny")
+    if preset not in MODEL_PRESET_NAMES:
+        raise ValueError(
+            f"torch executor: unknown model preset {preset!r}; "
+            f"choose one of {', '.join(MODEL_PRESET_NAMES)}"
+        )
+    return "torch", TorchOptions(**values, arch=tuple(arch))

@@ -1,0 +1,179 @@
+"""``kvframe calibrate`` and ``kvframe outputs-diff``: the torch executor's commands.
+
+``calibrate`` times the torch executor over a grid of step shapes, fits the
+sim's cost model (:mod:`kvframe.executors.torch.calibrate`) and writes a
+cost-model file for ``kvframe run --cost-model FILE``; with ``--check`` it
+also replays a held-out workload both ways and reports the errors.
+``outputs-diff`` compares two runs' ``outputs.jsonl`` token for token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from kvframe.config import ConfigError
+
+__all__ = ["add_calibrate_command", "add_outputs_diff_command"]
+
+
+def add_outputs_diff_command(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "outputs-diff",
+        help="compare two torch-executor runs' generated tokens",
+        description="Compare the outputs.jsonl of two runs (run directories or files) token "
+        "for token. Exit 0 when every request generated the same tokens, 1 otherwise, "
+        "naming the first differing request and token.",
+    )
+    parser.add_argument("reference", metavar="RUN_A")
+    parser.add_argument("other", metavar="RUN_B")
+    parser.set_defaults(handler=_outputs_diff)
+
+
+def _outputs_diff(args: argparse.Namespace, ctx: Any) -> int:
+    from kvframe.executors.torch.outputs import first_difference, read_outputs
+
+    try:
+        a, b = read_outputs(args.reference), read_outputs(args.other)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    difference = first_difference(a, b)
+    if difference is None:
+        print(f"identical: {len(a)} requests, {sum(map(len, a.values()))} generated tokens")
+        return 0
+    print(f"different: {difference}")
+    return 1
+
+
+def add_calibrate_command(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "calibrate",
+        help="fit the sim's cost model to the torch executor's measured step times",
+        description="Time the torch executor over a grid of batch shapes (prefill tokens, "
+        "decode requests, context lengths), fit the sim cost model's coefficients and "
+        "write a cost-model file that `kvframe run --cost-model FILE` accepts.",
+    )
+    parser.add_argument(
+        "--executor",
+        default="torch:preset=small",
+        metavar="SPEC",
+        help="the torch executor to time (default: torch:preset=small)",
+    )
+    parser.add_argument("--block-size", type=int, default=16, metavar="N")
+    parser.add_argument("--repeats", type=int, default=5, metavar="N", help="timings per shape")
+    parser.add_argument(
+        "--out", default="cost-model.json", metavar="FILE", help="(default: cost-model.json)"
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="also replay a held-out workload on the torch executor and the calibrated sim "
+        "and report per-step, duration and mean-TTFT errors",
+    )
+    parser.set_defaults(handler=_calibrate)
+
+
+def _calibrate(args: argparse.Namespace, ctx: Any) -> int:
+    from kvframe.executors.torch.options import parse_executor
+
+    try:
+        _name, options = parse_executor(args.executor)
+    except ValueError as err:
+        raise ConfigError(str(err), origin="--executor") from None
+    if options is None:
+        raise ConfigError("calibrate times the torch executor: use --executor torch[:...]")
+    if args.repeats < 1 or args.block_size < 1:
+        raise ConfigError("--repeats and --block-size must be >= 1")
+    from kvframe.executors.cost_model import ModelShape
+    from kvframe.executors.cost_model_file import write_cost_model_file
+    from kvframe.executors.presets import llama_num_params
+    from kvframe.executors.torch.build import plan_model
+    from kvframe.executors.torch.calibrate import (
+        fit_cost_model,
+        held_out_workload,
+        measure_copy_bandwidth,
+        measure_engine_steps,
+        measure_grid,
+        validate,
+    )
+
+    try:
+        plan = plan_model(options)
+        num_blocks = max(2, options.kv_memory // plan.kv_bytes_per_block(args.block_size))
+        model = plan.build(num_blocks, args.block_size)
+    except ValueError as err:
+        raise ConfigError(str(err), origin="--executor") from None
+    print(f"timing {plan.describe()} on {plan.device} ...", file=sys.stderr)
+    samples = measure_grid(model, repeats=args.repeats)
+    bandwidth = measure_copy_bandwidth(model)
+    del model  # the training run builds its own
+    samples += measure_engine_steps(
+        args.executor,
+        held_out_workload(seed=1),
+        block_size=args.block_size,
+        max_num_batched_tokens=512,
+    )
+    cost_model, stats = fit_cost_model(samples, transfer_bytes_per_s=bandwidth)
+    c = plan.config
+    element = plan.kv_bytes_per_token() // (c.num_layers * 2 * c.num_kv_heads * c.head_dim)
+    shape = ModelShape(
+        name=f"torch-{options.preset if options.checkpoint is None else 'checkpoint'}",
+        num_layers=c.num_layers,
+        num_kv_heads=c.num_kv_heads,
+        head_dim=c.head_dim,
+        dtype_bytes=element,
+        num_params=llama_num_params(
+            vocab_size=c.vocab_size,
+            hidden_size=c.hidden_size,
+            intermediate_size=c.intermediate_size,
+            num_layers=c.num_layers,
+            num_heads=c.num_heads,
+            num_kv_heads=c.num_kv_heads,
+            tie_word_embeddings=c.tie_word_embeddings,
+        ),
+        weight_dtype_bytes=element,
+        hidden_size=c.hidden_size,
+    )
+    calibration: dict[str, Any] = {
+        "executor": args.executor,
+        "block_size": args.block_size,
+        "repeats": args.repeats,
+        "fit": stats,
+        "samples": [[s.prefill, s.decode, s.context, s.seconds] for s in samples],
+    }
+    write_cost_model_file(
+        args.out,
+        name=f"calibrated-{shape.name}-{plan.device.type}",
+        description=f"fitted by kvframe calibrate to {args.executor} on {plan.device}",
+        shape=shape,
+        device=str(plan.device),
+        kv_memory_bytes=float(options.kv_memory),
+        cost_model=cost_model,
+        calibration=calibration,
+    )
+    print(json.dumps({"cost_model": _asdict(cost_model), "fit": stats}, indent=2))
+    if args.check:
+        check = validate(
+            args.out,
+            args.executor,
+            held_out_workload(),
+            block_size=args.block_size,
+            max_num_batched_tokens=512,
+        )
+        calibration["held_out"] = check
+        out = Path(args.out)
+        data = json.loads(out.read_text())
+        data["calibration"]["held_out"] = check
+        out.write_text(json.dumps(data, indent=2) + "\n")
+        print(json.dumps({"held_out": check}, indent=2))
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def _asdict(value: Any) -> dict[str, Any]:
+    import attrs
+
+    return attrs.asdict(value)

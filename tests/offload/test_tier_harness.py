@@ -1,0 +1,120 @@
+"""The tier half of the differential harness, checked without vLLM (runs in CI).
+
+``stepping.ScriptedWorker`` plays the connector's worker side for both drivers;
+these tests pin its completion rules, and run kvframe's driver over the tier
+workloads so that a kvframe change that breaks the offload loop (a crash, a
+request that never finishes, a tier that is never used) fails here even where
+the vLLM comparison itself is skipped.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+HARNESS = Path(__file__).resolve().parents[2] / "tools" / "differential"
+if str(HARNESS) not in sys.path:
+    sys.path.insert(0, str(HARNESS))
+
+import stepping  # noqa: E402  (the harness is a script folder, not a package)
+from kvframe_driver import KvframeAdapter  # noqa: E402
+from workloads import TIER_WORKLOADS, generate_tier  # noqa: E402
+
+
+def _view(**kw: object) -> stepping.TierView:
+    fields: dict[str, object] = dict(
+        loads={},
+        stores={},
+        flush=[],
+        finished_req_ids=[],
+        external_hits={},
+        waiting_remote=[],
+        evicted=[],
+    )
+    fields.update(kw)
+    return stepping.TierView(**fields)  # type: ignore[arg-type]
+
+
+def _transfer() -> stepping.Transfer:
+    return {"gpu": [1], "cpu": [0]}
+
+
+def test_next_step_rule_lands_a_load_at_the_end_of_the_next_step() -> None:
+    worker = stepping.ScriptedWorker({"kind": "next-step"})
+    assert worker.step(0, _view(loads={"a": _transfer()})) == (set(), set())
+    assert worker.step(1, _view()) == (set(), {"a"})
+
+
+def test_stores_are_submitted_a_step_late_and_report_the_finished_request() -> None:
+    worker = stepping.ScriptedWorker({"kind": "next-step"})
+    worker.step(0, _view(stores={"a": _transfer()}))  # deferred: submitted at step 1
+    assert worker.step(1, _view(finished_req_ids=["a"])) == (set(), set())
+    # lands at the end of step 2; "a" finished earlier, so it is reported now
+    assert worker.step(2, _view()) == ({"a"}, set())
+
+
+def test_a_finished_request_without_pending_stores_is_reported_at_once() -> None:
+    worker = stepping.ScriptedWorker({"kind": "seeded", "max_delay": 0})
+    worker.step(0, _view(stores={"a": _transfer()}))
+    assert worker.step(1, _view()) == (set(), set())  # landed with delay 0, not finished
+    assert worker.step(2, _view(finished_req_ids=["a"])) == ({"a"}, set())
+    assert worker.step(3, _view(finished_req_ids=["b"])) == (set(), set())  # never stored
+
+
+def test_a_flush_lands_a_preempted_requests_stores_at_once() -> None:
+    worker = stepping.ScriptedWorker({"kind": "seeded", "max_delay": 50, "seed": 1})
+    worker.step(0, _view(stores={"a": _transfer()}))
+    worker.step(1, _view(flush=["a"]))
+    assert worker.step(2, _view(finished_req_ids=["a"])) == ({"a"}, set())
+
+
+def test_seeded_delays_depend_on_the_transfer_not_on_issue_order() -> None:
+    def landing_steps(order: list[str]) -> dict[str, int]:
+        worker = stepping.ScriptedWorker({"kind": "seeded", "max_delay": 5, "seed": 7})
+        landed: dict[str, int] = {}
+        worker.step(0, _view(loads={rid: _transfer() for rid in order}))
+        for step in range(1, 8):
+            for rid in worker.step(step, _view())[1]:
+                landed[rid] = step
+        return landed
+
+    forward = landing_steps(["a", "b", "c", "d"])
+    assert forward == landing_steps(["d", "c", "b", "a"])
+    assert len(set(forward.values())) > 1, "the seeded rule drew one delay for everything"
+
+
+def test_unknown_completion_rule_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown completion rule"):
+        stepping.ScriptedWorker({"kind": "sometimes"})
+
+
+def test_block_names_chain_content_not_position() -> None:
+    shared = list(range(10, 42))
+    a = stepping.block_names(
+        {"prompt_token_ids": shared + [1] * 16, "max_tokens": 1}, block_size=16
+    )
+    b = stepping.block_names(
+        {"prompt_token_ids": shared + [2] * 16, "max_tokens": 1}, block_size=16
+    )
+    assert a[:2] == b[:2] and a[2] != b[2]
+
+
+@pytest.mark.parametrize("workload", list(TIER_WORKLOADS))
+def test_kvframe_driver_runs_every_tier_workload_through_the_tier(workload: str) -> None:
+    wl = generate_tier(
+        workload,
+        "fcfs",
+        eviction="arc",
+        block_size_factor=2,
+        store_threshold=0,
+        rule="seeded",
+        num_requests=40,
+    )
+    records = list(stepping.run(wl, KvframeAdapter(wl["config"], record_blocks=True)))
+    assert sum(len(r["finished"]) for r in records) == 40
+    assert any(r["stores"] for r in records)
+    for r in records:
+        for rid, transfer in r["stores"].items():
+            assert len(transfer["gpu"]) == 2 * len(transfer["cpu"]), (r["step"], rid)

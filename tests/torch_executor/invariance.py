@@ -1,0 +1,96 @@
+"""Helpers of the output-invariance tests: small workloads and one run of each configuration.
+
+The reference configuration turns off everything that changes *how* the KV
+cache is filled -- no prefix caching, no chunked prefill, a pool so large that
+nothing is ever preempted -- so every request computes its whole context itself
+in one pass. Every other configuration must generate the same tokens.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from kvframe.engine import Engine
+from kvframe.engine.config import EngineConfig
+from kvframe.executors.torch.outputs import first_difference
+from kvframe.workloads.spec import RequestSpec
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXECUTOR = "torch:preset=tiny,dtype=float64,seed=1"
+LOGIT_TOLERANCE = 1e-9
+"""float64: the winning logits agree to this absolute tolerance. Not bit-identical:
+the same token's hidden state comes out of matmuls of different batch shapes
+(a chunk of 7 rows vs a prompt of 60), and BLAS may sum in a different order."""
+
+REFERENCE: dict[str, Any] = dict(
+    enable_prefix_caching=False,
+    enable_chunked_prefill=False,
+    max_model_len=512,
+    max_num_batched_tokens=4096,
+    num_gpu_blocks=600,
+)
+
+
+def shared_prefix_workload(
+    num_requests: int = 16,
+    *,
+    seed: int = 0,
+    priorities: bool = False,
+    gap: float = 0.002,
+    max_tokens: tuple[int, int] = (3, 18),
+) -> list[RequestSpec]:
+    """Requests over four shared prefixes (2-3 blocks each) with their own suffixes."""
+    rng = random.Random(seed)
+    prefixes = [[rng.randrange(1, 512) for _ in range(rng.randrange(32, 50))] for _ in range(4)]
+    specs = []
+    for i in range(num_requests):
+        prompt = prefixes[rng.randrange(4)] + [
+            rng.randrange(1, 512) for _ in range(rng.randrange(1, 28))
+        ]
+        specs.append(
+            RequestSpec(
+                f"req-{i:02d}",
+                prompt,
+                max_tokens=rng.randrange(*max_tokens),
+                arrival_time=i * gap,
+                priority=rng.randrange(4) if priorities else 0,
+            )
+        )
+    return specs
+
+
+@attrs.define
+class Run:
+    outputs: dict[str, list[int]]
+    logits: dict[str, list[float]]
+    counters: dict[str, Any]
+    engine: Engine
+
+
+def run(specs: list[RequestSpec], executor: str = EXECUTOR, **settings: Any) -> Run:
+    config = EngineConfig(executor=executor, **settings)
+    engine = Engine.from_config(config)
+    result = engine.run(specs)
+    assert not result.partial
+    return Run(
+        dict(engine.executor.outputs),
+        dict(engine.executor.logits),
+        result.counters,
+        engine,
+    )
+
+
+def assert_same_outputs(reference: Run, other: Run, *, tolerance: float = LOGIT_TOLERANCE) -> None:
+    """Every request generated the same tokens; names the first that did not."""
+    assert reference.outputs, "the reference run generated nothing"
+    difference = first_difference(reference.outputs, other.outputs)
+    assert difference is None, f"outputs differ from the reference run: {difference}"
+    worst = 0.0
+    for request_id, values in reference.logits.items():
+        for a, b in zip(values, other.logits[request_id], strict=True):
+            worst = max(worst, abs(a - b))
+    assert worst <= tolerance, f"winning logits differ by up to {worst:.3g} (> {tolerance})"

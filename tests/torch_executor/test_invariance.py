@@ -1,0 +1,142 @@
+"""Output invariance: KV-cache management must never change what the model generates.
+
+Each test runs the tiny float64 Llama on the paged KV cache under one
+configuration and compares every request's generated tokens with the
+reference run (no prefix caching, no chunking, no preemption). Each also
+checks that the mechanism it exercises actually fired (prefix hits,
+preemptions, tier reloads, pins), so a passing test never compares two
+identical paths.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from kvframe.workloads.agentic import generate_agentic
+
+from .invariance import EXAMPLES, REFERENCE, assert_same_outputs, run, shared_prefix_workload
+
+CPU_TIER = "cpu:capacity=256KiB"
+"""16 blocks of the tiny float64 model (16 KiB each): small enough to evict."""
+TIER_SETTINGS = dict(num_gpu_blocks=24, max_num_batched_tokens=64, max_model_len=512)
+
+
+@pytest.fixture(scope="module")
+def workload():
+    return shared_prefix_workload()
+
+
+@pytest.fixture(scope="module")
+def reference(workload):
+    result = run(workload, **REFERENCE)
+    assert result.counters["num_preemptions"] == 0
+    assert len(result.outputs) == len(workload)
+    return result
+
+
+def test_prefix_caching_with_shared_prefixes(workload, reference):
+    cached = run(workload, **{**REFERENCE, "enable_prefix_caching": True})
+    assert cached.counters["prefix_cache_hits"] > 0
+    assert_same_outputs(reference, cached)
+
+
+@pytest.mark.parametrize(
+    ("threshold", "budget"),
+    [(0, 16), (5, 64), (17, 40), (1, 8)],
+)
+def test_chunked_prefill(workload, reference, threshold, budget):
+    chunked = run(
+        workload,
+        **{
+            **REFERENCE,
+            "enable_prefix_caching": True,
+            "enable_chunked_prefill": True,
+            "long_prefill_token_threshold": threshold,
+            "max_num_batched_tokens": budget,
+        },
+    )
+    assert_same_outputs(reference, chunked)
+
+
+def test_heavy_memory_pressure_preempts_and_recomputes():
+    # Long outputs, all arriving at once, on 9 usable blocks: decodes outgrow the pool.
+    specs = shared_prefix_workload(12, gap=0.0, max_tokens=(20, 48), seed=5)
+    baseline = run(specs, **REFERENCE)
+    pressed = run(
+        specs,
+        **{
+            **REFERENCE,
+            "enable_prefix_caching": True,
+            "enable_chunked_prefill": True,
+            "num_gpu_blocks": 10,
+            "reserve_full_sequence": False,
+        },
+    )
+    assert pressed.counters["num_preemptions"] >= 4
+    assert_same_outputs(baseline, pressed)
+
+
+@pytest.fixture(scope="module")
+def s3fifo():
+    sys.path.insert(0, str(EXAMPLES / "third_party_policy"))
+    try:
+        from kvframe_s3fifo import S3FIFOPolicy
+    finally:
+        sys.path.pop(0)
+    from kvframe.plugins import get_registry
+
+    get_registry().register_class(S3FIFOPolicy)
+    return "s3fifo"
+
+
+@pytest.mark.parametrize("eviction", ["lru", "arc", "s3fifo"])
+def test_cpu_tier_with_eviction_and_reloads(workload, reference, eviction, request):
+    if eviction == "s3fifo":
+        request.getfixturevalue("s3fifo")
+    tiered = run(workload, offload=CPU_TIER, eviction=eviction, **TIER_SETTINGS)
+    counters = tiered.counters
+    assert counters["offload_loaded_blocks"] > 0, "nothing was reloaded from the tier"
+    assert counters["offload_evicted_blocks"] > 0, "the tier never evicted"
+    assert_same_outputs(reference, tiered)
+
+
+def test_priority_scheduling():
+    specs = shared_prefix_workload(priorities=True, seed=3)
+    baseline = run(specs, **REFERENCE)
+    prioritised = run(
+        specs,
+        scheduling="priority",
+        num_gpu_blocks=12,
+        max_num_batched_tokens=48,
+        max_model_len=512,
+    )
+    assert prioritised.counters["num_preemptions"] > 0
+    assert_same_outputs(baseline, prioritised)
+
+
+def test_continuum_pinning():
+    specs = generate_agentic(
+        num_jobs=4,
+        rate=20.0,
+        num_turns="uniform:low=2,high=3",
+        system_prompt_length=24,
+        task_length="uniform:low=16,high=40",
+        output_length="uniform:low=3,high=8",
+        tools="fast",
+        tool_time_scale=0.01,
+        max_context_tokens=400,
+        seed=0,
+    )
+    baseline = run(specs, **REFERENCE)
+    pinned = run(
+        specs,
+        scheduling="continuum:ttl=fixed,fixed_ttl=5.0",
+        num_gpu_blocks=40,
+        max_num_batched_tokens=64,
+        max_model_len=512,
+    )
+    assert pinned.engine.scheduler.policy.stats.num_pinned > 0
+    assert pinned.counters["prefix_cache_hits"] > 0
+    assert_same_outputs(baseline, pinned)
