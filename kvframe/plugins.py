@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 import pluggy
-import structlog
 
 from kvframe import hookspecs
 from kvframe.bases import PluginBase, Tracer
@@ -52,6 +51,7 @@ from kvframe.config import (
     parse_spec,
     plugin_options,
 )
+from kvframe.log import get_logger
 
 if TYPE_CHECKING:
     from importlib_metadata import EntryPoint
@@ -66,7 +66,7 @@ __all__ = [
     "tracing_manager",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 ENTRY_POINT_GROUP = hookspecs.PROJECT_NAME
 

@@ -346,3 +346,11 @@ def test_pip_installed_plugins_are_listed_selectable_and_broken_ones_harmless(
         "kvframe-broken-demo 0.0.1 (entry point 'broken_demo') failed to import: "
         "ImportError: kvframe_broken_demo needs libfoo"
     ) in selected.stderr
+
+
+def test_log_flags_are_accepted_after_the_subcommand(
+    cli_registry: PluginRegistry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plugins", "-q", "--kind", "tracer"], registry=cli_registry) == 0
+    assert main(["plugins", "-vv", "--kind", "tracer"], registry=cli_registry) == 0
+    assert "stats" in capsys.readouterr().out

@@ -31,6 +31,8 @@ from kvframe.cli.cmd_plugins import add_plugins_command
 from kvframe.cli.cmd_run import add_run_command
 from kvframe.cli.common import EXIT_OK, EXIT_USAGE, Context, Handler
 from kvframe.config import ConfigError
+from kvframe.torch_cli import add_calibrate_command, add_outputs_diff_command
+from kvframe.workloads_cli import add_workloads_command
 
 if TYPE_CHECKING:
     from kvframe.plugins import PluginRegistry
@@ -43,6 +45,9 @@ SUBCOMMANDS: list[Callable[[Any], None]] = [
     add_check_command,
     add_run_command,
     add_gen_command,
+    add_workloads_command,
+    add_calibrate_command,
+    add_outputs_diff_command,
 ]
 """Functions that each add one subcommand; later commands append themselves here."""
 
@@ -61,7 +66,39 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for add in SUBCOMMANDS:
         add(subparsers)
+    _accept_log_flags_everywhere(parser)
     return parser
+
+
+def _accept_log_flags_everywhere(parser: argparse.ArgumentParser) -> None:
+    """Let ``-v``/``-q`` also follow the subcommand (``kvframe run -v ...``).
+
+    Their default is ``SUPPRESS`` in subcommands, so a flag given only before
+    the subcommand is not reset by the subcommand's parser. A subcommand that
+    uses ``-v`` or ``-q`` for something else keeps it.
+    """
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        for sub in action.choices.values():
+            taken = sub._option_string_actions
+            if not {"-v", "--verbose"} & taken.keys():
+                sub.add_argument(
+                    "-v",
+                    "--verbose",
+                    action="count",
+                    default=argparse.SUPPRESS,
+                    help="more log output (repeatable)",
+                )
+            if not {"-q", "--quiet"} & taken.keys():
+                sub.add_argument(
+                    "-q",
+                    "--quiet",
+                    action="store_true",
+                    default=argparse.SUPPRESS,
+                    help="only errors in the log",
+                )
+            _accept_log_flags_everywhere(sub)
 
 
 class _StderrLoggerFactory:

@@ -33,7 +33,6 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import attrs
-import structlog
 
 import kvframe
 from kvframe.core.scheduler import Scheduler
@@ -46,6 +45,7 @@ from kvframe.events import (
     StepSnapshot,
 )
 from kvframe.executors.sim import SimExecutor
+from kvframe.log import get_logger
 from kvframe.metrics import MetricsCollector, MetricsSummary
 from kvframe.offload.contract import OffloadContext
 from kvframe.request import Request
@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Engine", "EngineStalled", "RunProgress", "RunResult"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 IGNORED = "ignored"
 """``finish_status`` of a request the engine refused (it could never fit)."""

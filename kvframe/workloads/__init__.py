@@ -30,8 +30,7 @@ from operator import attrgetter
 from pathlib import Path
 from typing import IO, Any, Literal, Protocol
 
-import structlog
-
+from kvframe.log import get_logger
 from kvframe.workloads.bundled import (
     BUNDLED_WORKLOADS,
     BundledWorkload,
@@ -69,7 +68,7 @@ __all__ = [
     "write_jsonl",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 FORMATS = ("auto", "mooncake", "kvframe")
 MAX_KEPT_ERRORS = 10
