@@ -64,7 +64,12 @@ def add_run_command(subparsers: Any) -> None:
         description="Replay a Mooncake or kvframe JSONL trace on a virtual clock with the "
         "selected plugins, print a summary and write metrics.json and requests.csv.",
     )
-    parser.add_argument("trace", metavar="TRACE", help="workload file (.jsonl or .jsonl.gz)")
+    parser.add_argument(
+        "trace",
+        metavar="TRACE",
+        help="workload file (.jsonl or .jsonl.gz), or a bundled workload such as "
+        "mooncake:conversation (`kvframe workloads` lists them)",
+    )
     add_selection_arguments(parser)
 
     add_engine_arguments(parser)
@@ -104,7 +109,7 @@ def add_run_command(subparsers: Any) -> None:
 
 
 def _default_out_dir(trace: str) -> Path:
-    name = Path(trace).name
+    name = Path(trace).name.replace(":", "-")  # bundled names: mooncake-conversation
     for suffix in (".gz", ".jsonl", ".json"):
         name = name.removesuffix(suffix)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -129,13 +134,8 @@ def run_command(args: argparse.Namespace, ctx: Context) -> int:
         workload = load_workload(
             args.trace, format=args.format, limit=args.limit, skip_bad_lines=args.skip_bad_lines
         )
-    except FileNotFoundError:
-        print(f"kvframe run: error: no such trace file: {args.trace}", file=sys.stderr)
-        return EXIT_USAGE
-    except IsADirectoryError:
-        print(
-            f"kvframe run: error: {args.trace}: is a directory, not a trace file", file=sys.stderr
-        )
+    except FileNotFoundError as err:  # WorkloadNotFoundError words it, did-you-mean included
+        print(f"kvframe run: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except (WorkloadError, OSError, EOFError) as err:
         print(f"kvframe run: error: {err}", file=sys.stderr)
@@ -172,6 +172,7 @@ def run_command(args: argparse.Namespace, ctx: Context) -> int:
     )
     try:
         _write_outputs(summary, out_dir)
+        _write_executor_outputs(engine, out_dir)
     except OSError as err:
         _report(summary, None, ctx, as_json=args.json, config_source=source)
         print(
@@ -254,6 +255,20 @@ def _write_outputs(summary: MetricsSummary, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     summary.write_json(out_dir / "metrics.json")
     summary.write_csv(out_dir / "requests.csv")
+
+
+def _write_executor_outputs(engine: Any, out_dir: Path) -> None:
+    """The torch executor's generated tokens (outputs.jsonl) and measured steps (steps.csv)."""
+    outputs = getattr(engine.executor, "outputs", None)
+    if outputs is None:
+        return
+    from kvframe.executors.torch.outputs import OUTPUTS_FILE, write_outputs
+
+    write_outputs(out_dir / OUTPUTS_FILE, outputs)
+    with (out_dir / "steps.csv").open("w") as f:
+        f.write("step,prefill_tokens,decode_seqs,context_tokens,virtual_s,wall_s\n")
+        for i, s in enumerate(engine.executor.steps, 1):
+            f.write(f"{i},{s.prefill},{s.decode},{s.context},{s.virtual_s!r},{s.wall_s!r}\n")
 
 
 def _bytes(n: float) -> str:

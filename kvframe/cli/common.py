@@ -149,6 +149,8 @@ ENGINE_FLAGS = (
     "gpu_eviction",
     "seed",
     "offload_bandwidth",
+    "executor",
+    "cost_model",
 )
 
 
@@ -200,6 +202,17 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         help="eviction policy ordering the GPU prefix cache (default: vLLM's LRU free queue)",
     )
     engine.add_argument("--seed", type=int, metavar="N", help="block-hash seed")
+    engine.add_argument(
+        "--executor",
+        metavar="SPEC",
+        help="sim (default: cost model, no tensors) or torch[:preset=tiny,dtype=float32,"
+        "device=cpu,...]: a real Llama decoder on paged KV; writes outputs.jsonl",
+    )
+    engine.add_argument(
+        "--cost-model",
+        metavar="FILE",
+        help="cost-model file (from kvframe calibrate) replacing the preset's step times",
+    )
     engine.add_argument(
         "--offload-bandwidth",
         metavar="SIZE",
