@@ -26,8 +26,10 @@ broadcast: :meth:`PluginRegistry.create_tracing` builds a separate, tiny
 
 from __future__ import annotations
 
+import enum
 import importlib
 import inspect
+import os
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
@@ -127,7 +129,10 @@ class PluginEntry:
             return ""
         if self.cls.description:
             return self.cls.description
-        doc = inspect.getdoc(self.cls) or ""
+        # The class's own docstring only: inspect.getdoc would fall back to the
+        # base class's (EvictionPolicy's contract), which describes no plugin.
+        own = self.cls.__dict__.get("__doc__")
+        doc = inspect.cleandoc(own) if isinstance(own, str) else ""
         return doc.splitlines()[0] if doc else ""
 
     @property
@@ -167,7 +172,13 @@ class PluginEntry:
 
 
 def _jsonable(value: Any) -> Any:
-    return value if isinstance(value, str | int | float | bool | type(None)) else repr(value)
+    if isinstance(value, str | int | float | bool | type(None)):
+        return value
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, enum.Enum):
+        return value.name
+    return repr(value)
 
 
 @attrs.frozen(slots=True)

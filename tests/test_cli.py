@@ -354,3 +354,21 @@ def test_log_flags_are_accepted_after_the_subcommand(
     assert main(["plugins", "-q", "--kind", "tracer"], registry=cli_registry) == 0
     assert main(["plugins", "-vv", "--kind", "tracer"], registry=cli_registry) == 0
     assert "stats" in capsys.readouterr().out
+
+
+class Undescribed(kvframe.Tracer):
+    name = "undescribed"
+
+
+def test_plugins_lists_paths_as_typed_and_no_base_class_docstring(
+    registry: PluginRegistry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kvframe_jsonl_trace import JsonlTracer
+
+    registry.register_class(JsonlTracer)
+    registry.register_class(Undescribed)
+    assert main(["plugins"], registry=registry) == 0
+    out = capsys.readouterr().out
+    assert "path: Path = 'trace.jsonl'" in out and "PosixPath" not in out
+    (row,) = [line for line in out.splitlines() if " undescribed " in f"{line} "]
+    assert row.split() == ["tracer", "undescribed", "-", "-"]  # not Tracer's docstring

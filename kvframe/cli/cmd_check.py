@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -27,6 +28,7 @@ from kvframe.cli.common import (
     engine_config_from,
     load_selection,
 )
+from kvframe.config.options import value_text
 
 if TYPE_CHECKING:
     from kvframe.config import UserConfig
@@ -71,7 +73,9 @@ def check_selection(args: argparse.Namespace, ctx: Context) -> tuple[UserConfig,
 
 
 def _jsonable(value: Any) -> Any:
-    return value if isinstance(value, str | int | float | bool | None) else repr(value)
+    if isinstance(value, str | int | float | bool | None):
+        return value
+    return str(value) if isinstance(value, os.PathLike) else value_text(value)
 
 
 def _run_check(args: argparse.Namespace, ctx: Context) -> int:
@@ -105,7 +109,7 @@ def _run_check(args: argparse.Namespace, ctx: Context) -> int:
     if not resolved:
         ctx.print("no plugins selected")
     for role, r in resolved:
-        options = ", ".join(f"{k}={v!r}" for k, v in r.effective_options().items())
+        options = ", ".join(f"{k}={value_text(v)}" for k, v in r.effective_options().items())
         ctx.print(f"{role:<13} {r.name}  ({r.cls.__module__}:{r.cls.__qualname__})")
         if options:
             ctx.print(f"{'':<13} {options}")

@@ -29,6 +29,7 @@ __all__ = [
     "convert_option",
     "plugin_options",
     "type_text",
+    "value_text",
 ]
 
 _NoneType = type(None)
@@ -54,7 +55,16 @@ class OptionInfo:
     def describe(self) -> str:
         """``decay: float = 0.0``, as listings and error messages show it."""
         out = f"{self.name}: {self.type_text}"
-        return out + (" (required)" if self.required else f" = {self.default!r}")
+        return out + (" (required)" if self.required else f" = {value_text(self.default)}")
+
+
+def value_text(value: Any) -> str:
+    """A default as a user would write it: ``'trace.jsonl'``, not ``PosixPath('trace.jsonl')``."""
+    if isinstance(value, pathlib.PurePath):
+        return repr(str(value))
+    if isinstance(value, enum.Enum):
+        return repr(value.name)
+    return repr(value)
 
 
 def type_text(annotation: Any) -> str:
