@@ -1,0 +1,282 @@
+"""Every shell and TOML example in README.md and docs/*.md, run as written.
+
+Why: examples rot silently. A flag is renamed, a file moves, a TOML key lands
+in the wrong table, and the page still reads well. So the examples are
+extracted from the Markdown and executed, and one that fails when followed
+literally fails CI. The rules (also in CONTRIBUTING.md, "Documentation"):
+
+* **Which blocks.** Fenced blocks tagged ``bash``, ``sh``, ``shell``,
+  ``console`` or ``toml`` in ``README.md`` and every ``docs/*.md`` (new pages
+  are picked up automatically). ``text``, ``python`` and untagged blocks are
+  not run.
+* **Skipping.** A block right after ``<!-- doc-test: skip REASON -->`` is
+  skipped and the reason is shown. Use it for what cannot run here (vLLM, a
+  GPU, a plugin that is not installed) or must not (installing packages into
+  the test environment: an unmarked block containing ``pip install`` fails
+  with a message asking for the marker).
+* **Where.** Each shell block runs as one ``bash -eo pipefail`` script in a
+  fresh temporary directory laid out like the repository root (its top-level
+  entries are symlinked; ``.venv`` is the running environment), so paths such
+  as ``.venv/bin/python`` or ``plugins/...`` resolve, and files the example
+  writes (``chat.jsonl``, ``runs/``) land in the temporary directory. The
+  environment's ``bin`` comes first on ``PATH``, so bare ``kvframe`` works as
+  after activating ``.venv``.
+* **Bounded cost.** ``scripts/bootstrap`` is a no-op (the tests already run in
+  the environment it made). ``kvframe run`` is capped at ``--limit 20``: the
+  test appends it when the example has no ``--limit`` and lowers a larger one,
+  so the flags, names and files of the example are all exercised but no
+  example replays a whole trace. ``pytest`` commands (also as
+  ``python -m pytest``) only collect (``--collect-only``), which checks their
+  options and paths; one with no arguments at all is the whole suite and is
+  not re-run from inside it.
+* **console blocks** are a transcript: lines starting with ``$`` are run one
+  by one; the lines under a command are its expected output and must match
+  what it prints (stdout and stderr, trailing spaces ignored) — unless the
+  block is marked ``<!-- doc-test: illustrative output -->``. A command whose
+  shown output contains ``error:`` must exit non-zero; every other command,
+  and every ``bash`` line, must exit 0.
+* **TOML blocks** must parse. One with a ``[project...]``, ``[build-system]``
+  or ``[tool...]`` table is a ``pyproject.toml`` fragment and is only parsed;
+  any other is a ``kvframe.toml`` and is used as one for
+  ``kvframe run mooncake:conversation --limit 5``, which must succeed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import attrs
+import pytest
+
+from kvframe.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+SHELL_LANGS = {"bash", "sh", "shell", "console"}
+RUN_LIMIT = 20
+MARKER = re.compile(r"<!--\s*doc-test:\s*(skip|illustrative output)\s*(.*?)\s*-->")
+FENCE = re.compile(r"^\s*(`{3,}|~{3,})\s*([\w-]*)")
+
+
+@attrs.frozen
+class Example:
+    path: str
+    line: int
+    lang: str
+    body: str
+    marker: str | None
+    reason: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.path}:{self.line}-{self.lang}"
+
+
+def extract(path: Path, root: Path = REPO) -> list[Example]:
+    """The fenced shell and TOML blocks of one Markdown file, with their markers."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    found: list[Example] = []
+    i = 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        fence, lang = m.group(1), m.group(2).lower()
+        end = i + 1
+        while end < len(lines) and not lines[end].strip().startswith(fence):
+            end += 1
+        if lang in SHELL_LANGS or lang == "toml":
+            prev = next((t for t in reversed(lines[:i]) if t.strip()), "")
+            mark = MARKER.search(prev)
+            found.append(
+                Example(
+                    path=path.relative_to(root).as_posix(),
+                    line=i + 1,
+                    lang=lang,
+                    body="\n".join(lines[i + 1 : end]),
+                    marker=mark.group(1) if mark else None,
+                    reason=mark.group(2) if mark else "",
+                )
+            )
+        i = end + 1
+    return found
+
+
+def all_examples() -> list[Example]:
+    files = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    return [example for f in files for example in extract(f)]
+
+
+EXAMPLES = all_examples()
+
+# Runs before each example's script: the caps and stand-ins the module docstring states.
+PRELUDE = f"""
+set -eo pipefail
+kvframe() {{
+  local args=() prev="" seen=0 a
+  for a in "$@"; do
+    if [ "$prev" = --limit ]; then seen=1; [ "$a" -gt {RUN_LIMIT} ] 2>/dev/null && a={RUN_LIMIT}; fi
+    args+=("$a"); prev=$a
+  done
+  if [ "${{1-}}" = run ] && [ $seen = 0 ]; then args+=(--limit {RUN_LIMIT}); fi
+  command kvframe "${{args[@]}}"
+}}
+pytest() {{
+  if [ $# = 0 ]; then echo "doc-test: the whole suite is not re-run from inside it"; return 0; fi
+  command python -m pytest --collect-only -q -p no:cacheprovider "$@" >/dev/null
+}}
+"""
+
+
+def _rewrite(script: str) -> str:
+    """Route the venv's ``kvframe`` and ``pytest`` through the prelude's functions."""
+    script = re.sub(r"(?:\./)?\.venv/bin/python\s+-m\s+pytest\b", "pytest", script)
+    script = re.sub(r"\bpython3?\s+-m\s+pytest\b", "pytest", script)
+    return re.sub(r"(?:\./)?\.venv/bin/(kvframe|pytest)\b", r"\1", script)
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Path:
+    """A directory that looks like the repository root, writable, with a no-op bootstrap."""
+    for entry in REPO.iterdir():
+        if entry.name in {".git", ".venv", "scripts", "runs", "out"} or entry.name.startswith("."):
+            continue
+        (tmp_path / entry.name).symlink_to(entry)
+    (tmp_path / ".venv").symlink_to(sys.prefix)
+    (tmp_path / "scripts").mkdir()
+    bootstrap = tmp_path / "scripts" / "bootstrap"
+    bootstrap.write_text("#!/bin/sh\n# doc-test: the environment is already set up\n")
+    bootstrap.chmod(0o755)
+    return tmp_path
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def _bash(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", "-c", PRELUDE + _rewrite(script)],
+        cwd=cwd,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _transcript(body: str) -> list[tuple[str, list[str]]]:
+    """``$`` commands (with ``\\`` continuations) and the output lines shown under each."""
+    steps: list[tuple[str, list[str]]] = []
+    lines = body.splitlines()
+    i = 0
+    while i < len(lines):
+        if not lines[i].startswith("$"):
+            if steps:
+                steps[-1][1].append(lines[i])
+            i += 1
+            continue
+        command = lines[i][1:].strip()
+        while command.endswith("\\") and i + 1 < len(lines):
+            i += 1
+            command = command[:-1] + " " + lines[i].strip()
+        steps.append((command, []))
+        i += 1
+    return steps
+
+
+def _normalise(text: str) -> list[str]:
+    out = [line.rstrip() for line in text.splitlines()]
+    while out and not out[-1]:
+        out.pop()
+    return out
+
+
+def _run_shell(example: Example, cwd: Path) -> None:
+    where = f"{example.path}:{example.line}"
+    if re.search(r"\bpip3?\s+(install|uninstall)\b", example.body):
+        pytest.fail(
+            f"{where}: this example installs packages into the environment the tests run "
+            "in; mark it with <!-- doc-test: skip REASON --> on the line before the fence"
+        )
+    if example.lang != "console" or not example.body.lstrip().startswith("$"):
+        proc = _bash(example.body, cwd)
+        assert proc.returncode == 0, (
+            f"{where}: the example exited {proc.returncode}\n--- stdout\n{proc.stdout}"
+            f"\n--- stderr\n{proc.stderr}"
+        )
+        return
+    for command, shown in _transcript(example.body):
+        proc = _bash(command + " 2>&1", cwd)
+        expect_error = any("error:" in line for line in shown)
+        assert (proc.returncode != 0) == expect_error, (
+            f"{where}: `{command}` exited {proc.returncode}, but the page shows "
+            f"{'an error' if expect_error else 'success'}:\n{proc.stdout}{proc.stderr}"
+        )
+        if example.marker != "illustrative output" and shown:
+            assert _normalise(proc.stdout) == _normalise("\n".join(shown)), (
+                f"{where}: `{command}` printed something else than the page shows "
+                "(update the page, or mark the block <!-- doc-test: illustrative output -->)"
+            )
+
+
+def _run_toml(example: Example, cwd: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    where = f"{example.path}:{example.line}"
+    try:
+        data = tomllib.loads(example.body)
+    except tomllib.TOMLDecodeError as err:
+        pytest.fail(f"{where}: not valid TOML: {err}")
+    if {"project", "build-system", "tool"} & data.keys():
+        return  # a pyproject.toml fragment: parsing is all a fragment can show
+    (cwd / "kvframe.toml").write_text(example.body + "\n", encoding="utf-8")
+    os.chdir(cwd)
+    code = main(["run", "mooncake:conversation", "--limit", "5", "--out", "o", "--no-progress"])
+    captured = capsys.readouterr()
+    assert code == 0, f"{where}: `kvframe run` with this kvframe.toml exited {code}\n{captured.err}"
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[e.id for e in EXAMPLES])
+def test_doc_example(
+    example: Example,
+    sandbox: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    if example.marker == "skip":
+        pytest.skip(f"marked in {example.path}: {example.reason or '(no reason given)'}")
+    monkeypatch.chdir(sandbox)
+    if example.lang == "toml":
+        _run_toml(example, sandbox, capsys)
+    else:
+        _run_shell(example, sandbox)
+
+
+def test_the_extractor_finds_blocks_markers_and_transcripts(tmp_path: Path) -> None:
+    text = (
+        "# t\n\n<!-- doc-test: skip needs a GPU -->\n```bash\nnvidia-smi\n```\n\n"
+        "```console\n$ kvframe plugins \\\n    --json\nout 1\n"
+        "$ kvframe x\nkvframe: error: no\n```\n"
+        "```python\nprint(1)\n```\n~~~toml\na = 1\n~~~\n"
+    )
+    page = tmp_path / "p.md"
+    page.write_text(text)
+    found = extract(page, root=tmp_path)
+    assert [(e.line, e.lang, e.marker, e.reason) for e in found] == [
+        (4, "bash", "skip", "needs a GPU"),
+        (8, "console", None, ""),
+        (18, "toml", None, ""),
+    ]
+    assert _transcript(found[1].body) == [
+        ("kvframe plugins  --json", ["out 1"]),
+        ("kvframe x", ["kvframe: error: no"]),
+    ]
+    assert _rewrite(".venv/bin/kvframe run x && .venv/bin/python -m pytest -q") == (
+        "kvframe run x && pytest -q"
+    )
