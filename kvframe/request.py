@@ -106,7 +106,6 @@ class Request:
         "finish_time",
         "first_token_time",
         "is_last_turn",
-        "is_prefill_chunk",
         "job_id",
         "kv_transfer_params",
         "max_tokens",
@@ -176,7 +175,6 @@ class Request:
         self.num_cached_tokens = -1
         self.num_external_computed_tokens = 0
         self.num_preemptions = 0
-        self.is_prefill_chunk = False
         self.kv_transfer_params: dict[str, Any] | None = None
 
         self.block_hashes: list[BlockHash] = []

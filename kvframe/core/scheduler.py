@@ -146,7 +146,9 @@ class Scheduler:
             enable_caching=config.enable_prefix_caching,
             enable_kv_cache_events=config.enable_kv_cache_events,
             eviction_policy=eviction_policy,
+            use_eagle=config.use_eagle,
         )
+        self.num_lookahead_tokens = config.num_lookahead_tokens
         self.requests: dict[str, Request] = {}
         self.waiting: RequestQueue = policy.create_queue()
         self.skipped_waiting: RequestQueue = policy.create_queue()
@@ -289,7 +291,7 @@ class Scheduler:
         running = self.running
         allocate_slots = self.kv_cache_manager.allocate_slots
         threshold = self.config.long_prefill_token_threshold
-        lookahead = self.config.num_speculative_tokens
+        lookahead = self.num_lookahead_tokens
         max_model_len = self.max_model_len
         num_scheduled_tokens = step.num_scheduled_tokens
 
@@ -424,7 +426,7 @@ class Scheduler:
                     break
                 num_new_tokens = min(num_new_tokens, step.token_budget)
 
-            lookahead = 0 if request.num_computed_tokens == 0 else config.num_speculative_tokens
+            lookahead = 0 if request.num_computed_tokens == 0 else self.num_lookahead_tokens
             if config.reserve_full_sequence and not kv.can_fit_full_sequence(
                 request,
                 num_new_computed_tokens=num_local_tokens,
@@ -558,6 +560,17 @@ class Scheduler:
         finished: list[Request] = []
         stopped_running: set[Request] = set()
         stopped_waiting: set[Request] = set()
+        prefill_chunks: set[str] | None = None
+        if model_output.draft_token_ids:
+            # vLLM's is_prefill_chunk, as the step was scheduled (before the
+            # sampled tokens below move num_tokens): only drafting steps pay.
+            prefill_chunks = set()
+            for request_id in model_output.draft_token_ids:
+                request = requests.get(request_id)
+                if request is not None and request.num_computed_tokens < (
+                    request.num_tokens + request.num_output_placeholders
+                ):
+                    prefill_chunks.add(request_id)
 
         for request_id in scheduler_output.num_scheduled_tokens:
             request = requests.get(request_id)
@@ -591,11 +604,13 @@ class Scheduler:
 
         if model_output.kv_connector_output is not None:
             self._update_from_kv_transfers(model_output.kv_connector_output)
-        if model_output.draft_token_ids:
+        if prefill_chunks is not None:
             for request_id, drafts in model_output.draft_token_ids.items():
                 request = requests.get(request_id)
-                if request is not None and not request.is_finished():
-                    request.spec_token_ids = list(drafts)
+                if request is None or request.is_finished():
+                    continue
+                # Drafts for a partial prefill are dropped, as vLLM does.
+                request.spec_token_ids = [] if request_id in prefill_chunks else list(drafts)
         return finished
 
     def _append_and_check_stop(self, request: Request, generated: list[int]) -> bool:

@@ -15,6 +15,11 @@ def _non_negative(instance: object, attribute: attrs.Attribute, value: int) -> N
         raise ValueError(f"{attribute.name} must be >= 0, got {value!r}")
 
 
+EAGLE_METHODS = frozenset({"eagle", "eagle3", "mtp"})
+"""vLLM's ``SpeculativeConfig.use_eagle()`` methods."""
+SPECULATIVE_METHODS = frozenset({*EAGLE_METHODS, "draft_model", "ngram", "ngram_gpu", "suffix"})
+
+
 @attrs.frozen(slots=True, kw_only=True)
 class SchedulerConfig:
     """The knobs vLLM V1's scheduler reads, with vLLM's names and meanings.
@@ -39,10 +44,31 @@ class SchedulerConfig:
     prompt, not just the first chunk) are free now. vLLM's
     ``scheduler_reserve_full_isl``, on by default as in vLLM 0.19."""
     num_speculative_tokens: int = attrs.field(default=0, validator=_non_negative)
-    """Lookahead slots allocated per running request for draft tokens."""
+    """Draft tokens proposed per step for each running request."""
+    speculative_method: str = attrs.field(
+        default="draft_model", validator=attrs.validators.in_(SPECULATIVE_METHODS)
+    )
+    """vLLM's ``speculative_config.method``. It decides two things the scheduler
+    sees: lookahead slots (``num_speculative_tokens`` per running request) are
+    reserved only for methods that run a draft model on the KV cache (EAGLE
+    variants and ``draft_model``; ngram and suffix get none), and EAGLE variants
+    drop the last block of every prefix-cache hit (the drafter needs its hidden
+    states recomputed)."""
     hash_seed: int = 0
     """Seed of the chained block hash root (vLLM's ``PYTHONHASHSEED`` role)."""
     enable_kv_cache_events: bool = False
+
+    @property
+    def use_eagle(self) -> bool:
+        """Speculative decoding with an EAGLE-style drafter (drops the last hit block)."""
+        return self.num_speculative_tokens > 0 and self.speculative_method in EAGLE_METHODS
+
+    @property
+    def num_lookahead_tokens(self) -> int:
+        """Slots reserved per running request for drafts: vLLM's rule (EAGLE or draft model)."""
+        if self.use_eagle or self.speculative_method == "draft_model":
+            return self.num_speculative_tokens
+        return 0
 
     def __attrs_post_init__(self) -> None:
         if self.num_gpu_blocks < 2:

@@ -74,13 +74,22 @@ def build_kvframe(scenario: dict[str, Any]) -> Any:
     spec = CPUOffloadSpec(
         capacity=scenario["num_blocks"] * BLOCK_BYTES + BLOCK_BYTES - 1,
         eviction=scenario["policy"],
-        store_threshold=scenario["store_threshold"],
-        max_tracker_size=40,
         block_size_factor=4,
     )
     # 4 tokens x 256 bytes per GPU block; block_size_factor 4: 16 tokens, 4096 bytes.
     context = OffloadContext(gpu_block_size=4, kv_bytes_per_token=256, num_gpu_blocks=64)
-    return spec.create_manager(context)
+    manager = spec.create_manager(context)
+    if scenario["store_threshold"] >= 2:
+        # What --reuse-filter threshold:store_threshold=N,max_tracker_size=40 builds.
+        from kvframe_cpu_offload import ThresholdReuseFilter
+
+        from kvframe.offload.manager import FilteredOffloadManager
+
+        manager = FilteredOffloadManager(
+            manager,
+            ThresholdReuseFilter(store_threshold=scenario["store_threshold"], max_tracker_size=40),
+        )
+    return manager
 
 
 def slots_of(spec_or_slots: Any) -> list[int]:

@@ -156,15 +156,20 @@ def test_preempted_request_resumes_first_and_is_reported_as_resumed():
         add(s, rid, 8, max_tokens=8)
     step(s)
     out, _ = step(s)
-    assert out.preempted_req_ids
-    resumed = set()
-    for _ in range(40):
+    assert out.preempted_req_ids == {"c"}
+    # d arrives after c was preempted but before it could resume: c goes first.
+    add(s, "d", 8, max_tokens=2)
+    first_scheduled = {}
+    for index in range(60):
         out, _ = step(s)
-        resumed |= out.scheduled_cached_reqs.resumed_req_ids
+        for order, request_id in enumerate(out.num_scheduled_tokens):
+            first_scheduled.setdefault(request_id, (index, order))
+        if "c" in out.scheduled_cached_reqs.resumed_req_ids:
+            assert [r.req_id for r in out.scheduled_new_reqs] in ([], ["d"])
         if not s.has_unfinished_requests():
             break
-    assert "c" in resumed
     assert not s.has_unfinished_requests()
+    assert first_scheduled["c"] < first_scheduled["d"]
 
 
 def test_stop_on_max_tokens():
@@ -236,6 +241,52 @@ def test_rejected_speculative_tokens_roll_back_computed_tokens():
     assert a.num_computed_tokens == 10
     assert a.num_tokens == 11
     assert a.spec_token_ids == []
+
+
+def test_lookahead_slots_only_for_methods_that_draft_on_the_kv_cache():
+    # vLLM reserves num_speculative_tokens lookahead slots for EAGLE and draft
+    # models only; ngram proposes from the token history and gets none.
+    blocks = {}
+    for method in ("draft_model", "eagle", "ngram"):
+        s = make_scheduler(num_speculative_tokens=3, speculative_method=method)
+        add(s, "a", 8, max_tokens=20)
+        out = s.schedule()
+        s.update_from_output(
+            out, ModelRunnerOutput({"a": [SAMPLED_TOKEN]}, draft_token_ids={"a": [1, 2, 3]})
+        )
+        out = s.schedule()
+        assert out.num_scheduled_tokens == {"a": 4}
+        blocks[method] = len(s.kv_cache_manager.get_blocks("a"))
+    # 12 tokens after this step (+3 lookahead slots): 4 blocks with lookahead, 3 without.
+    assert blocks == {"draft_model": 4, "eagle": 4, "ngram": 3}
+
+
+def test_eagle_drops_the_last_block_of_a_prefix_hit():
+    hits = {}
+    for method in ("draft_model", "eagle"):
+        s = make_scheduler(num_speculative_tokens=2, speculative_method=method)
+        add(s, "a", list(range(100, 112)), max_tokens=1)
+        step(s)
+        add(s, "b", [*range(100, 112), 7, 8, 9, 10], max_tokens=1)
+        out, _ = step(s)
+        hits[method] = out.first_admissions[0].local_hit_tokens
+    assert hits == {"draft_model": 12, "eagle": 8}
+
+
+def test_drafts_for_a_partial_prefill_are_dropped():
+    s = make_scheduler(num_speculative_tokens=2)
+    a = add(s, "a", 100, max_tokens=5)
+    out = s.schedule()
+    assert out.num_scheduled_tokens == {"a": 64}
+    s.update_from_output(out, ModelRunnerOutput({}, draft_token_ids={"a": [1, 2]}))
+    assert a.spec_token_ids == []
+    out = s.schedule()
+    assert out.num_scheduled_tokens == {"a": 36} and out.scheduled_spec_decode_tokens == {}
+
+
+def test_an_unknown_speculative_method_is_refused():
+    with pytest.raises(ValueError, match="speculative_method"):
+        make_scheduler(num_speculative_tokens=2, speculative_method="medusa2")
 
 
 def test_new_and_cached_request_data():
@@ -335,18 +386,25 @@ def test_readmission_reports_the_tokens_computed_again():
     for rid in "abc":
         add(s, rid, 8, max_tokens=8)
     step(s)
-    out, _ = step(s)
-    assert out.preempted_req_ids == {"c"}
-    reported = {}
+    computed_before: dict[str, int] = {}
+    reported: dict[str, int] = {}
+    expected: dict[str, int] = {}
     for _ in range(40):
+        before = {r.request_id: r.num_computed_tokens for r in s.running}
         out, _ = step(s)
+        for request_id in out.preempted_req_ids:
+            computed_before[request_id] = before[request_id]
+        cached = out.scheduled_cached_reqs
+        for request_id, hit in zip(cached.req_ids, cached.num_computed_tokens, strict=True):
+            if request_id in cached.resumed_req_ids:
+                # A resumed request starts from its prefix hit; the rest of what it
+                # had computed before the preemption is computed again.
+                expected[request_id] = computed_before[request_id] - hit
         reported.update(out.recomputed_tokens)
-        if "c" in out.scheduled_cached_reqs.resumed_req_ids:
+        if "c" in cached.resumed_req_ids:
             break
-    # c had computed its 8 prompt tokens; whatever the prefix cache did not give
-    # back is computed again, and the per-request figure adds up to the total.
-    assert "c" in reported
-    assert 0 <= reported["c"] <= 8
+    assert "c" in reported and computed_before["c"] == 8
+    assert reported == expected
     assert sum(reported.values()) == s.stats.num_recomputed_tokens
 
 

@@ -7,6 +7,8 @@
     python tools/differential/compare.py --vllm-python /path/to/venv/bin/python
     python tools/differential/compare.py --vllm-only          # sanity-check the vLLM side
     python tools/differential/compare.py --tier               # with a CPU offload tier
+    python tools/differential/compare.py --bridge --policy fcfs --policy priority \
+        --policy continuum                                    # the kvframe-vllm bridge
     python tools/differential/compare.py --tier --workload tier-reuse --eviction arc \
         --factor 2 --store-threshold 2 --rule seeded
 
@@ -43,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from workloads import (
+    BRIDGE_POLICIES,
     COMPLETION_RULES,
     DEFAULT_NUM_REQUESTS,
     POLICIES,
@@ -93,6 +96,19 @@ class DriverRun:
     output: str
 
 
+def tree_paths() -> list[str]:
+    """This checkout's kvframe and plugin packages, first on a driver's import path.
+
+    The vLLM interpreter may have kvframe installed from another checkout (the
+    bridge driver imports kvframe there); putting this tree first makes every
+    driver run the code under test. Entry points still come from whatever is
+    installed, and resolve to these modules.
+    """
+    plugins = sorted(str(p.parent) for p in (REPO_ROOT / "plugins").glob("*/pyproject.toml"))
+    examples = sorted(str(p.parent) for p in (REPO_ROOT / "examples").glob("*/pyproject.toml"))
+    return [str(REPO_ROOT), *plugins, *examples]
+
+
 def _run_driver(
     side: str, python: Path | str, script: str, paths: Sequence[Path], out_dir: Path, blocks: bool
 ) -> DriverRun:
@@ -100,6 +116,7 @@ def _run_driver(
     if blocks:
         cmd.append("--blocks")
     env = dict(os.environ, VLLM_LOGGING_LEVEL="ERROR", PYTHONHASHSEED="0")
+    env["PYTHONPATH"] = os.pathsep.join([*tree_paths(), *filter(None, [env.get("PYTHONPATH")])])
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=HERE)
     return DriverRun(side, proc.returncode, proc.stdout + proc.stderr)
 
@@ -113,15 +130,16 @@ def run_drivers(
     blocks: bool = False,
 ) -> dict[str, DriverRun]:
     """Run the drivers (both in parallel); records land in ``out_dir/{vllm,kvframe}``."""
-    jobs = []
+    jobs: list[tuple[str, Path | str, str, Sequence[Path]]] = []
     if vllm_python is not None:
-        jobs.append(("vllm", vllm_python, "vllm_driver.py"))
+        jobs.append(("vllm", vllm_python, "vllm_driver.py", workload_paths))
     if kvframe_python is not None:
-        jobs.append(("kvframe", kvframe_python, "kvframe_driver.py"))
+        jobs.append(("kvframe", kvframe_python, "kvframe_driver.py", workload_paths))
     with ThreadPoolExecutor(max_workers=len(jobs) or 1) as pool:
         futures = [
-            pool.submit(_run_driver, side, py, script, workload_paths, out_dir / side, blocks)
-            for side, py, script in jobs
+            pool.submit(_run_driver, side, py, script, paths, out_dir / side, blocks)
+            for side, py, script, paths in jobs
+            if paths
         ]
         return {f.result().side: f.result() for f in futures}
 
@@ -141,11 +159,17 @@ def iter_records(path: Path) -> Iterator[Record]:
 # --------------------------------------------------------------------------
 
 
+OPTIONAL_FIELDS = ("blocks", "outputs")
+"""Record fields compared only when both sides recorded them (``--blocks``;
+``outputs`` exists only in vLLM-typed records: vLLM's and the bridge's)."""
+
+
 def same_step(a: Record, b: Record) -> bool:
-    """Records agree; ``blocks`` counts only when both sides recorded it."""
-    if ("blocks" in a) != ("blocks" in b):
-        a = {k: v for k, v in a.items() if k != "blocks"}
-        b = {k: v for k, v in b.items() if k != "blocks"}
+    """Records agree; an optional field counts only when both sides recorded it."""
+    drop = {k for k in OPTIONAL_FIELDS if (k in a) != (k in b)}
+    if drop:
+        a = {k: v for k, v in a.items() if k not in drop}
+        b = {k: v for k, v in b.items() if k not in drop}
     return a == b
 
 
@@ -284,7 +308,7 @@ def _fmt_table(rows: list[list[str]]) -> str:
 TIER_COLUMNS = ("tier_hit_tokens", "tier_loads", "tier_stores", "tier_evictions")
 
 
-def format_table(results: Sequence[Result], tier: bool = False) -> str:
+def format_table(results: Sequence[Result], tier: bool = False, bridge: bool = False) -> str:
     header = [
         "workload",
         "policy",
@@ -322,7 +346,12 @@ def format_table(results: Sequence[Result], tier: bool = False) -> str:
                 diff,
             ]
         )
-    note = "(a/b: vLLM/kvframe where they disagree)"
+    note = (
+        "(a/b: reference/bridge where they disagree; the reference is vLLM for fcfs and "
+        "priority, kvframe for continuum)"
+        if bridge
+        else "(a/b: vLLM/kvframe where they disagree)"
+    )
     return _fmt_table(rows) + "\n" + note
 
 
@@ -397,16 +426,24 @@ def run_comparison(
     out_dir: Path = DEFAULT_OUT_DIR,
     blocks: bool = False,
     tier: dict[str, Sequence[Any]] | None = None,
+    bridge: bool = False,
 ) -> tuple[list[Result], dict[str, DriverRun]]:
     """Generate, run both drivers, diff. ``kvframe_python=None`` runs vLLM only.
 
     ``tier`` selects the tier set instead: a dict of ``evictions``, ``factors``,
     ``thresholds`` and ``rules`` (each optional; every value by default).
+
+    ``bridge`` compares the kvframe-vllm bridge (kvframe's core behind vLLM's
+    scheduler interface, in vLLM's types) instead of kvframe: against vLLM for
+    vLLM's policies, against kvframe for ``BRIDGE_POLICIES`` (Continuum), which
+    vLLM lacks. The results' "kvframe" side is then the bridge.
     """
     if tier is not None:
         workloads = tier_workloads(names, policies, num_requests=num_requests, seed=seed, **tier)
     else:
         workloads = all_workloads(names, policies, num_requests, seed)
+    if bridge:
+        return _run_bridge_comparison(workloads, out_dir, vllm_python, kvframe_python, blocks)
     paths = [write_workload(wl, out_dir / "workloads" / f"{wl['name']}.json") for wl in workloads]
     runs = run_drivers(
         paths, out_dir, vllm_python=vllm_python, kvframe_python=kvframe_python, blocks=blocks
@@ -416,6 +453,44 @@ def run_comparison(
             wl["name"],
             out_dir / "vllm" / f"{wl['name']}.jsonl",
             out_dir / "kvframe" / f"{wl['name']}.jsonl" if kvframe_python is not None else None,
+        )
+        for wl in workloads
+    ]
+    return results, runs
+
+
+def _run_bridge_comparison(
+    workloads: Sequence[dict[str, Any]],
+    out_dir: Path,
+    vllm_python: Path,
+    kvframe_python: Path | str | None,
+    blocks: bool,
+) -> tuple[list[Result], dict[str, DriverRun]]:
+    def path(wl: dict[str, Any]) -> Path:
+        return write_workload(wl, out_dir / "workloads" / f"{wl['name']}.json")
+
+    vllm_side = [wl for wl in workloads if wl["config"]["policy"] in POLICIES]
+    kvframe_side = [wl for wl in workloads if wl["config"]["policy"] not in POLICIES]
+    runs = {}
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        jobs = [
+            ("vllm", vllm_python, "vllm_driver.py", vllm_side),
+            ("bridge", vllm_python, "bridge_driver.py", workloads),
+            ("kvframe", kvframe_python or sys.executable, "kvframe_driver.py", kvframe_side),
+        ]
+        futures = [
+            pool.submit(
+                _run_driver, side, py, script, [path(w) for w in wls], out_dir / side, blocks
+            )
+            for side, py, script, wls in jobs
+            if wls
+        ]
+        runs = {f.result().side: f.result() for f in futures}
+    results = [
+        compare_runs(
+            wl["name"],
+            out_dir / ("vllm" if wl in vllm_side else "kvframe") / f"{wl['name']}.jsonl",
+            out_dir / "bridge" / f"{wl['name']}.jsonl",
         )
         for wl in workloads
     ]
@@ -432,7 +507,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--workload", action="append", choices=[*WORKLOADS, *TIER_WORKLOADS], dest="names"
     )
-    parser.add_argument("--policy", action="append", choices=list(POLICIES), dest="policies")
+    parser.add_argument(
+        "--policy", action="append", choices=[*POLICIES, *BRIDGE_POLICIES], dest="policies"
+    )
+    parser.add_argument(
+        "--bridge",
+        action="store_true",
+        help="compare the kvframe-vllm bridge scheduler (vLLM types) with vLLM "
+        "(fcfs, priority) and with kvframe (continuum); needs kvframe in the vLLM env",
+    )
     tier = parser.add_argument_group("offload tier (--tier)")
     tier.add_argument("--tier", action="store_true", help="run the tier set (CPU offload tier)")
     tier.add_argument("--eviction", action="append", choices=TIER_EVICTIONS, dest="evictions")
@@ -470,6 +553,10 @@ def main(argv: list[str] | None = None) -> int:
     elif any(n in TIER_WORKLOADS for n in args.names or ()):
         parser.error("the tier-* workloads need --tier")
     policies = args.policies or (("fcfs",) if args.tier else POLICIES)
+    if not args.bridge and any(p in BRIDGE_POLICIES for p in policies):
+        parser.error(f"{', '.join(BRIDGE_POLICIES)} has no vLLM counterpart: use --bridge")
+    if args.bridge and args.tier:
+        parser.error("the bridge scheduler runs no KV connector: --bridge excludes --tier")
 
     vllm_python = find_vllm_python(args.vllm_python)
     if vllm_python is None:
@@ -490,13 +577,14 @@ def main(argv: list[str] | None = None) -> int:
         out_dir=args.out_dir,
         blocks=args.blocks,
         tier=tier_matrix,
+        bridge=args.bridge,
     )
     for run in runs.values():
         if run.returncode != 0 and not any(
             (r.vllm_error if run.side == "vllm" else r.kvframe_error) for r in results
         ):
             print(f"{run.side} driver exited {run.returncode}:\n{run.output}", file=sys.stderr)
-    print(format_table(results, tier=args.tier))
+    print(format_table(results, tier=args.tier, bridge=args.bridge))
     failed = [r for r in results if not r.ok]
     for res in failed:
         print()

@@ -33,6 +33,10 @@ def _policy(name: str) -> Any:
         from kvframe_priority import PriorityPolicy
 
         return PriorityPolicy()
+    if name == "continuum":
+        from kvframe_continuum import ContinuumPolicy
+
+        return ContinuumPolicy()
     raise ValueError(f"unknown policy {name!r}")
 
 
@@ -146,6 +150,7 @@ class KvframeAdapter:
 
             connector.manager.prepare_store = recording_prepare_store
         config = {k: v for k, v in config.items() if k != "tier"}
+        self._step = 0
         self.scheduler = Scheduler(
             _scheduler_config(config), _policy(config["policy"]), connector=connector
         )
@@ -195,13 +200,20 @@ class KvframeAdapter:
             arrival_time=spec["arrival_time"],
             priority=spec["priority"],
             block_hasher=self.scheduler.block_hasher,
+            job_id=spec.get("job_id"),
+            turn=spec.get("turn"),
+            is_last_turn=spec.get("last_turn", True),
+            tool_name=spec.get("tool"),
         )
         self.scheduler.add_request(request)
         if self._namer is not None:
             self._namer.add_request(spec)
 
     def schedule(self) -> stepping.StepView:
-        out = self.scheduler.schedule()
+        # The step clock: one second per step (the kvframe-vllm bridge's test
+        # clock is the same), so time-based policies see the same times.
+        out = self.scheduler.schedule(float(self._step))
+        self._step += 1
         requests = self.scheduler.requests
         new = [d.req_id for d in out.scheduled_new_reqs]
         cached = out.scheduled_cached_reqs

@@ -28,6 +28,9 @@ The record of a step (one JSON object per line in the output)::
     finished    sorted req ids finished by this step's update
     blocks      {req_id: [block ids]}        only with ``record_blocks``: the new
                                              block ids of each scheduled request
+    outputs     [[req_id, new token ids, finish reason, stop reason,
+                  num_cached_tokens], ...]   vLLM-typed drivers only: the
+                                             EngineCoreOutputs of the update
 
 With an offload tier (a workload whose config has a ``tier``), the connector's
 worker side is played by :class:`ScriptedWorker`, the same code in both
@@ -88,6 +91,9 @@ class StepView:
     """The scheduler's own output object, handed back to :meth:`update`."""
     tier: TierView | None = None
     """Only with an offload tier: what the connector decided this step."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Driver-specific record fields an adapter may fill in ``update`` (compared
+    only when both sides recorded them, like ``blocks``)."""
 
 
 Transfer = dict[str, list[int]]
@@ -316,6 +322,7 @@ def run(
         }
         if view.blocks is not None:
             record["blocks"] = view.blocks
+        record.update(view.extra)
         if view.tier is not None and transfers is not None:
             record.update(
                 external_hits=view.tier.external_hits,

@@ -74,7 +74,13 @@ class _SortedSet(set):
 class VllmAdapter:
     """:class:`stepping.SchedulerAdapter` over ``vllm.v1.core.sched.scheduler.Scheduler``."""
 
-    def __init__(self, config: dict[str, Any], *, record_blocks: bool = False) -> None:
+    def __init__(
+        self, config: dict[str, Any], *, record_blocks: bool = False, bridge: bool = False
+    ) -> None:
+        """``bridge``: build the kvframe-vllm ``KvframeScheduler`` (kvframe's core behind
+        vLLM's scheduler interface, the workload's policy as a kvframe plugin) in
+        place of vLLM's ``Scheduler``; everything else -- config, requests, runner
+        output, this adapter's reading of the ``SchedulerOutput`` -- is unchanged."""
         import torch
         from vllm.config import (
             CacheConfig,
@@ -114,7 +120,8 @@ class VllmAdapter:
             is_encoder_decoder=False,
             long_prefill_token_threshold=config["long_prefill_token_threshold"],
             enable_chunked_prefill=config["enable_chunked_prefill"],
-            policy=config["policy"],
+            # vLLM validates its own policy name; the bridge takes the kvframe one.
+            policy=config["policy"] if config["policy"] in ("fcfs", "priority") else "fcfs",
             scheduler_reserve_full_isl=config.get("reserve_full_sequence", True),
             async_scheduling=False,
         )
@@ -174,6 +181,7 @@ class VllmAdapter:
             cache_config=cache_config,
             device_config=DeviceConfig(device="cpu"),
             kv_transfer_config=kv_transfer_config,
+            additional_config={"kvframe_scheduler": config["policy"]} if bridge else {},
         )
         kv_cache_config = KVCacheConfig(
             num_blocks=config["num_gpu_blocks"],
@@ -181,6 +189,11 @@ class VllmAdapter:
             kv_cache_groups=[KVCacheGroupSpec(["layer"], kv_spec)],
         )
         cache_config.num_gpu_blocks = config["num_gpu_blocks"]
+        self.bridge = bridge
+        if bridge:
+            from kvframe_vllm.scheduler import KvframeScheduler
+
+            Scheduler = KvframeScheduler
         self.scheduler = Scheduler(
             vllm_config=vllm_config,
             kv_cache_config=kv_cache_config,
@@ -188,7 +201,11 @@ class VllmAdapter:
             block_size=block_size,
             log_stats=False,
         )
-        self._check_effective_config(config)
+        if bridge:
+            self._step = 0
+            self.scheduler.clock = lambda: float(self._step)  # one second per step
+        else:
+            self._check_effective_config(config)
         self._tier_factor = 1
         self._namer: stepping.BlockNamer | None = None
         self._evicted: list = []
@@ -290,7 +307,13 @@ class VllmAdapter:
     # -- SchedulerAdapter ---------------------------------------------------
 
     def add_request(self, spec: RequestSpec) -> None:
-        params = self._SamplingParams(max_tokens=spec["max_tokens"], ignore_eos=True)
+        # An agent turn's job and turn, as a client sends them (vllm_xargs).
+        agentic = {
+            f"kvframe_{k}": spec[k] for k in ("job_id", "turn", "last_turn", "tool") if k in spec
+        }
+        params = self._SamplingParams(
+            max_tokens=spec["max_tokens"], ignore_eos=True, extra_args=agentic or None
+        )
         request = self._Request(
             request_id=spec["request_id"],
             prompt_token_ids=list(spec["prompt_token_ids"]),
@@ -304,8 +327,15 @@ class VllmAdapter:
         if self._namer is not None:
             self._namer.add_request(spec)
 
+    def _num_free_blocks(self) -> int:
+        if self.bridge:
+            return self.scheduler.core.kv_cache_manager.num_free_blocks
+        return self.scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
+
     def schedule(self) -> stepping.StepView:
         out = self.scheduler.schedule()
+        if self.bridge:
+            self._step += 1
         requests = self.scheduler.requests
         new = [d.req_id for d in out.scheduled_new_reqs]
         cached = out.scheduled_cached_reqs
@@ -320,7 +350,7 @@ class VllmAdapter:
             resumed=sorted(cached.resumed_req_ids),
             preempted=sorted(out.preempted_req_ids),
             prefix_hits={rid: requests[rid].num_cached_tokens for rid in new},
-            free_blocks=self.scheduler.kv_cache_manager.block_pool.get_num_free_blocks(),
+            free_blocks=self._num_free_blocks(),
             blocks=blocks,
             raw=out,
             tier=self._tier_view(out, new) if self._namer is not None else None,
@@ -353,12 +383,18 @@ class VllmAdapter:
             kv_connector_output=kv_connector_output,
         )
         engine_outputs = self.scheduler.update_from_output(view.raw, runner_output)
-        return [
-            o.request_id
-            for eco in engine_outputs.values()
-            for o in eco.outputs
-            if o.finish_reason is not None
-        ]
+        outputs = [o for eco in engine_outputs.values() for o in eco.outputs]
+        view.extra["outputs"] = sorted(
+            [
+                o.request_id,
+                list(o.new_token_ids),
+                None if o.finish_reason is None else str(o.finish_reason),
+                o.stop_reason,
+                o.num_cached_tokens,
+            ]
+            for o in outputs
+        )
+        return [o.request_id for o in outputs if o.finish_reason is not None]
 
 
 def main(argv: list[str] | None = None) -> int:

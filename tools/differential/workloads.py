@@ -41,14 +41,21 @@ orders by insertion while its priority queue breaks priority ties on
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+MOONCAKE = Path(__file__).resolve().parents[2] / "kvframe" / "data" / "mooncake"
+"""The Mooncake traces bundled with kvframe (read here without importing kvframe)."""
+
 POLICIES: tuple[str, ...] = ("fcfs", "priority")
 """Every workload is run under each of these scheduling policies."""
+BRIDGE_POLICIES: tuple[str, ...] = ("continuum",)
+"""Policies vLLM has no counterpart for: compared between kvframe and the
+kvframe-vllm bridge (kvframe's core behind vLLM's scheduler interface)."""
 
 DEFAULT_NUM_REQUESTS = 240
 SAMPLED_TOKEN_ID = 7
@@ -109,8 +116,9 @@ def _config(
     reserve_full_sequence: bool = True,
     block_size: int = 16,
 ) -> dict[str, Any]:
-    if policy not in POLICIES:
-        raise ValueError(f"unknown policy {policy!r}; expected one of {POLICIES}")
+    if policy not in POLICIES + BRIDGE_POLICIES:
+        known = POLICIES + BRIDGE_POLICIES
+        raise ValueError(f"unknown policy {policy!r}; expected one of {known}")
     return {
         "block_size": block_size,
         "num_gpu_blocks": num_gpu_blocks,
@@ -313,6 +321,73 @@ def _reuse_requests(rng: random.Random, n: int) -> list[RequestSpec]:
     return _requests(rng, prompts, max_tokens, priorities, per_step=1.0)
 
 
+def _agentic_requests(rng: random.Random, n: int) -> list[RequestSpec]:
+    """Agent jobs: each turn's prompt is the last turn's prompt, its output and a tool result.
+
+    Jobs of 2-6 turns share one of three system prompts; turn ``k + 1`` arrives
+    (open loop) 10-120 steps after turn ``k``, so a job's context comes back
+    while other jobs fill the pool. Requests carry ``job_id``, ``turn``,
+    ``last_turn`` and ``tool``: Continuum pins a job's KV between turns; vLLM's
+    own policies ignore them.
+    """
+    systems = [_tokens(rng, n_) for n_ in (64, 96, 160)]
+    tools = ("search", "shell", "edit")
+    requests: list[RequestSpec] = []
+    job = 0
+    start = 0.0
+    while len(requests) < n:
+        turns = min(rng.randint(2, 6), n - len(requests))
+        prompt = rng.choice(systems) + _tokens(rng, rng.randint(16, 120))
+        at = start
+        for turn in range(turns):
+            max_tokens = rng.randint(4, 48)
+            requests.append(
+                {
+                    "request_id": f"r{len(requests):04d}",
+                    "prompt_token_ids": list(prompt),
+                    "max_tokens": max_tokens,
+                    "arrival_step": int(at),
+                    "arrival_time": at + len(requests) * 1e-6,
+                    "priority": 0,
+                    "job_id": f"j{job:03d}",
+                    "turn": turn,
+                    "last_turn": turn == turns - 1,
+                    "tool": rng.choice(tools),
+                }
+            )
+            prompt += [SAMPLED_TOKEN_ID] * max_tokens + _tokens(rng, rng.randint(8, 80))
+            at += rng.uniform(10, 120)
+        job += 1
+        start += rng.expovariate(1 / 6)
+    requests.sort(key=lambda r: (r["arrival_step"], r["request_id"]))
+    return requests
+
+
+def _mooncake_requests(rng: random.Random, n: int) -> list[RequestSpec]:
+    """The first ``n`` requests of the bundled Mooncake conversation trace, scaled down.
+
+    Each of a request's ``hash_ids`` becomes one 16-token block whose tokens
+    are a function of the id, so requests that share hash ids share blocks
+    exactly as in the trace (at most 60 blocks a prompt); outputs are the
+    trace's output lengths / 20, capped at 32 tokens. The trace's real reuse
+    pattern then drives the GPU prefix cache and the tier.
+    """
+    prompts: list[list[int]] = []
+    max_tokens: list[int] = []
+    with gzip.open(MOONCAKE / "conversation.jsonl.gz", "rt", encoding="utf-8") as f:
+        for line, _ in zip(f, range(n), strict=False):
+            record = json.loads(line)
+            prompt: list[int] = []
+            for block_id in record["hash_ids"][:60]:
+                prompt += [_VOCAB[0] + (block_id * 7919 + j * 104_729) % 49_990 for j in range(16)]
+            prompts.append(prompt)
+            max_tokens.append(max(1, min(32, record["output_length"] // 20)))
+    if len(prompts) < n:
+        raise ValueError(f"the Mooncake conversation trace has only {len(prompts)} requests")
+    priorities = [rng.randint(0, 3) for _ in range(n)]
+    return _requests(rng, prompts, max_tokens, priorities, per_step=0.8)
+
+
 _Generator = Callable[[random.Random, int], list[RequestSpec]]
 
 # name -> (request generator, config overrides, one-line description)
@@ -435,6 +510,11 @@ WORKLOADS: dict[str, tuple[_Generator, dict[str, Any], str]] = {
         dict(num_gpu_blocks=128, max_num_batched_tokens=384, max_num_seqs=32, max_model_len=1024),
         "ten priority levels, urgent requests arriving late, 127 usable blocks",
     ),
+    "agentic": (
+        _agentic_requests,
+        dict(num_gpu_blocks=200, max_num_batched_tokens=512, max_num_seqs=16, max_model_len=2048),
+        "agent jobs of 2-6 turns whose prompts grow by output + tool result, 199 usable blocks",
+    ),
     "priorities-nocache": (
         _priority_requests,
         dict(
@@ -481,6 +561,12 @@ TIER_WORKLOADS: dict[str, tuple[_Generator, dict[str, Any], int, str]] = {
         dict(num_gpu_blocks=160, max_num_batched_tokens=1024, max_num_seqs=32, max_model_len=2048),
         200,
         "the prefix workload on half its GPU pool, with a tier",
+    ),
+    "tier-mooncake": (
+        _mooncake_requests,
+        dict(num_gpu_blocks=200, max_num_batched_tokens=1024, max_num_seqs=16, max_model_len=2048),
+        4000,
+        "the Mooncake conversation trace's hash-id reuse, one 16-token block per id",
     ),
     "tier-chunked": (
         _chunked_requests,

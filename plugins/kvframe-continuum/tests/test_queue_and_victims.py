@@ -307,11 +307,26 @@ def test_before_a_running_request_is_preempted_bets_are_released_cheapest_first(
     assert policy.stats.released_for_running == policy.stats.released_reclaimed == 3
 
 
-def test_queue_satisfies_the_request_queue_protocol_shape():
+def test_the_queue_keeps_the_request_queue_contract_in_rank_order():
     policy, _ = make_policy()
     queue = policy.create_queue()
     assert isinstance(queue, ContinuumQueue)
-    for method in ("add_request", "pop_request", "peek_request", "prepend_request",
-                   "prepend_requests", "remove_request", "remove_requests"):  # fmt: skip
-        assert callable(getattr(queue, method))
     assert not queue and len(queue) == 0 and list(queue) == []
+    early, late, later = turn("E", 0, 0.0), turn("L", 0, 1.0), turn("M", 0, 1.5)
+    preempted = turn("P", 0, 2.0)
+    preempted.num_preemptions = 1
+    queue.add_request(late)
+    queue.add_request(early)
+    queue.prepend_request(preempted)  # a preempted request outranks every other class
+    queue.add_request(later)
+    assert len(queue) == 4 and ids(queue) == ["P-t0", "E-t0", "L-t0", "M-t0"]
+    assert queue.peek_request() is preempted and len(queue) == 4  # peek takes nothing
+    assert queue.pop_request() is preempted
+    queue.remove_request(early)
+    queue.remove_requests([later])
+    assert ids(queue) == ["L-t0"]
+    other = policy.create_queue()
+    other.add_request(early)
+    queue.prepend_requests(other)
+    assert [queue.pop_request() for _ in range(2)] == [early, late]
+    assert not queue and list(queue) == []

@@ -6,7 +6,11 @@ kvframe config strings::
     --offload cpu:capacity=8GiB
     --offload cpu:capacity=8GiB,eviction=arc,block_size_factor=4
     --offload "cpu:capacity=8GiB,eviction='arc:variant=paper'"
-    --offload cpu:capacity=8GiB,store_threshold=2
+    --offload cpu:capacity=8GiB --reuse-filter threshold:store_threshold=2
+
+vLLM's ``store_threshold`` / ``max_tracker_size`` are not options of the spec:
+the ``threshold`` reuse filter is selected through the reuse-filter extension
+point (``--reuse-filter``), the one way kvframe attaches a filter to any tier.
 
 Sizing, as in vLLM: an offloaded block is ``block_size_factor`` GPU blocks, so
 it takes ``block_size_factor * gpu_block_size * kv_bytes_per_token`` bytes, and
@@ -18,8 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import kvframe
-from kvframe.offload.manager import FilteredOffloadManager, SlotOffloadManager
-from kvframe_cpu_offload.reuse import ThresholdReuseFilter
+from kvframe.offload.manager import SlotOffloadManager
 
 if TYPE_CHECKING:
     from kvframe.offload.contract import OffloadContext, OffloadManager, TransferHandler
@@ -39,8 +42,6 @@ class CPUOffloadSpec(kvframe.OffloadSpec):
         capacity: int,
         eviction: str = "lru",
         block_size_factor: int = 1,
-        store_threshold: int = 0,
-        max_tracker_size: int = 64_000,
     ) -> None:
         """
         :param capacity: bytes of DRAM for the tier (``8GiB``); vLLM's
@@ -49,24 +50,13 @@ class CPUOffloadSpec(kvframe.OffloadSpec):
             ``'arc:variant=paper'``); vLLM's ``eviction_policy``.
         :param block_size_factor: GPU blocks per offloaded block; vLLM's
             ``block_size`` divided by the GPU block size.
-        :param store_threshold: >= 2 wraps the tier in the ``threshold`` reuse
-            filter, as vLLM's ``store_threshold`` does; 0 or 1 leaves it
-            unfiltered. The same as ``--reuse-filter threshold:store_threshold=N``
-            (use one or the other, not both).
-        :param max_tracker_size: the reuse filter's counter size.
         """
         if capacity <= 0:
             raise ValueError(f"capacity must be a positive number of bytes, not {capacity}")
         if block_size_factor < 1:
             raise ValueError(f"block_size_factor must be >= 1, not {block_size_factor}")
-        if store_threshold < 0:
-            raise ValueError(f"store_threshold must be >= 0, not {store_threshold}")
-        if max_tracker_size < 1:
-            raise ValueError(f"max_tracker_size must be >= 1, not {max_tracker_size}")
         self.capacity = capacity
         self.block_size_factor = block_size_factor
-        self.store_threshold = store_threshold
-        self.max_tracker_size = max_tracker_size
         # Resolve now so a typo in the policy's name or options is reported when
         # the configuration is read, not when the engine starts.
         self.eviction = kvframe.get_registry().resolve("eviction", eviction)
@@ -95,19 +85,13 @@ class CPUOffloadSpec(kvframe.OffloadSpec):
                 f"({self.block_size_factor} GPU block(s) of {context.gpu_block_size} tokens) "
                 f"takes {block_bytes} bytes; give at least capacity={block_bytes}"
             )
-        manager: OffloadManager = SlotOffloadManager(
+        return SlotOffloadManager(
             self.eviction.create(num_blocks),
             num_blocks,
             block_size=context.gpu_block_size * self.block_size_factor,
             medium="CPU",
             enable_events=context.enable_events,
         )
-        if self.store_threshold >= 2:
-            reuse_filter = ThresholdReuseFilter(
-                store_threshold=self.store_threshold, max_tracker_size=self.max_tracker_size
-            )
-            manager = FilteredOffloadManager(manager, reuse_filter)
-        return manager
 
     def create_transfer_handler(self, context: OffloadContext) -> TransferHandler:
         """A :class:`~kvframe_cpu_offload.torch_handler.TorchTransferHandler` for the tier's slots.

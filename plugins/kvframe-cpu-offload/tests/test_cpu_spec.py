@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from kvframe_cpu_offload import CPUOffloadSpec, ThresholdReuseFilter
+from kvframe_cpu_offload import CPUOffloadSpec
 
 import kvframe
-from kvframe.events import BlockRemoved, BlockStored
+from kvframe.events import BlockRemoved
 from kvframe.offload.contract import OffloadContext
 from kvframe.offload.manager import FilteredOffloadManager, SlotOffloadManager
 
@@ -61,22 +61,13 @@ def test_an_unknown_policy_is_reported_when_the_spec_is_built():
     assert "lur" in str(err.value) and "lru" in str(err.value)
 
 
-def test_store_threshold_wraps_the_tier_in_the_reuse_filter():
-    spec = CPUOffloadSpec(capacity=4 * 32 * 1024, store_threshold=2, max_tracker_size=7)
-    manager = spec.create_manager(CONTEXT)
-    assert isinstance(manager, FilteredOffloadManager)
-    assert isinstance(manager.reuse_filter, ThresholdReuseFilter)
-    assert manager.reuse_filter.max_tracker_size == 7
-    manager.lookup([b"a", b"b"])
-    assert manager.prepare_store([b"a"]).block_hashes_to_store == ()
-    manager.lookup([b"a"])
-    assert manager.prepare_store([b"a", b"b"]).block_hashes_to_store == (b"a",)
-    manager.complete_store([b"a"])
-    assert manager.take_events() == [BlockStored((b"a",), None, 16, medium="CPU")]
-    assert not isinstance(
-        CPUOffloadSpec(capacity=1 << 20, store_threshold=1).create_manager(CONTEXT),
-        FilteredOffloadManager,
-    )
+def test_the_reuse_filter_is_attached_only_through_its_extension_point():
+    # One way to attach a filter: --reuse-filter. The spec has no store_threshold.
+    with pytest.raises(kvframe.ConfigError) as err:
+        kvframe.get_registry().resolve("offload", "cpu:capacity=8GiB,store_threshold=2")
+    assert "store_threshold" in str(err.value)
+    manager = CPUOffloadSpec(capacity=1 << 20).create_manager(CONTEXT)
+    assert not isinstance(manager, FilteredOffloadManager)
 
 
 def test_events_follow_the_context():
@@ -92,8 +83,6 @@ def test_events_follow_the_context():
     [
         ({"capacity": 0}, "capacity must be a positive number of bytes, not 0"),
         ({"capacity": 1, "block_size_factor": 0}, "block_size_factor must be >= 1, not 0"),
-        ({"capacity": 1, "store_threshold": -2}, "store_threshold must be >= 0, not -2"),
-        ({"capacity": 1, "max_tracker_size": 0}, "max_tracker_size must be >= 1, not 0"),
     ],
 )
 def test_rejects_impossible_options(options, message):

@@ -63,7 +63,13 @@ def test_victim_is_the_tail_of_running():
     assert FCFSPolicy().choose_victim(running) is running[-1]
 
 
-def test_plugin_identity():
-    assert FCFSPolicy.name == "fcfs"
-    assert FCFSPolicy.kind == "scheduling"
-    assert FCFSPolicy.description
+def test_the_name_fcfs_selects_this_policy_through_its_entry_point():
+    # The installed entry point, not the class attribute, is what users select by.
+    import kvframe
+
+    resolved = kvframe.get_registry().resolve("scheduling", "fcfs")
+    assert resolved.cls is FCFSPolicy
+    policy = resolved.create()
+    assert isinstance(policy, FCFSPolicy)
+    running = [req("a"), req("b")]
+    assert policy.choose_victim(running) is running[-1]

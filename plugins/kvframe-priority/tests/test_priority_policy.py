@@ -59,6 +59,13 @@ def test_victim_is_the_largest_priority_then_latest_arrival():
     assert policy.choose_victim([d, e]) is d
 
 
-def test_plugin_identity():
-    assert PriorityPolicy.name == "priority"
-    assert PriorityPolicy.kind == "scheduling"
+def test_the_name_priority_selects_this_policy_through_its_entry_point():
+    # The installed entry point, not the class attribute, is what users select by.
+    import kvframe
+
+    resolved = kvframe.get_registry().resolve("scheduling", "priority")
+    assert resolved.cls is PriorityPolicy
+    policy = resolved.create()
+    assert isinstance(policy, PriorityPolicy)
+    urgent, lax = req("u", 0, 1.0), req("l", 5, 0.0)
+    assert policy.choose_victim([urgent, lax]) is lax

@@ -1,9 +1,14 @@
 """kvframe policies inside vLLM 0.19.1, through vLLM's own extension seams.
 
-Importing this package imports neither vLLM nor torch: the module vLLM loads
-(:mod:`kvframe_vllm.offload`, named by ``spec_module_path``) is the only one
-that touches vLLM, so kvframe's own environment (and CI) can install it
-without vLLM.
+* :mod:`kvframe_vllm.scheduler` -- ``KvframeScheduler``, vLLM's ``scheduler_cls``:
+  kvframe's scheduler with a kvframe scheduling policy;
+* :mod:`kvframe_vllm.offload` -- ``KvframeOffloadingSpec``, loaded by the
+  OffloadingConnector through ``spec_module_path``: vLLM's CPU tier with a
+  kvframe eviction policy and reuse filter.
+
+Importing this package imports neither vLLM nor torch: only those two
+modules, which vLLM itself loads, touch vLLM, so kvframe's own environment
+(and CI) can install the bridge without vLLM.
 """
 
 from __future__ import annotations

@@ -36,7 +36,6 @@ VARIANTS = [
     ("lru", 2, 2, "seeded"),
     ("arc", 1, 0, "next-step"),
 ]
-BRIDGE_PATH = str(Path(kvframe_vllm.__file__).resolve().parents[1])
 
 
 def test_importing_the_bridge_imports_no_vllm() -> None:
@@ -73,7 +72,7 @@ def vllm_python() -> Path:
         [str(python), "-c", "import kvframe, kvframe_lru, kvframe_arc, kvframe_s3fifo"],
         capture_output=True,
         text=True,
-        env=dict(os.environ, PYTHONPATH=BRIDGE_PATH),
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(compare.tree_paths())),
     )
     if probe.returncode != 0:
         pytest.skip(
@@ -87,11 +86,8 @@ def _run(
     python: Path, workloads: list[dict[str, Any]], out_dir: Path
 ) -> dict[str, compare.DriverRun]:
     paths = [write_workload(wl, out_dir / "workloads" / f"{wl['name']}.json") for wl in workloads]
-    with pytest.MonkeyPatch.context() as mp:  # the driver's environment: the bridge importable
-        mp.setenv("PYTHONPATH", BRIDGE_PATH, prepend=os.pathsep)
-        return compare.run_drivers(
-            paths, out_dir, vllm_python=python, kvframe_python=None, blocks=True
-        )
+    # compare.run_drivers puts this tree (the bridge included) first on the driver's path
+    return compare.run_drivers(paths, out_dir, vllm_python=python, kvframe_python=None, blocks=True)
 
 
 @pytest.fixture(scope="module")

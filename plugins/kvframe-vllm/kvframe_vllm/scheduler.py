@@ -1,0 +1,452 @@
+"""vLLM's scheduler interface with kvframe's scheduler and KV-cache core behind it.
+
+vLLM 0.19.1 builds its scheduler from ``SchedulerConfig.scheduler_cls``
+(``--scheduler-cls kvframe_vllm.scheduler.KvframeScheduler``).
+:class:`KvframeScheduler` implements vLLM's ``SchedulerInterface`` by running
+kvframe's own :class:`~kvframe.core.scheduler.Scheduler` -- the one the
+differential harness proves makes vLLM's decisions -- with a kvframe scheduling
+policy chosen by config string in ``VllmConfig.additional_config``::
+
+    --additional-config '{"kvframe_scheduler": "continuum:max_ttl=10"}'
+
+Why kvframe's core behind vLLM's interface, rather than a subclass of vLLM's
+``Scheduler`` with hooks at its policy points: vLLM's ``schedule()`` decides
+the preemption victim and frees finished requests inline, so a subclass could
+only swap the waiting queue. A policy that picks its own victims or keeps a
+finished request's blocks (Continuum's pinning) needs the places the Continuum
+fork edited in twelve spots; kvframe's core already has them as policy calls.
+The price is a translation at the boundary, once per step, in this module:
+
+* **in**: vLLM ``Request`` -> kvframe ``Request`` (prompt, ``max_tokens``,
+  ``priority``, ``arrival_time``, ``cache_salt``, EOS and stop token ids, and
+  the agentic fields from ``sampling_params.extra_args``: ``kvframe_job_id``,
+  ``kvframe_turn``, ``kvframe_last_turn``, ``kvframe_tool`` -- flat keys,
+  because that is what an OpenAI-API client can send, as ``vllm_xargs``);
+* **out**: kvframe's step decision -> vLLM ``SchedulerOutput``
+  (``NewRequestData`` / ``CachedRequestData`` with block ids, scheduled token
+  counts, preempted and finished ids), and after the model ran, vLLM
+  ``ModelRunnerOutput`` -> kvframe -> ``EngineCoreOutputs``. The vLLM
+  ``Request`` objects are kept in step (``num_computed_tokens``, status, output
+  tokens, cached-token counts) because vLLM's engine and output processor
+  read them.
+
+Features kvframe does not model are refused when vLLM builds the scheduler
+(speculative decoding, LoRA, async scheduling, pipeline parallelism,
+multimodal and pooling models, encoder-decoder models, KV connectors, hybrid
+KV-cache groups) or, for per-request features, when the request is added
+(structured output, ``min_tokens``, prompt embeddings) -- never silently
+mishandled.
+
+This module imports vLLM; nothing else in kvframe does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from vllm.v1.core.sched.interface import PauseState, SchedulerInterface
+from vllm.v1.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
+from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs
+from vllm.v1.kv_cache_interface import FullAttentionSpec
+from vllm.v1.metrics.stats import SchedulerStats
+from vllm.v1.request import RequestStatus as VllmStatus
+
+import kvframe
+from kvframe.config import ConfigError
+from kvframe.core.scheduler import Scheduler
+from kvframe.core.scheduler_config import SchedulerConfig
+from kvframe.core.scheduler_output import ModelRunnerOutput as KvModelRunnerOutput
+from kvframe.request import Request as KvRequest
+from kvframe.request import RequestStatus as KvStatus
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.request import Request
+
+__all__ = ["SCHEDULER_KEY", "KvframeScheduler", "UnsupportedByKvframe"]
+
+SCHEDULER_KEY = "kvframe_scheduler"
+"""The ``additional_config`` key naming the kvframe scheduling policy."""
+AGENTIC_KEYS = {
+    "kvframe_job_id": "job_id",
+    "kvframe_turn": "turn",
+    "kvframe_last_turn": "is_last_turn",
+    "kvframe_tool": "tool_name",
+}
+"""``sampling_params.extra_args`` keys carrying a request's job and turn -> kvframe's names."""
+
+_TO_VLLM_STATUS = {status: VllmStatus[status.name] for status in KvStatus}
+_TO_KV_STATUS = {VllmStatus[status.name]: status for status in KvStatus}
+
+
+class UnsupportedByKvframe(ValueError):
+    """A vLLM feature the kvframe scheduler does not model was asked for."""
+
+
+def _refuse_config(vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> None:
+    """Refuse, at engine start, every engine-wide feature kvframe does not model."""
+    model = vllm_config.model_config
+    scheduler = vllm_config.scheduler_config
+    checks: list[tuple[bool, str]] = [
+        (vllm_config.speculative_config is not None, "speculative decoding"),
+        (vllm_config.lora_config is not None, "LoRA adapters"),
+        (bool(scheduler.async_scheduling), "asynchronous scheduling (--async-scheduling)"),
+        (vllm_config.parallel_config.pipeline_parallel_size > 1, "pipeline parallelism"),
+        (vllm_config.kv_transfer_config is not None, "KV connectors (--kv-transfer-config)"),
+        (model is not None and model.is_encoder_decoder, "encoder-decoder models"),
+        (model is not None and model.is_multimodal_model, "multimodal models"),
+        (model is not None and model.runner_type == "pooling", "pooling models"),
+    ]
+    groups = kv_cache_config.kv_cache_groups
+    checks.append(
+        (
+            len(groups) != 1 or type(groups[0].kv_cache_spec) is not FullAttentionSpec,
+            "KV-cache groups other than one full-attention group (sliding window, "
+            "hybrid or Mamba models)",
+        )
+    )
+    refused = [what for bad, what in checks if bad]
+    if refused:
+        raise UnsupportedByKvframe(
+            "the kvframe scheduler does not model " + ", ".join(refused) + "; run these "
+            "with vLLM's own scheduler (leave --scheduler-cls unset)"
+        )
+
+
+def _refuse_request(request: Request) -> None:
+    """Refuse per-request features the kvframe scheduler does not model."""
+    params = request.sampling_params
+    refused = []
+    if request.use_structured_output:
+        refused.append("structured output")
+    if params is not None and params.min_tokens:
+        refused.append("min_tokens")
+    if params is not None and getattr(params, "repetition_detection", None) is not None:
+        refused.append("repetition detection")
+    if request.prompt_embeds is not None:
+        refused.append("prompt embeddings")
+    if request.mm_features:
+        refused.append("multimodal inputs")
+    if request.lora_request is not None:
+        refused.append("a LoRA adapter")
+    if request.pooling_params is not None:
+        refused.append("pooling")
+    if refused:
+        raise UnsupportedByKvframe(
+            f"request {request.request_id!r} asks for {', '.join(refused)}, which the "
+            "kvframe scheduler does not model"
+        )
+
+
+def _agentic_fields(request_id: str, extra_args: dict[str, Any]) -> dict[str, Any]:
+    """The kvframe ``Request`` keywords of an agent turn, from ``extra_args``."""
+    given = {k: v for k, v in extra_args.items() if k.startswith("kvframe_")}
+    unknown = sorted(set(given) - set(AGENTIC_KEYS))
+    if unknown:
+        raise ValueError(
+            f"request {request_id!r}: unknown extra_args {unknown}; kvframe reads "
+            + ", ".join(AGENTIC_KEYS)
+        )
+    fields = {AGENTIC_KEYS[k]: v for k, v in given.items()}
+    if "job_id" in fields:
+        fields["job_id"] = str(fields["job_id"])
+    if "turn" in fields:
+        fields["turn"] = int(fields["turn"])
+    if "is_last_turn" in fields:
+        last = fields["is_last_turn"]
+        if isinstance(last, str):
+            if last.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(
+                    f"request {request_id!r}: kvframe_last_turn must be true/false/1/0, "
+                    f"not {last!r}"
+                )
+            last = last.lower() in ("true", "1")
+        fields["is_last_turn"] = bool(last)
+    return fields
+
+
+def _resolve_policy(vllm_config: VllmConfig) -> Any:
+    spec = (vllm_config.additional_config or {}).get(SCHEDULER_KEY, "fcfs")
+    try:
+        return kvframe.get_registry().resolve("scheduling", str(spec)).create()
+    except ConfigError as err:
+        err.origin = err.origin or f"additional_config[{SCHEDULER_KEY!r}]"
+        raise
+
+
+def _kvframe_config(vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> SchedulerConfig:
+    sched = vllm_config.scheduler_config
+    cache = vllm_config.cache_config
+    return SchedulerConfig(
+        block_size=kv_cache_config.kv_cache_groups[0].kv_cache_spec.block_size,
+        num_gpu_blocks=kv_cache_config.num_blocks,
+        max_num_batched_tokens=sched.max_num_scheduled_tokens or sched.max_num_batched_tokens,
+        max_num_seqs=sched.max_num_seqs,
+        max_model_len=vllm_config.model_config.max_model_len,
+        long_prefill_token_threshold=sched.long_prefill_token_threshold,
+        enable_chunked_prefill=sched.enable_chunked_prefill,
+        enable_prefix_caching=bool(cache.enable_prefix_caching),
+        reserve_full_sequence=sched.scheduler_reserve_full_isl,
+    )
+
+
+class KvframeScheduler(SchedulerInterface):
+    """vLLM's ``SchedulerInterface`` answered by kvframe's scheduler and a kvframe policy."""
+
+    def __init__(
+        self,
+        vllm_config: VllmConfig,
+        kv_cache_config: KVCacheConfig,
+        structured_output_manager: Any,
+        block_size: int,
+        mm_registry: Any = None,
+        include_finished_set: bool = False,
+        log_stats: bool = False,
+    ) -> None:
+        _refuse_config(vllm_config, kv_cache_config)
+        self.vllm_config = vllm_config
+        self.kv_cache_config = kv_cache_config
+        self.log_stats = log_stats
+        self.connector = None
+        """vLLM's engine reads this; the bridge runs no KV connector."""
+        self.policy = _resolve_policy(vllm_config)
+        self.core = Scheduler(_kvframe_config(vllm_config, kv_cache_config), self.policy)
+        self.clock: Callable[[], float] = time.time
+        """The time handed to kvframe each step (policies' deadlines, TTLs).
+        vLLM stamps ``arrival_time`` with ``time.time()``; tests substitute a step clock."""
+        self.requests: dict[str, Request] = {}
+        """Unfinished requests, vLLM's objects (kvframe's are in ``core.requests``)."""
+        self.finished_req_ids_dict: dict[int, set[str]] | None = (
+            defaultdict(set) if include_finished_set else None
+        )
+        self._pending: dict[int, Any] = {}
+        """id(vLLM SchedulerOutput) -> kvframe's output of the same step."""
+        self._prev_step_scheduled: set[str] = set()
+        self._pause_state = PauseState.UNPAUSED
+
+    # -- requests in -------------------------------------------------------------
+
+    def add_request(self, request: Request) -> None:
+        _refuse_request(request)
+        params = request.sampling_params
+        assert params is not None
+        # vLLM's check_stop: the EOS id (None when ignore_eos) and the stop ids.
+        stop = set(params.stop_token_ids or ())
+        if params.eos_token_id is not None:
+            stop.add(params.eos_token_id)
+        agentic = _agentic_fields(request.request_id, params.extra_args or {})
+        kv_request = KvRequest(
+            request.request_id,
+            request.prompt_token_ids or [],
+            request.max_tokens,
+            arrival_time=request.arrival_time,
+            priority=request.priority,
+            cache_salt=request.cache_salt,
+            stop_token_ids=stop,
+            **agentic,
+        )
+        self.core.add_request(kv_request)
+        self.requests[request.request_id] = request
+
+    # -- one step ----------------------------------------------------------------
+
+    def schedule(self) -> SchedulerOutput:
+        out = self.core.schedule(self.clock())
+        requests = self.requests
+        kv_requests = self.core.requests
+        new_reqs: list[NewRequestData] = []
+        for data in out.scheduled_new_reqs:
+            request = requests[data.req_id]
+            request.num_computed_tokens = data.num_computed_tokens
+            new_reqs.append(NewRequestData.from_request(request, (list(data.block_ids),)))
+        cached = out.scheduled_cached_reqs
+        all_token_ids = {
+            rid: list(requests[rid].all_token_ids)
+            for rid in cached.req_ids
+            if rid not in self._prev_step_scheduled
+        }
+        cached_data = CachedRequestData(
+            req_ids=list(cached.req_ids),
+            resumed_req_ids=set(cached.resumed_req_ids),
+            new_token_ids=[],
+            all_token_ids=all_token_ids,
+            new_block_ids=[None if ids is None else (list(ids),) for ids in cached.new_block_ids],
+            num_computed_tokens=list(cached.num_computed_tokens),
+            num_output_tokens=list(cached.num_output_tokens),
+        )
+        vllm_out = SchedulerOutput(
+            scheduled_new_reqs=new_reqs,
+            scheduled_cached_reqs=cached_data,
+            num_scheduled_tokens=dict(out.num_scheduled_tokens),
+            total_num_scheduled_tokens=out.total_num_scheduled_tokens,
+            scheduled_spec_decode_tokens={},
+            scheduled_encoder_inputs={},
+            # Cascade attention is an optimisation hint; 0 turns it off.
+            num_common_prefix_blocks=[0],
+            preempted_req_ids=set(out.preempted_req_ids),
+            finished_req_ids=set(out.finished_req_ids),
+            free_encoder_mm_hashes=[],
+        )
+        # vLLM's engine and output processor read these off its own requests.
+        for rid, request in requests.items():
+            kv_request = kv_requests.get(rid)
+            if kv_request is None:
+                continue
+            request.status = _TO_VLLM_STATUS[kv_request.status]
+            request.num_computed_tokens = kv_request.num_computed_tokens
+            request.num_preemptions = kv_request.num_preemptions
+            if kv_request.num_cached_tokens >= 0:
+                request.num_cached_tokens = kv_request.num_cached_tokens
+        self._prev_step_scheduled = set(out.num_scheduled_tokens)
+        self._pending[id(vllm_out)] = out
+        return vllm_out
+
+    def update_from_output(
+        self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
+    ) -> dict[int, EngineCoreOutputs]:
+        kv_out = self._pending.pop(id(scheduler_output))
+        index = model_runner_output.req_id_to_index
+        sampled_lists = model_runner_output.sampled_token_ids
+        sampled = {
+            rid: list(sampled_lists[index[rid]])
+            for rid in scheduler_output.num_scheduled_tokens
+            if rid in index and sampled_lists and sampled_lists[index[rid]]
+        }
+        finished = {
+            r.request_id: r
+            for r in self.core.update_from_output(
+                kv_out, KvModelRunnerOutput(sampled_token_ids=sampled)
+            )
+        }
+        logprobs = model_runner_output.logprobs
+        prompt_logprobs = model_runner_output.prompt_logprobs_dict or {}
+        outputs: dict[int, list[EngineCoreOutput]] = defaultdict(list)
+        for rid in scheduler_output.num_scheduled_tokens:
+            request = self.requests.get(rid)
+            if request is None:
+                continue  # aborted while the step ran
+            new_token_ids = sampled.get(rid, [])
+            if new_token_ids:
+                request.append_output_token_ids(new_token_ids)
+            done = finished.get(rid)
+            finish_reason = None
+            if done is not None:
+                request.status = _TO_VLLM_STATUS[done.status]
+                # vLLM names the stop token, except for EOS (check_stop).
+                eos = request.sampling_params.eos_token_id
+                stop_reason = done.stop_reason
+                request.stop_reason = None if stop_reason == eos else stop_reason
+                finish_reason = request.get_finished_reason()
+                del self.requests[rid]
+                if self.finished_req_ids_dict is not None:
+                    self.finished_req_ids_dict[request.client_index].add(rid)
+            new_logprobs = None
+            if request.sampling_params.logprobs is not None and logprobs and new_token_ids:
+                new_logprobs = logprobs.slice_request(index[rid], len(new_token_ids))
+            prompt_tensors = prompt_logprobs.get(rid)
+            if new_token_ids or finish_reason is not None:
+                outputs[request.client_index].append(
+                    EngineCoreOutput(
+                        request_id=rid,
+                        new_token_ids=new_token_ids,
+                        finish_reason=finish_reason,
+                        new_logprobs=new_logprobs,
+                        new_prompt_logprobs_tensors=prompt_tensors,
+                        stop_reason=request.stop_reason,
+                        events=request.take_events(),
+                        trace_headers=request.trace_headers,
+                        num_cached_tokens=request.num_cached_tokens,
+                    )
+                )
+        engine_outputs = {
+            client: EngineCoreOutputs(outputs=outs) for client, outs in outputs.items()
+        }
+        if self.finished_req_ids_dict is not None:
+            for client, ids in self.finished_req_ids_dict.items():
+                if client in engine_outputs:
+                    engine_outputs[client].finished_requests = ids
+                else:
+                    engine_outputs[client] = EngineCoreOutputs(finished_requests=ids)
+            self.finished_req_ids_dict.clear()
+        if engine_outputs and self.log_stats:
+            next(iter(engine_outputs.values())).scheduler_stats = self.make_stats()
+        return engine_outputs
+
+    # -- requests out --------------------------------------------------------------
+
+    def finish_requests(
+        self, request_ids: str | Iterable[str] | None, finished_status: VllmStatus
+    ) -> list[tuple[str, int]]:
+        if isinstance(request_ids, str):
+            request_ids = (request_ids,)
+        ids = list(self.requests) if request_ids is None else list(request_ids)
+        done = self.core.finish_requests(ids, _TO_KV_STATUS[finished_status])
+        result = []
+        for kv_request in done:
+            request = self.requests.pop(kv_request.request_id, None)
+            if request is None:
+                continue
+            request.status = finished_status
+            result.append((request.request_id, request.client_index))
+            if self.finished_req_ids_dict is not None:
+                self.finished_req_ids_dict[request.client_index].add(request.request_id)
+        return result
+
+    def get_num_unfinished_requests(self) -> int:
+        return len(self.requests)
+
+    def has_finished_requests(self) -> bool:
+        return bool(self.core.finished_req_ids)
+
+    def get_request_counts(self) -> tuple[int, int]:
+        return self.core.get_request_counts()
+
+    # -- the rest of the interface ---------------------------------------------------
+
+    def get_grammar_bitmask(self, scheduler_output: SchedulerOutput) -> None:
+        return None  # structured output is refused per request
+
+    def update_draft_token_ids(self, draft_token_ids: Any) -> None:
+        return None  # speculative decoding is refused at start-up
+
+    def update_draft_token_ids_in_output(
+        self, draft_token_ids: Any, scheduler_output: SchedulerOutput
+    ) -> None:
+        return None
+
+    @property
+    def pause_state(self) -> PauseState:
+        return self._pause_state
+
+    def set_pause_state(self, pause_state: PauseState) -> None:
+        self._pause_state = pause_state
+
+    def reset_prefix_cache(
+        self, reset_running_requests: bool = False, reset_connector: bool = False
+    ) -> bool:
+        if reset_running_requests:
+            raise UnsupportedByKvframe(
+                "the kvframe scheduler cannot reset the prefix cache under running requests"
+            )
+        return self.core.reset_prefix_cache()
+
+    def reset_encoder_cache(self) -> None:
+        return None  # no encoder inputs (multimodal models are refused)
+
+    def make_stats(self, *args: Any, **kwargs: Any) -> SchedulerStats | None:
+        if not self.log_stats:
+            return None
+        running, waiting = self.core.get_request_counts()
+        return SchedulerStats(
+            num_running_reqs=running,
+            num_waiting_reqs=waiting,
+            kv_cache_usage=self.core.kv_cache_manager.usage,
+        )
+
+    def shutdown(self) -> None:
+        return None

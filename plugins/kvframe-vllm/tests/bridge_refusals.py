@@ -1,0 +1,121 @@
+"""Run under the vLLM interpreter: what KvframeScheduler refuses, printed as JSON.
+
+Used by ``test_scheduler_bridge.py``; each check builds a real VllmConfig the
+way the differential harness's vLLM driver does, changes one thing, and
+records the exception type and message (or ``null`` when nothing was raised).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+
+HARNESS = Path(__file__).resolve().parents[3] / "tools" / "differential"
+sys.path.insert(0, str(HARNESS))
+
+
+def build(**changes: Any) -> Any:
+    import torch
+    from kvframe_vllm.scheduler import KvframeScheduler
+    from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm_driver import _model_dir
+
+    scheduler_config = SchedulerConfig(
+        max_num_seqs=8,
+        max_num_batched_tokens=256,
+        max_model_len=1024,
+        is_encoder_decoder=False,
+        async_scheduling=changes.pop("async_scheduling", False),
+    )
+    vllm_config = VllmConfig(
+        scheduler_config=scheduler_config,
+        model_config=ModelConfig(
+            model=str(_model_dir()), max_model_len=1024, skip_tokenizer_init=True, dtype="float16"
+        ),
+        cache_config=CacheConfig(block_size=16),
+        device_config=DeviceConfig(device="cpu"),
+        additional_config=changes.pop("additional_config", {}),
+        **changes,
+    )
+    kv_cache_config = KVCacheConfig(
+        num_blocks=64,
+        kv_cache_tensors=[],
+        kv_cache_groups=[
+            KVCacheGroupSpec(
+                ["layer"],
+                FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=1, dtype=torch.float32),
+            )
+        ],
+    )
+    return KvframeScheduler(vllm_config, kv_cache_config, None, block_size=16)
+
+
+def request(request_id: str, **params: Any) -> Any:
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.request import Request
+
+    return Request(
+        request_id=request_id,
+        prompt_token_ids=list(range(10, 50)),
+        sampling_params=SamplingParams(max_tokens=4, **params),
+        pooling_params=None,
+        arrival_time=0.0,
+    )
+
+
+def outcome(fn: Any) -> dict[str, str] | None:
+    try:
+        fn()
+    except Exception as exc:  # the point is to report whatever was raised
+        return {"type": type(exc).__name__, "message": str(exc)}
+    return None
+
+
+def main() -> None:
+    from vllm.config import LoRAConfig
+
+    results = {
+        "lora": outcome(lambda: build(lora_config=LoRAConfig())),
+        "async": outcome(lambda: build(async_scheduling=True)),
+        "typo": outcome(lambda: build(additional_config={"kvframe_scheduler": "fcsf"})),
+        "bad_option": outcome(
+            lambda: build(additional_config={"kvframe_scheduler": "continuum:ttl=sometimes"})
+        ),
+        "fine": outcome(lambda: build(additional_config={"kvframe_scheduler": "priority"})),
+    }
+    scheduler = build()
+    results["min_tokens"] = outcome(lambda: scheduler.add_request(request("a", min_tokens=2)))
+    results["unknown_xarg"] = outcome(
+        lambda: scheduler.add_request(request("b", extra_args={"kvframe_jobid": "j1"}))
+    )
+    results["bad_last_turn"] = outcome(
+        lambda: scheduler.add_request(request("c", extra_args={"kvframe_last_turn": "maybe"}))
+    )
+    results["agent_turn"] = outcome(
+        lambda: scheduler.add_request(
+            request(
+                "d",
+                extra_args={
+                    "kvframe_job_id": 7,
+                    "kvframe_turn": "2",
+                    "kvframe_last_turn": "false",
+                    "kvframe_tool": "search",
+                },
+            )
+        )
+    )
+    turn = scheduler.core.requests.get("d")
+    results["agent_fields"] = (
+        None if turn is None else [turn.job_id, turn.turn, turn.is_last_turn, turn.tool_name]
+    )
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
