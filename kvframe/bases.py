@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Hashable, Iterable, Mapping, Sequence, Set
-from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from kvframe.events import (
@@ -140,6 +140,17 @@ class SchedulingPolicy(PluginBase):
     allocation, recompute preemption); a policy decides only the choices below.
     Constructed with its options only; ``attach`` follows once the scheduler
     exists. All methods run on the scheduler's hot path: keep them cheap.
+
+    Every method has a default, and the defaults are first-come-first-served
+    exactly as vLLM schedules by default. A policy that only changes the order
+    defines :meth:`sort_key` and nothing else::
+
+        class ShortestPromptFirst(kvframe.SchedulingPolicy):
+            name = "spf"
+            description = "Shortest prompt first; preempts the longest."
+
+            def sort_key(self, request):
+                return (request.num_prompt_tokens, request.arrival_time)
     """
 
     kind: ClassVar[str] = "scheduling"
@@ -147,15 +158,52 @@ class SchedulingPolicy(PluginBase):
     def attach(self, context: SchedulerContext) -> None:
         """Called once, before the first step, with the scheduler's view."""
 
-    @abc.abstractmethod
+    def sort_key(self, request: Request) -> Any:
+        """Override to order the waiting queues by this key, smallest first.
+
+        When a subclass defines it, the default :meth:`create_queue` returns a
+        :class:`~kvframe.request_queues.SortedRequestQueue` on it (equal keys
+        first-come-first-served), :meth:`select_queue` admits from the queue
+        whose head has the smaller key, and :meth:`choose_victim` preempts the
+        running request with the largest key. The key is computed when a
+        request is queued. Not overridden, the queues are FIFO.
+        """
+        raise NotImplementedError("sort_key is optional: define it in a subclass to use it")
+
+    @property
+    def _sorted(self) -> bool:
+        return type(self).sort_key is not SchedulingPolicy.sort_key
+
     def create_queue(self) -> RequestQueue:
-        """Return a new, empty queue; used for both ``waiting`` and ``skipped_waiting``."""
+        """Return a new, empty queue; used for both ``waiting`` and ``skipped_waiting``.
 
-    @abc.abstractmethod
+        The default is the host's :class:`~kvframe.request_queues.FIFORequestQueue`,
+        or a :class:`~kvframe.request_queues.SortedRequestQueue` on
+        :meth:`sort_key` when the policy defines one. Override only for an
+        order neither can keep.
+        """
+        from kvframe.request_queues import FIFORequestQueue, SortedRequestQueue
+
+        if self._sorted:
+            return SortedRequestQueue(self.sort_key)
+        return FIFORequestQueue()
+
     def select_queue(self, waiting: RequestQueue, skipped_waiting: RequestQueue) -> RequestQueue:
-        """Pick the queue whose head is admitted next. At least one is non-empty."""
+        """Pick the queue whose head is admitted next. At least one is non-empty.
 
-    @abc.abstractmethod
+        Default: ``skipped_waiting`` first when it has requests (they were
+        queued before anything still waiting, as in vLLM's FCFS); with a
+        :meth:`sort_key`, the queue whose head has the smaller key (ties go to
+        ``skipped_waiting``).
+        """
+        if not skipped_waiting:
+            return waiting
+        if waiting and self._sorted:
+            key = self.sort_key
+            if key(waiting.peek_request()) < key(skipped_waiting.peek_request()):
+                return waiting
+        return skipped_waiting
+
     def choose_victim(self, running: Sequence[Request]) -> Request:
         """Pick the running request to preempt when an allocation fails.
 
@@ -163,7 +211,14 @@ class SchedulingPolicy(PluginBase):
         elements; the core removes it from ``running`` and preempts it. If the
         victim is the request being allocated for, that request is not scheduled
         this step.
+
+        Default: the last admitted (``running[-1]``, vLLM's FCFS victim); with
+        a :meth:`sort_key`, the request with the largest key (the earliest in
+        ``running`` among equal keys).
         """
+        if self._sorted:
+            return max(running, key=self.sort_key)
+        return running[-1]
 
     def reclaim_retained(self, num_blocks_needed: int) -> bool:
         """An allocation failed: release retained requests instead of preempting?
@@ -182,10 +237,19 @@ class SchedulingPolicy(PluginBase):
         """Called when a request is added, before it is queued."""
 
     def on_abort(self, request: Request) -> None:
-        """Called after a request was aborted (its blocks are already released)."""
+        """Called after a request was aborted (``finish_requests`` with the abort status).
+
+        The request has left the queues and ``running``. Its blocks are
+        released now, unless a KV load or store for it is still in flight: then
+        the core keeps them until the worker reports the transfer done. A
+        retained request that is aborted only has its retention released (it
+        had finished already: no second ``on_abort``).
+        """
 
     def on_finish(self, request: Request) -> float | None:
-        """Called when a request finishes (not when aborted).
+        """Called when a request finishes (not when aborted): by a stop token or
+        ``max_tokens``, or from outside by ``finish_requests`` with a finished
+        status other than abort (e.g. a stop string found by the front end).
 
         Return a deadline (virtual time) to ask the core to keep the request's
         KV blocks until then, or ``None`` to free them now as vLLM does.

@@ -31,7 +31,7 @@ the head and drops the popped block's hash. Passing an
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from kvframe.events import AllBlocksCleared, BlockHash, BlockRemoved, BlockStored, KVEvent
@@ -373,6 +373,14 @@ class BlockPool:
         """
         return self.cached_block_hash_to_block.get_prefix(block_hashes, max_num_blocks)
 
+    def record_lookup(self, block_hashes: Sequence[BlockHash]) -> None:
+        """A request is being admitted with these block hashes.
+
+        The default pool learns nothing from lookups (vLLM's LRU is ordered
+        by release alone); :class:`PolicyOrderedBlockPool` reports the misses
+        to its policy.
+        """
+
     # --------------------------------------------------------------- caching
 
     def cache_full_blocks(
@@ -623,32 +631,51 @@ class PolicyOrderedBlockPool(BlockPool):
     * free blocks *with* a hash are the policy's eviction candidates.
 
     Allocation takes uncached free blocks first and asks
-    ``policy.evict(n, protected)`` only for the rest, so a cached block is
+    ``policy.evict(n, frozenset())`` only for the rest, so a cached block is
     never evicted while an uncached block is free. (vLLM's LRU can evict a
     cached block at the head of its queue while an uncached one waits behind
-    it; with a policy that does not happen.)
+    it; compare a policy with ``--gpu-eviction lru``, which has the same
+    structure, to isolate the policy's effect.)
 
-    What the policy sees. Keys are ``(block_hash, block_id)``: several blocks
-    with equal content are distinct entries, and ``key[0]`` still tells the
-    policy which content it is. Every time a request *releases* a cached
-    block (its table is freed, whether or not others still share the block),
-    that counts as one use:
+    The GPU-tier contract -- what the policy sees:
 
-    * the block's first release ``insert``\\ s it;
-    * each later release ``touch``\\ es it (batched; among the blocks one call
-      releases, the head block is the most important, the tail the least);
-    * ``remove`` when its hash is dropped other than by ``evict``
-      (:meth:`evict_blocks`, :meth:`reset_prefix_cache`);
-    * ``evict`` when allocation needs cached blocks; tracked blocks may be in
-      use again (a later prefix hit), and the policy must skip those
-      (``ref_cnt != 0``), as its contract says.
+    * **Keys are content.** A key is a block hash. The policy holds exactly
+      the content that is cached, idle and evictable now -- what vLLM's free
+      queue holds, minus the uncached blocks -- so every block it is given has
+      ``ref_cnt == 0`` and ``evict`` never has to skip anything: in-use blocks
+      cost it nothing. Content that comes back after an eviction comes back
+      under the same key (whatever block id holds it now), so ghost entries
+      (ARC's B1/B2, S3-FIFO's ghost queue) recognise it.
+    * ``insert(hash, block)`` when a cached block's last reference is
+      dropped (release order: a request's tail block first, as vLLM frees),
+      immediately followed by ``touch([hash])`` if a prefix hit took the block
+      since it was last idle: the content was used by more than one request.
+    * ``remove(hash)`` when a prefix hit takes an idle cached block (it is in
+      use now, not evictable), and when a hash is dropped other than by
+      ``evict`` (:meth:`evict_blocks`, :meth:`reset_prefix_cache`). A removal
+      is not an eviction: policies leave no ghost for it.
+    * ``touch(missed)`` once per admission (:meth:`record_lookup`): the
+      request's block hashes that are not cached on the GPU -- the misses,
+      in prefix order. This is the offload connector's touch-before-lookup:
+      unknown keys are ignored, and a ghost key tells an adaptive policy it
+      evicted something too early (vLLM's ARC moves its target there).
+    * ``evict(n, frozenset())`` when allocation needs ``n`` cached blocks. It
+      must succeed: every held block is idle and nothing is protected.
 
-    Why at release, not at caching or at a hit: vLLM orders eviction by
-    release time (tail block first), so an LRU policy fed this way evicts
-    exactly like the default pool; and a block used by one request only is
-    inserted once and never touched, so a frequency-aware policy (ARC, LFU)
-    sees ``1 + touches`` = the number of requests that used the block.
-    Prefix hits themselves are not reported: the hitting request's release is.
+    Duplicates. Two blocks can hold the same content: a request whose whole
+    prompt is cached still recomputes its last block (the hit is capped at
+    ``num_tokens - 1``), so that block is cached a second time. When a block
+    becomes idle while another idle block already holds its hash, its key is
+    ``(block_hash, block_id)`` instead: each idle block stays one entry, so
+    an LRU keeps vLLM's order exactly, while the content's main entry keeps
+    its history. :attr:`evictable` maps every key to its block.
+
+    Why this reproduces vLLM with ``lru``: the default pool's eviction order
+    is release order, and an LRU policy fed inserts in release order evicts
+    in release order; a touch right after an insert moves nothing, touches of
+    missed keys find nothing, and a prefix hit takes a block out of both.
+    Tested on block-aligned workloads, where every freed block is full:
+    identical block ids and events.
     """
 
     def __init__(
@@ -665,10 +692,34 @@ class PolicyOrderedBlockPool(BlockPool):
             raise ValueError(problem)
         super().__init__(num_gpu_blocks, enable_caching, enable_kv_cache_events)
         self.eviction_policy = eviction_policy
-        # Ids of the cached blocks the policy tracks (released at least once).
-        self.tracked_block_ids: set[int] = set()
-        # Free blocks that carry a hash: held by the policy, not the queue.
-        self.num_evictable_cached_blocks = 0
+        self.evictable: dict[Hashable, KVCacheBlock] = {}
+        """Idle cached blocks by policy key, in release order: exactly the policy's keys."""
+        # Ids of cached blocks a prefix hit took since they were last idle.
+        self._hit_block_ids: set[int] = set()
+
+    @property
+    def num_evictable_cached_blocks(self) -> int:
+        """Idle cached blocks (held by the policy)."""
+        return len(self.evictable)
+
+    def record_lookup(self, block_hashes: Sequence[BlockHash]) -> None:
+        """A request is admitted: tell the policy which of its blocks missed.
+
+        Called once per admission, before the hits are taken, with the
+        request's block hashes. The hashes cached on the GPU (hits, and the
+        rare cached block after a miss) are left out: touching an idle cached
+        block would reorder it although nobody used it.
+        """
+        index = self.cached_block_hash_to_block
+        missed = [block_hash for block_hash in block_hashes if block_hash not in index]
+        if missed:
+            self.eviction_policy.touch(missed)
+
+    def _key_of(self, block: KVCacheBlock, block_hash: BlockHash) -> Hashable:
+        """The policy key of an idle cached block."""
+        return (
+            block_hash if self.evictable.get(block_hash) is block else (block_hash, block.block_id)
+        )
 
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
         """Uncached free blocks first, then blocks the policy evicts."""
@@ -678,99 +729,117 @@ class PolicyOrderedBlockPool(BlockPool):
             )
         queue = self.free_block_queue
         from_queue = min(num_blocks, queue.num_free_blocks)
-        blocks = queue.popleft_n(from_queue)
         num_to_evict = num_blocks - from_queue
+        victims: list[KVCacheBlock] = []
         if num_to_evict > 0:
-            victims = self.eviction_policy.evict(num_to_evict, _NOTHING_PROTECTED)
-            if victims is None or len(victims) != num_to_evict:
-                raise RuntimeError(
-                    f"eviction policy could not evict {num_to_evict} blocks although "
-                    f"{self.num_evictable_cached_blocks} cached blocks are free"
-                )
-            self.num_evictable_cached_blocks -= num_to_evict
-            tracked = self.tracked_block_ids
-            for _, victim in victims:
-                assert isinstance(victim, KVCacheBlock) and victim.ref_cnt == 0, victim
-                tracked.discard(victim.block_id)
-                self._drop_hash(victim)
-                blocks.append(victim)
+            victims = self._evict(num_to_evict)
+        blocks = queue.popleft_n(from_queue)
+        for victim in victims:
+            self._drop_hash(victim)
+            self._hit_block_ids.discard(victim.block_id)
+        blocks += victims
         for block in blocks:
             block.ref_cnt = 1
         return blocks
 
+    def _evict(self, n: int) -> list[KVCacheBlock]:
+        """Ask the policy for ``n`` victims and check them before anything changes."""
+        policy = self.eviction_policy
+        victims = policy.evict(n, _NOTHING_PROTECTED)
+        where = f"{type(policy).__name__}.evict({n}, frozenset()) on the GPU prefix cache"
+        if victims is None or len(victims) != n:
+            got = "None" if victims is None else f"{len(victims)} victims"
+            raise RuntimeError(
+                f"{where} returned {got} although it holds {len(self.evictable)} idle "
+                "blocks and nothing is protected: it must return exactly n victims"
+            )
+        evictable = self.evictable
+        blocks: list[KVCacheBlock] = []
+        for key, victim in victims:
+            block = evictable.get(key)  # type: ignore[arg-type]
+            if block is None or block is not victim:
+                raise RuntimeError(
+                    f"{where} returned ({key!r}, {victim!r}), which is not a key it holds "
+                    "with its block"
+                )
+            blocks.append(block)
+        if len(set(map(id, blocks))) != n:
+            raise RuntimeError(f"{where} returned the same key twice")
+        for key, _ in victims:
+            del evictable[key]
+        return blocks
+
     def touch(self, blocks: Iterable[KVCacheBlock]) -> None:
-        remove = self.free_block_queue.remove
+        evictable = self.evictable
+        policy = self.eviction_policy
+        hit = self._hit_block_ids
         for block in blocks:
-            if block.ref_cnt == 0 and not block.is_null:
-                if block.block_hash is not None:
-                    self.num_evictable_cached_blocks -= 1  # leaves the policy's candidates
-                else:
-                    remove(block)
+            if not block.is_null:
+                block_hash = block.block_hash
+                if block.ref_cnt == 0:
+                    if block_hash is not None:
+                        # In use from now on: no longer an eviction candidate.
+                        key = self._key_of(block, block_hash)
+                        del evictable[key]
+                        policy.remove(key)
+                    else:
+                        self.free_block_queue.remove(block)
+                if block_hash is not None:
+                    hit.add(block.block_id)
             block.ref_cnt += 1
 
     def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
         policy = self.eviction_policy
-        tracked = self.tracked_block_ids
+        evictable = self.evictable
+        hit = self._hit_block_ids
         uncached: list[KVCacheBlock] = []
-        touch_run: list[tuple[BlockHash, int]] = []
         for block in ordered_blocks:
-            block.ref_cnt -= 1
-            if block.is_null:
+            ref_cnt = block.ref_cnt - 1
+            block.ref_cnt = ref_cnt
+            if ref_cnt != 0 or block.is_null:
                 continue
             block_hash = block.block_hash
             if block_hash is None:
-                if block.ref_cnt == 0:
-                    uncached.append(block)
-                continue
-            if block.ref_cnt == 0:
-                self.num_evictable_cached_blocks += 1
-            key = (block_hash, block.block_id)
-            if block.block_id in tracked:
-                touch_run.append(key)
+                uncached.append(block)
             else:
-                # Keep the policy's view in release order: earlier touches first.
-                if touch_run:
-                    touch_run.reverse()  # the block to evict first goes last
-                    policy.touch(touch_run)
-                    touch_run = []
+                # Keyed by content; by (content, id) if another idle block has it.
+                key = (block_hash, block.block_id) if block_hash in evictable else block_hash
+                evictable[key] = block
                 policy.insert(key, block)
-                tracked.add(block.block_id)
-        if touch_run:
-            touch_run.reverse()
-            policy.touch(touch_run)
+                if block.block_id in hit:
+                    hit.discard(block.block_id)
+                    policy.touch((key,))
         self.free_block_queue.append_n(uncached)
 
     def evict_blocks(self, block_ids: Iterable[int]) -> None:
         for block_id in block_ids:
             block = self.blocks[block_id]
-            if block.block_hash is None:
+            block_hash = block.block_hash
+            if block_hash is None:
                 continue
-            if block_id in self.tracked_block_ids:
-                self.tracked_block_ids.discard(block_id)
-                self.eviction_policy.remove((block.block_hash, block_id))
-            self._drop_hash(block)
+            self._hit_block_ids.discard(block_id)
             if block.ref_cnt == 0:
-                self.num_evictable_cached_blocks -= 1
+                key = self._key_of(block, block_hash)
+                del self.evictable[key]
+                self.eviction_policy.remove(key)
+                self._drop_hash(block)
                 self.free_block_queue.append(block)
+            else:
+                self._drop_hash(block)
 
     def reset_prefix_cache(self) -> bool:
         if self.num_gpu_blocks - self.get_num_free_blocks() != 1:
             return False
-        # Every cached block is free, hence tracked: hand them back to the
-        # queue in the policy's eviction order, then forget all hashes.
-        policy = self.eviction_policy
-        num_cached = self.num_evictable_cached_blocks
-        victims = policy.evict(num_cached, _NOTHING_PROTECTED) if num_cached else []
-        if victims is None or len(victims) != num_cached:
-            raise RuntimeError(f"eviction policy could not evict all {num_cached} free blocks")
-        freed: list[KVCacheBlock] = []
-        for _, victim in victims:
-            assert isinstance(victim, KVCacheBlock)
-            freed.append(victim)
-        self.free_block_queue.append_n(freed)
-        self.tracked_block_ids.clear()
-        self.num_evictable_cached_blocks = 0
+        # Every cached block is idle, hence held by the policy: take them back
+        # (a reset is not an eviction, so no ghosts) and hand them to the
+        # queue in release order, then forget all hashes.
+        remove = self.eviction_policy.remove
+        for key in self.evictable:
+            remove(key)
+        self.free_block_queue.append_n(list(self.evictable.values()))
+        self.evictable.clear()
+        self._hit_block_ids.clear()
         return super().reset_prefix_cache()
 
     def get_num_free_blocks(self) -> int:
-        return self.free_block_queue.num_free_blocks + self.num_evictable_cached_blocks
+        return self.free_block_queue.num_free_blocks + len(self.evictable)

@@ -117,6 +117,8 @@ class KVCacheManager:
             enable_kv_cache_events=enable_kv_cache_events,
             eviction_policy=eviction_policy,
         )
+        # Only a policy-ordered pool learns from lookups; the default skips the call.
+        self._reports_lookups = enable_caching and eviction_policy is not None
         self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
         self.num_cached_block: dict[str, int] = {}
         self.prefix_cache_stats = PrefixCacheStats()
@@ -305,6 +307,9 @@ class KVCacheManager:
 
         req_blocks = self.req_to_blocks.get(request_id)
         if req_blocks is None:
+            # An admission. A policy-ordered pool tells its policy the misses.
+            if self._reports_lookups and not request.skip_reading_prefix_cache:
+                pool.record_lookup(request.block_hashes)
             req_blocks = self.req_to_blocks[request_id] = []
 
         if (new_computed_blocks or num_external_computed_tokens > 0) and (

@@ -202,15 +202,19 @@ class Scheduler:
     ) -> list[Request]:
         """Finish requests from outside (abort). ``None`` finishes every request.
 
-        Unknown or already finished ids are ignored. Aborting a retained request
-        releases its blocks. Returns the requests that were finished.
+        Unknown or already finished ids are ignored. Finishing a retained
+        request releases its blocks; ``None`` releases every retention too.
+        The policy hears of each request finished here: ``on_abort`` for the
+        abort status, ``on_finish`` for any other (which may retain the
+        request's blocks, except under ``None``). Returns the requests that
+        were finished.
         """
         if not RequestStatus.is_finished(finished_status):
             raise ValueError(f"{finished_status!r} is not a finished status")
         if isinstance(request_ids, str):
             ids: Iterable[str] = (request_ids,)
         elif request_ids is None:
-            ids = list(self.requests)
+            ids = [*self.retained, *self.requests]
         else:
             ids = dict.fromkeys(request_ids)  # unique, in the caller's order
 
@@ -248,9 +252,11 @@ class Scheduler:
                 self.stats.num_aborted += 1
             if loading:
                 self._awaiting_load[request.request_id] = request
-            self._on_finished(request, allow_retention=False)
             if finished_status == RequestStatus.FINISHED_ABORTED:
+                self._on_finished(request, allow_retention=False)
                 self.policy.on_abort(request)
+            else:  # e.g. a stop string the front end found: a normal finish
+                self._on_finished(request, allow_retention=request_ids is not None, notify=True)
         return valid
 
     def get_request_counts(self) -> tuple[int, int]:
@@ -649,8 +655,14 @@ class Scheduler:
     # Finishing, retention, preemption
     # ------------------------------------------------------------------
 
-    def _on_finished(self, request: Request, *, allow_retention: bool) -> None:
-        """A request reached a finished status: free, or hand its blocks to their holders."""
+    def _on_finished(
+        self, request: Request, *, allow_retention: bool, notify: bool | None = None
+    ) -> None:
+        """A request reached a finished status: free, or hand its blocks to their holders.
+
+        ``notify`` (default: ``allow_retention``) calls the policy's
+        ``on_finish``; its deadline is honoured only with ``allow_retention``.
+        """
         request_id = request.request_id
         self.finished_req_ids.add(request_id)
         del self.requests[request_id]
@@ -660,9 +672,9 @@ class Scheduler:
             request, self.kv_cache_manager.get_block_ids(request_id)
         ):
             self._awaiting_store[request_id] = request
-        if allow_retention:
+        if allow_retention if notify is None else notify:
             deadline = self.policy.on_finish(request)
-            if deadline is not None and deadline > self._now:
+            if allow_retention and deadline is not None and deadline > self._now:
                 self.retained.add(Retention(request, float(deadline), self._now))
                 self.stats.num_retentions += 1
         self._free_if_unheld(request)

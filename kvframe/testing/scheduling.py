@@ -24,14 +24,15 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import Counter, deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections import Counter
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import attrs
 
 from kvframe.bases import SchedulerContext, SchedulingPolicy
 from kvframe.request import Request, RequestQueue, RequestStatus
+from kvframe.request_queues import FIFORequestQueue
 from kvframe.testing.common import ContractViolation, PluginSuite, PluginTarget, suite_settings
 
 __all__ = ["FIFOQueue", "ReferenceFIFOPolicy", "SchedulingPolicySuite", "Workload"]
@@ -52,48 +53,8 @@ after which the run counts as stalled."""
 # ==========================================================================
 
 
-class FIFOQueue:
-    """A deque in arrival order; prepending puts requests back at the head."""
-
-    __slots__ = ("_deque",)
-
-    def __init__(self) -> None:
-        self._deque: deque[Request] = deque()
-
-    def add_request(self, request: Request) -> None:
-        self._deque.append(request)
-
-    def pop_request(self) -> Request:
-        return self._deque.popleft()
-
-    def peek_request(self) -> Request:
-        if not self._deque:
-            raise IndexError("peek from an empty queue")
-        return self._deque[0]
-
-    def prepend_request(self, request: Request) -> None:
-        self._deque.appendleft(request)
-
-    def prepend_requests(self, requests: RequestQueue) -> None:
-        self._deque.extendleft(requests)
-
-    def remove_request(self, request: Request) -> None:
-        self._deque.remove(request)
-
-    def remove_requests(self, requests: Iterable[Request]) -> None:
-        drop = set(requests)
-        kept = [r for r in self._deque if r not in drop]
-        self._deque.clear()
-        self._deque.extend(kept)
-
-    def __len__(self) -> int:
-        return len(self._deque)
-
-    def __bool__(self) -> bool:
-        return bool(self._deque)
-
-    def __iter__(self) -> Iterator[Request]:
-        return iter(self._deque)
+FIFOQueue = FIFORequestQueue
+"""The host's FIFO queue (kept under this name for importers of the suite)."""
 
 
 class ReferenceFIFOPolicy(SchedulingPolicy):
@@ -107,14 +68,8 @@ class ReferenceFIFOPolicy(SchedulingPolicy):
     name = "kvframe-suite-fifo"
     description = "The conformance suite's reference FIFO policy."
 
-    def create_queue(self) -> FIFOQueue:
-        return FIFOQueue()
-
-    def select_queue(self, waiting: RequestQueue, skipped_waiting: RequestQueue) -> RequestQueue:
-        return skipped_waiting if skipped_waiting else waiting
-
-    def choose_victim(self, running: Sequence[Request]) -> Request:
-        return running[-1]
+    # The base's defaults are exactly FCFS: the host's FIFO queue, skipped
+    # requests first, the newest running request as the victim.
 
 
 # ==========================================================================

@@ -62,7 +62,6 @@ class BlockPoolMachine(RuleBasedStateMachine):
         self.index: dict[bytes, list[int]] = {}
         self.free_order = list(range(1, NUM_BLOCKS))  # policy mode: uncached free only
         self.cached_lru: list[int] = []  # policy mode: free cached, evict-first first
-        self.released: set[int] = set()  # policy mode: cached blocks released at least once
         self.num_stored = self.num_removed = 0
 
     # ------------------------------------------------------------ model ops
@@ -77,7 +76,6 @@ class BlockPoolMachine(RuleBasedStateMachine):
         if not self.index[block_hash]:
             del self.index[block_hash]
         self.hash_of[block_id] = None
-        self.released.discard(block_id)
         self.num_removed += 1
 
     def model_allocate(self, n: int) -> list[int]:
@@ -123,6 +121,7 @@ class BlockPoolMachine(RuleBasedStateMachine):
         rid = f"r{self.next_id}"
         self.next_id += 1
         request = Request(rid, tokens, 1, block_hasher=HASHER)
+        self.pool.record_lookup(request.block_hashes)  # misses: an LRU ignores them
         hits = []
         for block_hash in request.block_hashes:
             block = self.pool.get_cached_block(block_hash)
@@ -184,8 +183,6 @@ class BlockPoolMachine(RuleBasedStateMachine):
         self.pool.free_blocks(reversed([self.pool.blocks[i] for i in table]))
         for block_id in reversed(table):
             self.ref[block_id] -= 1
-            if self.hash_of[block_id] is not None:
-                self.released.add(block_id)
             if self.ref[block_id] == 0:
                 self.model_release(block_id)
 
@@ -198,7 +195,6 @@ class BlockPoolMachine(RuleBasedStateMachine):
             self.hash_of = [None] * NUM_BLOCKS
             self.free_order += self.cached_lru
             self.cached_lru = []
-            self.released.clear()
 
     @rule(block_ids=st.lists(st.integers(1, NUM_BLOCKS - 1), max_size=3, unique=True))
     def evict_blocks(self, block_ids: list[int]) -> None:
@@ -283,14 +279,18 @@ class BlockPoolMachine(RuleBasedStateMachine):
         } == self.index
         if isinstance(pool, PolicyOrderedBlockPool):
             policy = pool.eviction_policy
+            # The policy holds exactly the idle cached content, keyed by hash,
+            # in release order (an LRU's order).
+            # A duplicate of a held content is keyed by (hash, block id).
             keys = list(policy.entries)  # type: ignore[attr-defined]
-            # The policy tracks the cached blocks released at least once, which
-            # include every free cached block.
-            assert set(keys) == {(self.hash_of[b], b) for b in self.released}
-            assert set(self.cached_lru) <= self.released
-            assert pool.tracked_block_ids == self.released
-            lru_free = [block_id for (_, block_id) in keys if self.ref[block_id] == 0]
-            assert lru_free == self.cached_lru
+            assert [b.block_id for b in pool.evictable.values()] == self.cached_lru
+            assert list(pool.evictable) == keys
+            for key, block in pool.evictable.items():
+                assert key in (block.block_hash, (block.block_hash, block.block_id))
+            assert len({block.block_hash for block in pool.evictable.values()}) == sum(
+                1 for key in keys if not isinstance(key, tuple)
+            )
+            assert all(block.ref_cnt == 0 for block in policy.entries.values())  # type: ignore[attr-defined]
 
     @invariant()
     def events_match_model(self) -> None:

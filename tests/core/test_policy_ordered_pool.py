@@ -56,47 +56,102 @@ def test_constructor_picks_the_policy_pool(lru_policy_cls: type) -> None:
         PolicyOrderedBlockPool(8)
 
 
-def test_policy_sees_each_release_as_one_use(lru_policy_cls: type) -> None:
+def test_policy_holds_idle_content_keyed_by_hash(lru_policy_cls: type) -> None:
     policy = RecordingPolicy(lru_policy_cls(5))
     pool = BlockPool(5, eviction_policy=policy)  # type: ignore[arg-type]
     a = req("a", list(range(8)))
     blocks = pool.get_new_blocks(2)
     pool.cache_full_blocks(a, blocks, 0, 2, BS)
-    assert policy.calls == []  # caching alone is not a use yet
-    keys = [(a.block_hashes[i], blocks[i].block_id) for i in range(2)]
+    assert policy.calls == []  # caching an in-use block: nothing to evict yet
+    keys = a.block_hashes[:2]
     pool.free_blocks(reversed(blocks))
-    # First release: inserted in release order (tail first = evicted first).
+    # Idle now: inserted in release order (tail first = evicted first).
     assert policy.calls == [("insert", keys[1]), ("insert", keys[0])]
     assert pool.get_num_free_blocks() == 4
-    assert pool.num_evictable_cached_blocks == 2
+    assert list(pool.evictable) == [keys[1], keys[0]]
     policy.calls.clear()
-    pool.touch(blocks)  # a prefix hit: not reported ...
-    assert policy.calls == []
+    pool.touch(blocks)  # a prefix hit takes both out of the policy ...
+    assert policy.calls == [("remove", keys[0]), ("remove", keys[1])]
+    assert not policy.inner.entries and pool.num_evictable_cached_blocks == 0
     assert pool.get_num_free_blocks() == 2
-    pool.touch(blocks[:1])  # ... nor a second sharer
-    pool.free_blocks(reversed(blocks))  # ... the releases are, head most important
-    assert policy.calls == [("touch", keys)]
-    assert pool.num_evictable_cached_blocks == 1  # block 1 is still shared
+    policy.calls.clear()
+    pool.touch(blocks[:1])  # ... a second sharer changes nothing for the policy
+    pool.free_blocks(reversed(blocks))
+    # Block 2 is idle again: inserted, then touched (a hit used it since).
+    assert policy.calls == [("insert", keys[1]), ("touch", [keys[1]])]
     policy.calls.clear()
     pool.free_blocks(blocks[:1])
-    assert policy.calls == [("touch", keys[:1])]
+    assert policy.calls == [("insert", keys[0]), ("touch", [keys[0]])]
     assert pool.get_num_free_blocks() == 4
     policy.calls.clear()
     # Two uncached blocks are free: they go first, without asking the policy.
     assert [b.block_id for b in pool.get_new_blocks(2)] == [3, 4]
     assert policy.calls == []
-    # The next must be evicted: block 2 was released before block 1.
+    # The next must be evicted: block 2 became idle before block 1.
     assert pool.get_new_blocks(1) == [blocks[1]]
     assert policy.calls == [("evict", 1)]
     assert blocks[1].block_hash is None and pool.num_cached_blocks == 1
-    assert pool.tracked_block_ids == {blocks[0].block_id}
+    assert list(pool.evictable) == [keys[0]]
     pool.get_new_blocks(1)
     with pytest.raises(ValueError):
         pool.get_new_blocks(1)
 
 
+def test_in_use_blocks_are_never_in_the_policy(lru_policy_cls: type) -> None:
+    """What the policy holds is what it may evict: ``evict`` never skips a block."""
+    policy = lru_policy_cls(8)
+    manager = KVCacheManager(8, BS, 4096, eviction_policy=policy)
+    a = req("a", list(range(4 * BS)))
+    hits, num_hit = manager.get_computed_blocks(a)
+    manager.allocate_slots(a, a.num_tokens, num_hit, hits)
+    manager.free(a)
+    assert len(policy.entries) == 4
+    b = req("b", list(range(2 * BS)) + [7] * BS)
+    hits, num_hit = manager.get_computed_blocks(b)
+    assert num_hit == 2 * BS
+    manager.allocate_slots(b, b.num_tokens - num_hit, num_hit, hits)
+    assert set(policy.entries) == set(a.block_hashes[2:4])  # b's hits left the policy
+    assert all(block.ref_cnt == 0 for block in policy.entries.values())
+
+
+def test_admission_touches_the_missed_hashes_only(lru_policy_cls: type) -> None:
+    policy = RecordingPolicy(lru_policy_cls(8))
+    manager = KVCacheManager(8, BS, 4096, eviction_policy=policy)  # type: ignore[arg-type]
+    a = req("a", list(range(2 * BS)))
+    hits, num_hit = manager.get_computed_blocks(a)
+    manager.allocate_slots(a, a.num_tokens, num_hit, hits)
+    assert policy.calls == [("touch", a.block_hashes[:2])]  # everything missed
+    manager.free(a)
+    policy.calls.clear()
+    b = req("b", [*list(range(3 * BS)), 1])
+    hits, num_hit = manager.get_computed_blocks(b)
+    assert num_hit == 2 * BS
+    assert manager.allocate_slots(b, b.num_tokens - num_hit, num_hit, hits) is not None
+    # The hits are removed (now in use), the one miss is touched first.
+    assert policy.calls[0] == ("touch", [b.block_hashes[2]])
+    assert sorted(c[0] for c in policy.calls[1:]) == ["remove", "remove"]
+    policy.calls.clear()
+    manager.allocate_slots(b, 1)  # a running request: no lookup to report
+    assert policy.calls == []
+
+
+def test_a_policy_that_fails_to_evict_is_named(lru_policy_cls: type) -> None:
+    class Refusing(lru_policy_cls):  # type: ignore[misc, valid-type]
+        def evict(self, n, protected):
+            return None
+
+    pool = BlockPool(3, eviction_policy=Refusing(3))
+    a = req("a", list(range(8)))
+    blocks = pool.get_new_blocks(2)
+    pool.cache_full_blocks(a, blocks, 0, 2, BS)
+    pool.free_blocks(reversed(blocks))
+    with pytest.raises(RuntimeError, match=r"Refusing\.evict\(1, frozenset\(\)\).*2 idle"):
+        pool.get_new_blocks(1)
+    assert pool.get_num_free_blocks() == 2 and pool.num_cached_blocks == 2  # nothing lost
+
+
 def test_mixed_release_keeps_release_order(lru_policy_cls: type) -> None:
-    """Hit blocks (touched) and new blocks (inserted) released in one call."""
+    """Hit blocks and new blocks released in one call are inserted in release order."""
     policy = RecordingPolicy(lru_policy_cls(8))
     pool = BlockPool(8, eviction_policy=policy)  # type: ignore[arg-type]
     a = req("a", list(range(8)))
@@ -109,8 +164,15 @@ def test_mixed_release_keeps_release_order(lru_policy_cls: type) -> None:
     pool.cache_full_blocks(b, table, 2, 4, BS)
     policy.calls.clear()
     pool.free_blocks(reversed(table))
-    keys = [(b.block_hashes[i], table[i].block_id) for i in range(4)]
-    assert policy.calls == [("insert", keys[3]), ("insert", keys[2]), ("touch", keys[:2])]
+    keys = b.block_hashes[:4]
+    assert policy.calls == [
+        ("insert", keys[3]),
+        ("insert", keys[2]),
+        ("insert", keys[1]),
+        ("touch", [keys[1]]),
+        ("insert", keys[0]),
+        ("touch", [keys[0]]),
+    ]
     evicted = [blk.block_id for blk in pool.get_new_blocks(7)[3:]]  # 3 uncached first
     assert evicted == [table[3].block_id, table[2].block_id, table[1].block_id, table[0].block_id]
 
@@ -144,7 +206,8 @@ def test_uncached_free_blocks_are_used_before_evicting(lru_policy_cls: type) -> 
     assert [b.block_id for b in ordered2.get_new_blocks(1)] == [3]  # keeps the cache
 
 
-def test_duplicate_hash_blocks_are_distinct_policy_keys(lru_policy_cls: type) -> None:
+def test_a_duplicate_idle_block_is_keyed_by_hash_and_id(lru_policy_cls: type) -> None:
+    """Two idle blocks with one content stay two entries, in release order."""
     policy = lru_policy_cls(6)
     pool = BlockPool(6, eviction_policy=policy, enable_kv_cache_events=True)
     a, b = req("a", list(range(4))), req("b", list(range(4)))
@@ -154,12 +217,16 @@ def test_duplicate_hash_blocks_are_distinct_policy_keys(lru_policy_cls: type) ->
     pool.cache_full_blocks(b, [block_b], 0, 1, BS)
     pool.free_blocks([block_b])
     pool.free_blocks([block_a])
-    assert list(policy.entries) == [(a.block_hashes[0], 2), (a.block_hashes[0], 1)]
+    content = a.block_hashes[0]
+    assert list(policy.entries) == [content, (content, block_a.block_id)]
+    pool.touch([block_a])  # a hit on the duplicate takes it out under its own key
+    assert list(policy.entries) == [content]
+    pool.free_blocks([block_a])
     pool.get_new_blocks(3)  # uncached 3, 4, 5
     pool.take_events()
     assert pool.get_new_blocks(1) == [block_b]  # released first, evicted first
-    assert pool.get_cached_block(a.block_hashes[0]) is block_a
-    assert pool.take_events() == [BlockRemoved((a.block_hashes[0],))]
+    assert pool.get_cached_block(content) is block_a
+    assert pool.take_events() == [BlockRemoved((content,))]
 
 
 def test_evict_blocks_moves_free_block_to_the_queue(lru_policy_cls: type) -> None:
@@ -169,6 +236,7 @@ def test_evict_blocks_moves_free_block_to_the_queue(lru_policy_cls: type) -> Non
     blocks = pool.get_new_blocks(2)
     pool.cache_full_blocks(a, blocks, 0, 2, BS)
     pool.free_blocks([blocks[1]])  # block 2 free & cached, block 1 in use
+    assert list(policy.entries) == [a.block_hashes[1]]
     pool.evict_blocks([1, 2])
     assert not policy.entries
     assert pool.num_evictable_cached_blocks == 0

@@ -249,3 +249,24 @@ def test_a_retry_after_a_reclaim_does_not_ask_the_connector_again():
     assert "a" not in s.retained
     assert out.num_scheduled_tokens == {"c": 16}
     assert calls == ["c"]
+
+
+def test_on_abort_runs_while_a_pending_load_still_holds_the_blocks():
+    """What ``SchedulingPolicy.on_abort`` documents: not "blocks already released"."""
+    seen: list[int] = []
+
+    class Watching(FCFSPolicy):
+        def on_abort(self, request) -> None:
+            seen.append(s.kv_cache_manager.num_free_blocks)
+
+    connector = ScriptedConnector({"a": [(8, True)]})
+    s = make(connector)
+    s.policy = Watching()
+    add(s, "a", 12)
+    out = s.schedule()
+    s.update_from_output(out, empty_output())
+    s.finish_requests("a")
+    assert seen == [31 - 2]  # the load still writes into a's blocks
+    out = s.schedule()
+    s.update_from_output(out, empty_output(finished_recving={"a"}))
+    assert s.kv_cache_manager.num_free_blocks == 31

@@ -123,3 +123,62 @@ def test_default_policies_never_retain():
     add(s, "a", 8, max_tokens=1)
     step(s)
     assert not s.retained and s.stats.num_retentions == 0
+
+
+class Recording(RetainFor):
+    """Retains like RetainFor and records the finish / abort hooks."""
+
+    name = "recording"
+
+    def __init__(self, **options) -> None:
+        super().__init__(**options)
+        self.finished: list[str] = []
+        self.aborted: list[str] = []
+
+    def on_finish(self, request):
+        self.finished.append(request.request_id)
+        return super().on_finish(request)
+
+    def on_abort(self, request) -> None:
+        self.aborted.append(request.request_id)
+
+
+def test_finishing_from_outside_with_a_stop_status_calls_on_finish():
+    """A stop string found by the front end is a normal finish: the policy hears of it."""
+    from kvframe.request import RequestStatus
+
+    policy = Recording(ttl=100.0)
+    s = make_scheduler(policy)
+    add(s, "a", 8, max_tokens=10)
+    step(s, now=0.0)
+    s.finish_requests("a", RequestStatus.FINISHED_STOPPED)
+    assert policy.finished == ["a"] and policy.aborted == []
+    assert "a" in s.retained  # and it may retain, as after any finish
+    s.finish_requests("b", RequestStatus.FINISHED_STOPPED)  # unknown: ignored
+    assert policy.finished == ["a"]
+
+
+def test_abort_calls_on_abort_only():
+    policy = Recording(ttl=100.0)
+    s = make_scheduler(policy)
+    add(s, "a", 8, max_tokens=10)
+    step(s, now=0.0)
+    s.finish_requests("a")
+    assert policy.aborted == ["a"] and policy.finished == []
+    assert not s.retained and s.kv_cache_manager.num_free_blocks == usable(s)
+
+
+def test_finishing_everything_releases_retained_requests_too():
+    from kvframe.request import RequestStatus
+
+    policy = Recording(ttl=100.0)
+    s = make_scheduler(policy)
+    add(s, "a", 8, max_tokens=1)
+    step(s, now=0.0)
+    assert "a" in s.retained
+    add(s, "b", 8, max_tokens=10)
+    step(s, now=1.0)
+    finished = s.finish_requests(None, RequestStatus.FINISHED_STOPPED)
+    assert [r.request_id for r in finished] == ["b"]
+    assert policy.finished == ["a", "b"]  # b finished normally, but nothing is retained
+    assert not s.retained and s.kv_cache_manager.num_free_blocks == usable(s)

@@ -155,21 +155,35 @@ class S3FIFOPolicy(kvframe.EvictionPolicy):
         raise RuntimeError("S3-FIFO found no victim although _can_evict found idle blocks")
 
     def _evict_small(self, protected: Set[Hashable]) -> Victim | None:
-        """Oldest first: promote a block used enough, evict (and remember) one that was not."""
-        for key in list(self.small):
-            entry = self.small[key]
+        """Oldest first: promote a block used enough, evict (and remember) one that was not.
+
+        Walks ``small`` once without copying it: the blocks to promote and the
+        victim are found first, then moved (promoted blocks enter ``main`` in
+        the order they were passed).
+        """
+        small = self.small
+        promoted: list[Hashable] = []
+        victim: Hashable | None = None
+        found = False
+        for key, entry in small.items():
             if entry.block.ref_cnt != 0 or key in protected:
                 continue  # cannot go now; keeps its place
-            del self.small[key]
             if entry.freq >= self.promote_after:
-                entry.freq = 0
-                self.main[key] = entry
+                promoted.append(key)
                 continue
-            self.ghost[key] = None
-            if len(self.ghost) > self.ghost_limit:
-                self.ghost.popitem(last=False)
-            return key, entry.block
-        return None
+            victim, found = key, True
+            break
+        for key in promoted:
+            entry = small.pop(key)
+            entry.freq = 0
+            self.main[key] = entry
+        if not found:
+            return None
+        entry = small.pop(victim)
+        self.ghost[victim] = None
+        if len(self.ghost) > self.ghost_limit:
+            self.ghost.popitem(last=False)
+        return victim, entry.block
 
     def _evict_main(self, protected: Set[Hashable]) -> Victim | None:
         """A clock over ``main``: spend one use and move to the back, or evict if unused."""

@@ -374,11 +374,13 @@ class LlamaModel:
             cache[block_index, 0, offset_index] = k
             cache[block_index, 1, offset_index] = v
             attn = torch.empty((x.shape[0], q_size), dtype=x.dtype, device=device)
+            k_cache, v_cache = cache[:, 0], cache[:, 1]
             for offset, n, start, blocks in spans:
-                kv = cache.index_select(0, blocks)  # [nb, 2, bs, nkv, hd]
+                # One gather each for K and V; the result is contiguous, so the
+                # flattening view below copies nothing more.
                 context = start + n
-                keys = kv[:, 0].reshape(-1, nkv, hd)[:context]
-                values = kv[:, 1].reshape(-1, nkv, hd)[:context]
+                keys = k_cache.index_select(0, blocks).view(-1, nkv, hd)[:context]
+                values = v_cache.index_select(0, blocks).view(-1, nkv, hd)[:context]
                 attn[offset : offset + n] = self._attend(
                     q[offset : offset + n], keys, values, start
                 )

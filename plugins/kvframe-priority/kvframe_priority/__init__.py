@@ -10,11 +10,11 @@ ties the earliest in running order, as Python's ``max`` picks.
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 
 import kvframe
-from kvframe.request import Request, RequestQueue
+from kvframe.request import Request
+from kvframe.request_queues import SortedRequestQueue
 
 __all__ = ["PriorityPolicy", "PriorityQueue"]
 
@@ -23,74 +23,37 @@ def _victim_rank(request: Request) -> tuple[int, float]:
     return (request.priority, request.arrival_time)
 
 
-class PriorityQueue:
-    """A binary heap of requests ordered by ``Request.__lt__`` (priority, arrival, id).
+def _rank(request: Request) -> tuple[int, float, str]:
+    """vLLM's ``Request.__lt__``: priority, then arrival, then request id."""
+    return (request.priority, request.arrival_time, request.request_id)
+
+
+class PriorityQueue(SortedRequestQueue):
+    """The host's sorted queue on :func:`_rank` (a binary heap).
 
     There is no "front" in a priority queue: prepending is adding.
     """
 
-    __slots__ = ("_heap",)
+    __slots__ = ()
 
     def __init__(self) -> None:
-        self._heap: list[Request] = []
-
-    def add_request(self, request: Request) -> None:
-        heapq.heappush(self._heap, request)
-
-    def pop_request(self) -> Request:
-        if not self._heap:
-            raise IndexError("pop from an empty queue")
-        return heapq.heappop(self._heap)
-
-    def peek_request(self) -> Request:
-        if not self._heap:
-            raise IndexError("peek from an empty queue")
-        return self._heap[0]
-
-    def prepend_request(self, request: Request) -> None:
-        self.add_request(request)
-
-    def prepend_requests(self, requests: RequestQueue) -> None:
-        for request in requests:
-            self.add_request(request)
-
-    def remove_request(self, request: Request) -> None:
-        self._heap.remove(request)
-        heapq.heapify(self._heap)
-
-    def remove_requests(self, requests: Iterable[Request]) -> None:
-        to_remove = requests if isinstance(requests, (set, frozenset)) else set(requests)
-        self._heap = [r for r in self._heap if r not in to_remove]
-        heapq.heapify(self._heap)
-
-    def __len__(self) -> int:
-        return len(self._heap)
-
-    def __bool__(self) -> bool:
-        return bool(self._heap)
-
-    def __iter__(self) -> Iterator[Request]:
-        """Requests in rank order (a sorted copy; the heap is untouched)."""
-        return iter(sorted(self._heap))
+        super().__init__(_rank)
 
 
 class PriorityPolicy(kvframe.SchedulingPolicy):
-    """Serve the lowest (priority, arrival) first; preempt the highest."""
+    """Serve the lowest (priority, arrival) first; preempt the highest.
+
+    The sort key is all the base needs for the queues and for choosing
+    between them (the head with the lower rank goes first). The victim is
+    chosen on ``(priority, arrival_time)`` alone, as vLLM does, so exact ties
+    go to the earliest in running order rather than to the largest id.
+    """
 
     name = "priority"
     description = "Lowest priority value first, then arrival; preempts the least important."
 
-    def create_queue(self) -> PriorityQueue:
-        return PriorityQueue()
-
-    def select_queue(self, waiting: RequestQueue, skipped_waiting: RequestQueue) -> RequestQueue:
-        if waiting and skipped_waiting:
-            return (
-                waiting
-                if waiting.peek_request() < skipped_waiting.peek_request()
-                else skipped_waiting
-            )
-        return waiting if waiting else skipped_waiting
+    def sort_key(self, request: Request) -> tuple[int, float, str]:
+        return _rank(request)
 
     def choose_victim(self, running: Sequence[Request]) -> Request:
         return max(running, key=_victim_rank)
