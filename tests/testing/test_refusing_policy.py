@@ -30,7 +30,7 @@ def test_the_memory_check_measures_a_policy_that_refuses_every_eviction(
     pytester.syspathinsert()
     result = pytester.runpytest(
         "-p", "kvframe.testing", "--assert=plain", "-p", "no:cacheprovider",
-        "--kvframe-plugin", "eviction:refuser:RefusesAll", "-k", "memory",
+        "--kvframe-plugin", "eviction:refuser:RefusesAll", "-k", "bounded_by_capacity",
     )  # fmt: skip
     assert "KeyError" not in "\n".join(result.outlines)
     result.assert_outcomes(passed=1)
