@@ -24,9 +24,18 @@ Names follow vLLM's metrics where one exists (without the ``vllm:`` prefix):
 ``prefix_cache_queries`` / ``_hits``   prompt tokens looked up / found at first
                                        admission (once per request)
 ``num_preemptions``                    recompute preemptions
-``prompt_tokens_total``                prompt tokens of arrived requests
+``external_prefix_cache_queries`` /   prompt tokens asked of / found in an
+``_hits``                              offload tier (vLLM's ``external_...``)
+``prompt_tokens_total``                prompt tokens of arrived requests that
+                                       were not ignored
 ``generation_tokens_total``            tokens sampled
 =====================================  ==========================================
+
+Ignored requests (a prompt longer than ``max_model_len``, or one that could
+never fit the GPU pool) finish at once with status ``"ignored"``, as in vLLM.
+They are counted in ``num_requests_ignored`` and kept in ``requests.csv``, but
+not in ``num_requests_finished``, the token totals or any latency
+distribution: a 0 s latency for a request that never ran would flatter the run.
 
 Percentiles use linear interpolation between closest ranks (NumPy's default
 ``"linear"`` method), so they agree with ``numpy.percentile``.
@@ -45,11 +54,14 @@ from typing import IO, Any
 import attrs
 
 __all__ = [
+    "IGNORED",
     "LATENCY_METRICS",
+    "RENAMED_COUNTERS",
     "Distribution",
     "MetricsCollector",
     "MetricsSummary",
     "RequestMetrics",
+    "canonical_counters",
     "percentile",
 ]
 
@@ -68,7 +80,32 @@ LATENCY_METRICS = (
 PERCENTILES = (50, 90, 99)
 
 # Counter pairs whose ratio a summary reports as ``<prefix>_hit_rate``.
-_HIT_RATE_PAIRS = ("prefix_cache", "connector_prefix_cache", "preempted_prefix_cache")
+_HIT_RATE_PAIRS = ("prefix_cache", "external_prefix_cache", "preempted_prefix_cache")
+
+IGNORED = "ignored"
+"""The finish status of a request the engine could never run (the engine's ``IGNORED``)."""
+
+RENAMED_COUNTERS: Mapping[str, str] = {
+    "connector_prefix_cache_queries": "external_prefix_cache_queries",
+    "connector_prefix_cache_hits": "external_prefix_cache_hits",
+    "connector_prefix_cache_hit_rate": "external_prefix_cache_hit_rate",
+}
+"""Old counter name -> current name, for ``metrics.json`` files written before the rename."""
+
+
+def canonical_counters(counters: Mapping[str, Any]) -> dict[str, Any]:
+    """``counters`` from any ``metrics.json`` with old names replaced by current ones.
+
+    Readers of stored results (comparisons, sweeps) call this so files written
+    before ``connector_prefix_cache_*`` became vLLM's ``external_prefix_cache_*``
+    still read the same. A current name present in the file wins.
+    """
+    out = dict(counters)
+    for old, new in RENAMED_COUNTERS.items():
+        if old in out:
+            value = out.pop(old)
+            out.setdefault(new, value)
+    return out
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -304,6 +341,8 @@ class MetricsSummary:
             "requests finished / arrived",
             f"{c.get('num_requests_finished', 0)} / {c.get('num_requests', 0)}",
         )
+        if c.get("num_requests_ignored"):
+            row("requests ignored (never ran)", f"{c['num_requests_ignored']:,}")
         for key in (
             "prompt_tokens_total",
             "generation_tokens_total",
@@ -511,34 +550,40 @@ class MetricsCollector:
         :param end_time: virtual time the run ended (default: the latest event).
         """
         rows = tuple(RequestMetrics.from_record(record) for record in self._records.values())
+        ran = [row for row in rows if row.finish_status != IGNORED]
+        num_ignored = len(rows) - len(ran)
+        num_finished = self.num_finished - num_ignored
         start = self.first_arrival if self.first_arrival is not None else 0.0
         end = self.last_event_time if end_time is None else end_time
         duration = max(0.0, end - start)
 
         merged: dict[str, int | float] = {
             "num_requests": len(rows),
-            "num_requests_finished": self.num_finished,
+            "num_requests_finished": num_finished,
+            "num_requests_ignored": num_ignored,
             "num_requests_unfinished": len(rows) - self.num_finished,
-            "prompt_tokens_total": sum(row.num_prompt_tokens for row in rows),
+            "prompt_tokens_total": sum(row.num_prompt_tokens for row in ran),
             "generation_tokens_total": (
                 self.generation_tokens
                 if self.num_steps
-                else sum(row.num_output_tokens for row in rows)
+                else sum(row.num_output_tokens for row in ran)
             ),
             "computed_tokens_total": self.computed_tokens,
             "prefix_cache_queries": sum(
-                row.num_prompt_tokens for row in rows if row.first_scheduled_time is not None
+                row.num_prompt_tokens for row in ran if row.first_scheduled_time is not None
             ),
-            "prefix_cache_hits": sum(row.num_cached_tokens for row in rows),
-            "connector_prefix_cache_hits": sum(row.num_external_cached_tokens for row in rows),
-            "num_preemptions": sum(row.num_preemptions for row in rows),
-            "num_recomputed_tokens": sum(row.num_recomputed_tokens for row in rows),
+            "prefix_cache_hits": sum(row.num_cached_tokens for row in ran),
+            "external_prefix_cache_hits": sum(row.num_external_cached_tokens for row in ran),
+            "num_preemptions": sum(row.num_preemptions for row in ran),
+            "num_recomputed_tokens": sum(row.num_recomputed_tokens for row in ran),
             "num_steps": self.num_steps,
             "busy_seconds": self.busy_seconds,
         }
         merged.update(self._counters)
         if counters:
-            merged.update(counters)
+            # The scheduler keeps vLLM's internal names (``connector_prefix_cache_*``,
+            # as vLLM's SchedulerStats); reports use vLLM's metric names.
+            merged.update(canonical_counters(counters))
         for prefix in _HIT_RATE_PAIRS:
             queries = merged.get(f"{prefix}_queries")
             hits = merged.get(f"{prefix}_hits")
@@ -547,16 +592,16 @@ class MetricsCollector:
         generated = merged["generation_tokens_total"]
         merged["simulated_duration_seconds"] = duration
         merged["output_throughput_tokens_per_second"] = generated / duration if duration else 0.0
-        merged["request_throughput_per_second"] = self.num_finished / duration if duration else 0.0
+        merged["request_throughput_per_second"] = num_finished / duration if duration else 0.0
         if wall_clock_seconds is not None:
             merged["wall_clock_seconds"] = wall_clock_seconds
             merged["simulated_requests_per_wall_second"] = (
-                self.num_finished / wall_clock_seconds if wall_clock_seconds > 0 else 0.0
+                num_finished / wall_clock_seconds if wall_clock_seconds > 0 else 0.0
             )
 
         distributions: dict[str, Distribution | None] = {
             name: Distribution.of(
-                value for value in (getattr(row, name) for row in rows) if value is not None
+                value for value in (getattr(row, name) for row in ran) if value is not None
             )
             for name in LATENCY_METRICS
             if not name.startswith("job_")

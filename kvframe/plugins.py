@@ -26,15 +26,16 @@ broadcast: :meth:`PluginRegistry.create_tracing` builds a separate, tiny
 
 from __future__ import annotations
 
+import enum
 import importlib
 import inspect
+import os
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 import pluggy
-import structlog
 
 from kvframe import hookspecs
 from kvframe.bases import PluginBase, Tracer
@@ -46,12 +47,13 @@ from kvframe.config import (
     OptionInfo,
     PluginSpec,
     bind_options,
+    did_you_mean,
     get_kind,
     kind_of,
     parse_spec,
     plugin_options,
-    suggest,
 )
+from kvframe.log import get_logger
 
 if TYPE_CHECKING:
     from importlib_metadata import EntryPoint
@@ -66,7 +68,7 @@ __all__ = [
     "tracing_manager",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 ENTRY_POINT_GROUP = hookspecs.PROJECT_NAME
 
@@ -127,7 +129,10 @@ class PluginEntry:
             return ""
         if self.cls.description:
             return self.cls.description
-        doc = inspect.getdoc(self.cls) or ""
+        # The class's own docstring only: inspect.getdoc would fall back to the
+        # base class's (EvictionPolicy's contract), which describes no plugin.
+        own = self.cls.__dict__.get("__doc__")
+        doc = inspect.cleandoc(own) if isinstance(own, str) else ""
         return doc.splitlines()[0] if doc else ""
 
     @property
@@ -167,7 +172,13 @@ class PluginEntry:
 
 
 def _jsonable(value: Any) -> Any:
-    return value if isinstance(value, str | int | float | bool | type(None)) else repr(value)
+    if isinstance(value, str | int | float | bool | type(None)):
+        return value
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, enum.Enum):
+        return value.name
+    return repr(value)
 
 
 @attrs.frozen(slots=True)
@@ -565,7 +576,7 @@ class PluginRegistry:
                 continue
             for impl in caller.get_hookimpls():
                 source = self._sources.get(impl.plugin_name) or PluginSource(impl.plugin_name)
-                error = f"implements unknown hook {hook_name!r}" + _did_you_mean(hook_name, known)
+                error = f"implements unknown hook {hook_name!r}" + did_you_mean(hook_name, known)
                 failures.append(PluginEntry(None, source.label, None, source, "broken", error))
                 self._warn("plugin_invalid", source, None, error)
         return failures
@@ -617,7 +628,7 @@ class PluginRegistry:
                 + "; ".join(f"{e.source.describe()}: {e.error}" for e in unattributed)
             )
         raise ConfigError(
-            f"unknown {k.label} {name!r}{_did_you_mean(name, self.names(k.name))}",
+            f"unknown {k.label} {name!r}{did_you_mean(name, self.names(k.name))}",
             text=text,
             span=span,
             origin=origin,
@@ -724,7 +735,7 @@ class PluginRegistry:
             found = f"{kind.plural} in {module_name}: {', '.join(sorted(candidates)) or 'none'}"
             raise error(
                 f"module {module_name!r} has no attribute {class_name!r}"
-                + _did_you_mean(class_name, candidates),
+                + did_you_mean(class_name, candidates),
                 class_span,
                 found,
             )
@@ -760,11 +771,6 @@ def _dist_name(ep: Any) -> str | None:
 def _describe_error(err: BaseException) -> str:
     text = str(err)
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
-
-
-def _did_you_mean(word: str, candidates: Iterable[str]) -> str:
-    best = suggest(word, candidates)
-    return f"; did you mean {best!r}?" if best else ""
 
 
 def _target_start(text: str) -> int:

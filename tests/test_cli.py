@@ -53,6 +53,15 @@ def cli_registry(registry: PluginRegistry) -> PluginRegistry:
     return registry
 
 
+@pytest.fixture
+def check_registry(cli_registry: PluginRegistry) -> PluginRegistry:
+    """``check`` builds the engine, which needs a scheduling policy (FCFS, the default)."""
+    from kvframe_fcfs import FCFSPolicy
+
+    cli_registry.register_class(FCFSPolicy)
+    return cli_registry
+
+
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--version"]) == 0
     assert capsys.readouterr().out == f"kvframe {kvframe.__version__}\n"
@@ -102,24 +111,25 @@ def test_plugins_json_and_kind_filter(
 
 
 def test_check_prints_what_would_be_built(
-    cli_registry: PluginRegistry, capsys: pytest.CaptureFixture[str]
+    check_registry: PluginRegistry, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["check", "--no-config", "--eviction", "frequency:window=4KiB", "--tracer", "stats"]
-    assert main(argv, registry=cli_registry) == 0
+    argv = ["check", "--no-config", "--gpu-eviction", "frequency:window=4KiB", "--tracer", "stats"]
+    assert main(argv, registry=check_registry) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].split() == ["eviction", "frequency", f"({__name__}:Frequency)"]
+    assert out[0].split() == ["gpu_eviction", "frequency", f"({__name__}:Frequency)"]
     assert out[1].strip() == "decay=0.0, window=4096"
     assert out[2].split() == ["tracer", "stats", f"({__name__}:Stats)"]
 
 
 def test_config_errors_exit_2_with_the_message_on_stderr_and_no_traceback(
-    cli_registry: PluginRegistry, capsys: pytest.CaptureFixture[str]
+    check_registry: PluginRegistry, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["check", "--no-config", "--eviction", "frequncy"], registry=cli_registry) == 2
+    argv = ["check", "--no-config", "--gpu-eviction", "frequncy"]
+    assert main(argv, registry=check_registry) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err == (
-        "kvframe check: error: --eviction: unknown eviction policy 'frequncy'; "
+        "kvframe check: error: --gpu-eviction: unknown eviction policy 'frequncy'; "
         "did you mean 'frequency'?\n"
         "    frequncy\n"
         "    ^^^^^^^^\n"
@@ -128,38 +138,39 @@ def test_config_errors_exit_2_with_the_message_on_stderr_and_no_traceback(
 
 
 def test_check_reads_kvframe_toml_and_flags_override_it(
-    cli_registry: PluginRegistry,
+    check_registry: PluginRegistry,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     (tmp_path / "kvframe.toml").write_text(
-        'eviction = "frequency:decay=0.5"\ntracer = ["stats"]\nblock_size = 16\n'
+        'gpu_eviction = "frequency:decay=0.5"\ntracer = ["stats"]\nblock_size = 16\n'
     )
     monkeypatch.chdir(tmp_path)
-    assert main(["check", "--json"], registry=cli_registry) == 0
+    assert main(["check", "--json"], registry=check_registry) == 0
     checked = json.loads(capsys.readouterr().out)
-    assert [(p["name"], p["options"]) for p in checked["plugins"]] == [
-        ("frequency", {"decay": 0.5, "window": 1024}),
-        ("stats", {}),
+    assert [(p["selected_as"], p["name"], p["options"]) for p in checked["plugins"]] == [
+        ("gpu_eviction", "frequency", {"decay": 0.5, "window": 1024}),
+        ("tracer", "stats", {}),
     ]
     assert checked["engine"] == {"block_size": 16}
+    assert checked["config_file"] == "kvframe.toml"
 
-    argv = ["check", "--json", "--eviction", "frequency:window=1"]
-    assert main(argv, registry=cli_registry) == 0
+    argv = ["check", "--json", "--gpu-eviction", "frequency:window=1"]
+    assert main(argv, registry=check_registry) == 0
     checked = json.loads(capsys.readouterr().out)
     assert checked["plugins"][0]["options"] == {"decay": 0.0, "window": 1}
 
 
 def test_errors_in_kvframe_toml_name_the_file_and_key(
-    cli_registry: PluginRegistry, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    check_registry: PluginRegistry, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "run.toml"
-    path.write_text('eviction = "frequency:decay=fast"\n')
-    assert main(["check", "--config", str(path)], registry=cli_registry) == 2
+    path.write_text('gpu_eviction = "frequency:decay=fast"\n')
+    assert main(["check", "--config", str(path)], registry=check_registry) == 2
     err = capsys.readouterr().err
     assert err.startswith(
-        f"kvframe check: error: {path}, key 'eviction': bad value for option 'decay' "
+        f"kvframe check: error: {path}, key 'gpu_eviction': bad value for option 'decay' "
         "of eviction policy 'frequency': expected float, got 'fast' at column 17"
     )
 
@@ -288,17 +299,18 @@ def test_pip_installed_plugins_are_listed_selectable_and_broken_ones_harmless(
     )
 
     checked = _kvframe(
-        ["check", "--no-config", "--json", "--eviction", "lfu_demo:decay=0.5"], env, tmp_path
-    )
+        ["check", "--no-config", "--json", "--offload", "cpu:capacity=1GiB",
+         "--eviction", "lfu_demo:decay=0.5"],
+        env, tmp_path,
+    )  # fmt: skip
     assert checked.returncode == 0, checked.stderr
-    assert json.loads(checked.stdout)["plugins"] == [
-        {
-            "kind": "eviction",
-            "name": "lfu_demo",
-            "class": "kvframe_demo_plugin:DemoPolicy",
-            "options": {"decay": 0.5},
-        }
-    ]
+    assert json.loads(checked.stdout)["plugins"][0] == {
+        "kind": "eviction",
+        "selected_as": "eviction",
+        "name": "lfu_demo",
+        "class": "kvframe_demo_plugin:DemoPolicy",
+        "options": {"decay": 0.5},
+    }
     # The broken distribution was warned about on stderr, and did not get in the way.
     assert "plugin_load_failed" in checked.stderr
     assert "kvframe-broken-demo" in checked.stderr
@@ -326,11 +338,37 @@ def test_pip_installed_plugins_are_listed_selectable_and_broken_ones_harmless(
     result = [line for line in created.stdout.splitlines() if line.startswith("RESULT")]
     assert result == ["RESULT kvframe_demo_plugin DemoPolicy 8 0.25"]
 
-    selected = _kvframe(["check", "--no-config", "--eviction", "broken_demo"], env, tmp_path)
+    selected = _kvframe(["check", "--no-config", "--gpu-eviction", "broken_demo"], env, tmp_path)
     assert selected.returncode == 2
     assert "Traceback" not in selected.stderr
     assert (
-        "kvframe check: error: --eviction: eviction policy 'broken_demo' cannot be used: "
+        "kvframe check: error: --gpu-eviction: eviction policy 'broken_demo' cannot be used: "
         "kvframe-broken-demo 0.0.1 (entry point 'broken_demo') failed to import: "
         "ImportError: kvframe_broken_demo needs libfoo"
     ) in selected.stderr
+
+
+def test_log_flags_are_accepted_after_the_subcommand(
+    cli_registry: PluginRegistry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plugins", "-q", "--kind", "tracer"], registry=cli_registry) == 0
+    assert main(["plugins", "-vv", "--kind", "tracer"], registry=cli_registry) == 0
+    assert "stats" in capsys.readouterr().out
+
+
+class Undescribed(kvframe.Tracer):
+    name = "undescribed"
+
+
+def test_plugins_lists_paths_as_typed_and_no_base_class_docstring(
+    registry: PluginRegistry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kvframe_jsonl_trace import JsonlTracer
+
+    registry.register_class(JsonlTracer)
+    registry.register_class(Undescribed)
+    assert main(["plugins"], registry=registry) == 0
+    out = capsys.readouterr().out
+    assert "path: Path = 'trace.jsonl'" in out and "PosixPath" not in out
+    (row,) = [line for line in out.splitlines() if " undescribed " in f"{line} "]
+    assert row.split() == ["tracer", "undescribed", "-", "-"]  # not Tracer's docstring

@@ -117,14 +117,14 @@ def test_engine_counters_override_and_extend() -> None:
         counters={
             "prefix_cache_queries": 1000,
             "prefix_cache_hits": 250,
-            "connector_prefix_cache_queries": 0,
-            "connector_prefix_cache_hits": 0,
+            "external_prefix_cache_queries": 0,
+            "external_prefix_cache_hits": 0,
             "num_retentions": 2,
         },
         end_time=10.0,
     ).counters
     assert counters["prefix_cache_hit_rate"] == 0.25
-    assert counters["connector_prefix_cache_hit_rate"] == 0.0  # no division by zero
+    assert counters["external_prefix_cache_hit_rate"] == 0.0  # no division by zero
     assert counters["num_retentions"] == 2
     assert counters["offload_bytes_stored"] == 8192
     assert counters["simulated_duration_seconds"] == 10.0
@@ -216,3 +216,17 @@ def test_job_waiting_time_and_reprefilled_tokens() -> None:
     assert summary.counters["reprefilled_tokens_total"] == 24 + 10
     assert summary.counters["num_jobs_completed"] == 1
     assert summary.distributions["job_completion_time_seconds"].mean == 5.0
+
+
+def test_old_counter_names_read_as_vllms_external_prefix_cache_names() -> None:
+    from kvframe.metrics import canonical_counters
+
+    old = {"connector_prefix_cache_hits": 5, "connector_prefix_cache_queries": 9, "x": 1}
+    assert canonical_counters(old) == {
+        "external_prefix_cache_hits": 5,
+        "external_prefix_cache_queries": 9,
+        "x": 1,
+    }
+    # A current name in the file wins over an old one.
+    both = {"connector_prefix_cache_hits": 1, "external_prefix_cache_hits": 2}
+    assert canonical_counters(both) == {"external_prefix_cache_hits": 2}

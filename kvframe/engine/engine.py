@@ -33,7 +33,6 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import attrs
-import structlog
 
 import kvframe
 from kvframe.core.scheduler import Scheduler
@@ -46,6 +45,7 @@ from kvframe.events import (
     StepSnapshot,
 )
 from kvframe.executors.sim import SimExecutor
+from kvframe.log import get_logger
 from kvframe.metrics import MetricsCollector, MetricsSummary
 from kvframe.offload.contract import OffloadContext
 from kvframe.request import Request
@@ -61,7 +61,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Engine", "EngineStalled", "RunProgress", "RunResult"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 IGNORED = "ignored"
 """``finish_status`` of a request the engine refused (it could never fit)."""
@@ -757,7 +757,10 @@ def _build_offload(
         num_gpu_blocks=config.resolved_num_gpu_blocks(),
         enable_events=enable_events,
     )
-    manager = spec.create_manager(context)  # type: ignore[attr-defined]
+    try:
+        manager = spec.create_manager(context)  # type: ignore[attr-defined]
+    except ValueError as err:
+        raise ConfigError(f"offload tier {resolved.name!r}: {err}") from err
     if config.reuse_filter is not None:
         reuse_filter = registry.create("reuse_filter", config.reuse_filter)
         manager = FilteredOffloadManager(manager, reuse_filter)

@@ -558,6 +558,8 @@ class EvictionPolicySuite(PluginSuite):
             if len(model) >= capacity:
                 victims = policy.evict(len(model) - capacity + 1, {key})
                 if victims is None:
+                    if i + 1 in (short, long):  # a policy that refuses still gets measured
+                        samples[i + 1] = footprint(policy)
                     continue
                 for victim, _ in victims:
                     model.pop(victim, None)  # type: ignore[arg-type]

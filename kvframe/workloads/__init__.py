@@ -20,18 +20,19 @@ property of the file, not of one line, so ``skip_bad_lines`` does not skip them.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
 import time
+import zlib
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from operator import attrgetter
 from pathlib import Path
 from typing import IO, Any, Literal, Protocol
 
-import structlog
-
+from kvframe.log import get_logger
 from kvframe.workloads.bundled import (
     BUNDLED_WORKLOADS,
     BundledWorkload,
@@ -69,7 +70,7 @@ __all__ = [
     "write_jsonl",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 FORMATS = ("auto", "mooncake", "kvframe")
 MAX_KEPT_ERRORS = 10
@@ -113,6 +114,25 @@ def _open_text(source: Path | BundledWorkload) -> AbstractContextManager[IO[str]
     return source.open("r", encoding="utf-8")
 
 
+@contextlib.contextmanager
+def _unreadable_as_workload_error(source: Path | BundledWorkload, display: str) -> Iterator[None]:
+    """A file that is not what its name says (``.gz`` but not gzip, not UTF-8) names the file."""
+    try:
+        yield
+    except gzip.BadGzipFile as exc:
+        raise WorkloadError(f"not a gzip file ({exc})", path=display) from None
+    except (EOFError, zlib.error) as exc:
+        raise WorkloadError(
+            f"the gzip data is truncated or corrupt ({exc})", path=display
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise WorkloadError(
+            f"not UTF-8 text (byte {exc.start} of a block: {exc.reason}); "
+            "is it compressed without a .gz suffix?",
+            path=display,
+        ) from None
+
+
 def _decoded_lines(
     stream: IO[str], display: str
 ) -> Iterator[tuple[int, dict[str, Any] | WorkloadError]]:
@@ -124,12 +144,7 @@ def _decoded_lines(
         try:
             obj = decode(text)
         except json.JSONDecodeError as exc:
-            yield (
-                line_no,
-                WorkloadError(
-                    f"invalid JSON: {exc.msg} (column {exc.colno})", path=display, line=line_no
-                ),
-            )
+            yield line_no, WorkloadError(_json_problem(text, exc), path=display, line=line_no)
             continue
         if type(obj) is not dict:
             yield (
@@ -140,6 +155,21 @@ def _decoded_lines(
             )
             continue
         yield line_no, obj
+
+
+def _json_problem(text: str, exc: json.JSONDecodeError) -> str:
+    """What is wrong with one line's JSON, with a column that points into that line.
+
+    The decoder sees the line's newline too, so a line cut short used to be
+    reported at "line 2, column 1"; say instead that the line ends too early.
+    """
+    body = text.rstrip("\r\n")
+    if exc.pos >= len(body.rstrip()):
+        return (
+            f"invalid JSON: {exc.msg.removesuffix(' at')}: the line ends at column "
+            f"{len(body)} before the JSON value does (truncated?)"
+        )
+    return f"invalid JSON: {exc.msg.removesuffix(' at')} at column {exc.pos + 1}"
 
 
 def load_workload(
@@ -193,7 +223,9 @@ def load_workload(
     last_arrival_line = 0
     unsorted = False
 
-    with _open_text(source) as stream:
+    if isinstance(source, Path) and source.is_dir():
+        raise WorkloadError("is a directory, not a workload file", path=display)
+    with _open_text(source) as stream, _unreadable_as_workload_error(source, display):
         for line_no, item in _decoded_lines(stream, display):
             try:
                 if isinstance(item, WorkloadError):

@@ -65,7 +65,7 @@ def test_no_prefix_caching_flag_turns_hits_off(
     argv = ["run", str(conversation_trace), "--limit", "10", "--json", "--out", "o"]
     assert run_cli(*argv) == 0
     with_cache = json.loads(capsys.readouterr().out)["counters"]
-    assert run_cli(*argv, "--no-prefix-caching") == 0
+    assert run_cli(*argv, "--no-prefix-caching", "--force") == 0
     without = json.loads(capsys.readouterr().out)["counters"]
     assert with_cache["prefix_cache_hits"] > 0 and without["prefix_cache_hits"] == 0
 
@@ -138,7 +138,7 @@ def test_engine_settings_come_from_kvframe_toml_and_flags_override(
         4,
     )
     assert engine["reserve_full_sequence"] is False
-    assert run_cli(*argv, "--reserve-full-sequence", "--scheduler", "fcfs") == 0
+    assert run_cli(*argv, "--reserve-full-sequence", "--scheduler", "fcfs", "--force") == 0
     engine = json.loads(capsys.readouterr().out)["metadata"]["engine"]
     assert engine["reserve_full_sequence"] is True and engine["scheduling"] == "fcfs"
 
@@ -245,3 +245,132 @@ def test_gen_chat_rejects_bad_parameters(capsys: pytest.CaptureFixture[str]):
     assert "shared_fraction must be in [0, 1]" in capsys.readouterr().err
     assert run_cli("gen", "chat", "--out", "x.jsonl", "--output-length", "gaussian:mu=3") == 2
     assert "unknown length distribution 'gaussian'" in capsys.readouterr().err
+
+
+# ==========================================================================
+# Output directory, failed runs, what the summary says
+# ==========================================================================
+
+
+def test_an_out_dir_that_cannot_be_created_fails_before_the_run(
+    conversation_trace: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    from kvframe.engine import Engine
+
+    def never(*args, **kwargs):
+        raise AssertionError("the replay must not start")
+
+    monkeypatch.setattr(Engine, "run", never)
+    Path("afile").write_text("")
+    assert run_cli("run", str(conversation_trace), "--limit", "2", "--out", "afile/o") == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kvframe run: error: --out: cannot write results to afile/o: afile is a")
+    assert "Traceback" not in err
+
+
+def test_an_earlier_run_is_never_overwritten_without_force(
+    conversation_trace: Path, capsys: pytest.CaptureFixture[str]
+):
+    argv = ["run", str(conversation_trace), "--limit", "2", "--out", "o"]
+    assert run_cli(*argv) == 0
+    before = Path("o/metrics.json").read_text()
+    assert run_cli(*argv, "--max-num-seqs", "1") == 2
+    assert "o already holds a run (metrics.json, requests.csv)" in capsys.readouterr().err
+    assert Path("o/metrics.json").read_text() == before
+    assert run_cli(*argv, "--max-num-seqs", "1", "--force") == 0
+    assert json.loads(Path("o/metrics.json").read_text())["metadata"]["engine"]["max_num_seqs"] == 1
+
+
+def test_a_write_that_fails_after_the_run_prints_the_summary_and_one_error_line(
+    conversation_trace: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    from kvframe.metrics import MetricsSummary
+
+    def full_disk(self, path):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(MetricsSummary, "write_json", full_disk)
+    assert run_cli("run", str(conversation_trace), "--limit", "3", "--out", "o") == 1
+    out, err = capsys.readouterr()
+    assert "kvframe run summary" in out and "wrote" not in out
+    assert err == "kvframe run: error: could not write the results to o: No space left on device\n"
+
+
+def test_a_run_where_nothing_could_run_exits_1_saying_why(
+    conversation_trace: Path, capsys: pytest.CaptureFixture[str]
+):
+    code = run_cli("run", str(conversation_trace), "--limit", "3", "--max-model-len", "10")
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert "requests ignored (never ran)" in out
+    assert "no request could run: all 3 were ignored" in err
+
+
+def test_ignored_requests_stay_out_of_latencies_and_token_totals(
+    conversation_trace: Path, capsys: pytest.CaptureFixture[str]
+):
+    argv = ["run", str(conversation_trace), "--limit", "20", "--json"]
+    assert run_cli(*argv, "--out", "all", "--max-model-len", "200000") == 0
+    everything = json.loads(capsys.readouterr().out)
+    assert run_cli(*argv, "--out", "some", "--max-model-len", "20000") == 0
+    some = json.loads(capsys.readouterr().out)
+    ignored = some["counters"]["num_requests_ignored"]
+    assert everything["counters"]["num_requests_ignored"] == 0 and 0 < ignored < 20
+    assert some["counters"]["num_requests_finished"] == 20 - ignored
+    e2e = some["distributions"]["e2e_request_latency_seconds"]
+    assert e2e["count"] == 20 - ignored
+    with open("some/requests.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    ran = [r for r in rows if r["finish_status"] != "ignored"]
+    assert len(rows) == 20 and len(ran) == 20 - ignored  # still listed, apart
+    assert some["counters"]["prompt_tokens_total"] == sum(int(r["num_prompt_tokens"]) for r in ran)
+
+
+def test_the_summary_names_the_configuration_and_the_config_file(
+    conversation_trace: Path, capsys: pytest.CaptureFixture[str]
+):
+    Path("kvframe.toml").write_text('scheduler = "priority"\n')
+    assert run_cli("run", str(conversation_trace), "--limit", "2", "--out", "o") == 0
+    out = capsys.readouterr().out
+    assert "configuration: preset " in out and "scheduler priority" in out
+    assert "offload tier none" in out
+    assert "config file: kvframe.toml" in out
+    metrics = json.loads(Path("o/metrics.json").read_text())
+    assert metrics["metadata"]["config_file"] == str(Path("kvframe.toml").resolve())
+    assert run_cli("run", str(conversation_trace), "--limit", "2", "--out", "p", "--no-config") == 0
+    assert "config file: none" in capsys.readouterr().out
+    assert json.loads(Path("p/metrics.json").read_text())["metadata"]["config_file"] is None
+
+
+def test_progress_off_a_terminal_is_a_plain_line_with_an_eta():
+    class Log:
+        text = ""
+
+        def isatty(self) -> bool:
+            return False
+
+        def write(self, text: str) -> None:
+            self.text += text
+
+        def flush(self) -> None:
+            pass
+
+    class Progress:
+        num_requests_total, num_requests_finished, now = 10, 4, 12.5
+        num_steps, num_running, num_waiting, kv_usage = 100, 3, 2, 0.5
+
+    log = Log()
+    line = ProgressLine(log, log_interval=0.0)  # type: ignore[arg-type]
+    assert line.enabled and not line.live
+    for _ in range(ProgressLine.check_every):
+        line(Progress())  # type: ignore[arg-type]
+    line.close()
+    assert log.text.endswith("\n") and "\r" not in log.text
+    assert "4/10 requests" in log.text and "ETA " in log.text
+
+
+def test_eta_is_the_rate_so_far_applied_to_what_is_left():
+    from kvframe.progress import eta_text
+
+    assert eta_text(0, 10, 5.0) == "?"
+    assert eta_text(4, 10, 20.0) == "0:00:30"

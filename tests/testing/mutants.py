@@ -447,7 +447,7 @@ class _HeapOrderQueue(PriorityQueue):
     __slots__ = ()
 
     def __iter__(self) -> Iterator[Request]:
-        return iter(self._heap)
+        return iter([entry[-1] for entry in self._heap])
 
 
 class PriorityIteratesHeap(PriorityPolicy):
@@ -466,7 +466,8 @@ class _UnheapedPrependQueue(PriorityQueue):
     __slots__ = ()
 
     def prepend_requests(self, requests: RequestQueue) -> None:
-        self._heap.extend(requests)  # forgets heapify
+        # forgets heapify
+        self._heap.extend((self.key(r), next(self._counter), r) for r in requests)
 
 
 class PriorityPrependBreaksHeap(PriorityPolicy):
@@ -485,7 +486,8 @@ class _UnheapedRemoveQueue(PriorityQueue):
     __slots__ = ()
 
     def remove_request(self, request: Request) -> None:
-        self._heap.remove(request)  # forgets heapify
+        # forgets heapify
+        self._heap.remove(next(e for e in self._heap if e[-1] is request))
 
 
 class PriorityRemoveBreaksHeap(PriorityPolicy):
@@ -504,10 +506,10 @@ class _NonePeekQueue(PriorityQueue):
     __slots__ = ()
 
     def peek_request(self) -> Request:
-        return self._heap[0] if self._heap else None  # type: ignore[return-value]
+        return self._heap[0][-1] if self._heap else None  # type: ignore[return-value]
 
     def pop_request(self) -> Request:
-        return heapq.heappop(self._heap) if self._heap else None  # type: ignore[return-value]
+        return heapq.heappop(self._heap)[-1] if self._heap else None  # type: ignore[return-value]
 
 
 class PriorityEmptyReturnsNone(PriorityPolicy):

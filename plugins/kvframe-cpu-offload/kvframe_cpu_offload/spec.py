@@ -71,7 +71,20 @@ class CPUOffloadSpec(kvframe.OffloadSpec):
         return self.capacity // block_bytes if block_bytes > 0 else 0
 
     def create_manager(self, context: OffloadContext) -> OffloadManager:
+        """The tier's slot manager.
+
+        :raises ValueError: when ``capacity`` holds no whole block: a tier with
+            zero slots would store nothing, and the run would silently measure
+            no tier at all.
+        """
         num_blocks = self.num_blocks(context)
+        if num_blocks < 1:
+            block_bytes = self.offloaded_block_bytes(context)
+            raise ValueError(
+                f"capacity={self.capacity} bytes holds no block: one offloaded block "
+                f"({self.block_size_factor} GPU block(s) of {context.gpu_block_size} tokens) "
+                f"takes {block_bytes} bytes; give at least capacity={block_bytes}"
+            )
         return SlotOffloadManager(
             self.eviction.create(num_blocks),
             num_blocks,

@@ -25,9 +25,11 @@ def test_capacity_is_divided_by_the_bytes_of_an_offloaded_block():
     assert manager.num_blocks == 2 and manager.block_size == 64 and manager.medium == "CPU"
 
 
-def test_a_tier_smaller_than_one_block_stores_nothing():
-    manager = CPUOffloadSpec(capacity=1000).create_manager(CONTEXT)
-    assert manager.prepare_store([b"a"]) is None
+def test_a_tier_smaller_than_one_block_is_an_error_naming_the_smallest_capacity():
+    # A tier with zero slots would store nothing: a run would silently measure no tier.
+    with pytest.raises(ValueError, match=r"capacity=1000 bytes holds no block.*capacity=32768"):
+        CPUOffloadSpec(capacity=1000).create_manager(CONTEXT)
+    assert CPUOffloadSpec(capacity=32768).create_manager(CONTEXT).num_blocks == 1
 
 
 def test_selected_from_a_config_string_with_a_size_and_a_nested_policy():

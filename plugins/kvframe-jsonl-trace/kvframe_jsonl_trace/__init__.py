@@ -106,9 +106,10 @@ class JsonlTracer(kvframe.Tracer):
                 self.path, "a" if append else "w", encoding="utf-8"
             )
         except OSError as err:
-            raise ValueError(
-                f"cannot open {os.fspath(path)!r} for writing: {err.strerror}"
-            ) from None
+            # mkdir says "File exists" when a parent is a file; name that file instead.
+            blocker = next((p for p in self.path.parents if p.exists() and not p.is_dir()), None)
+            why = f"{os.fspath(blocker)} is a file, not a directory" if blocker else err.strerror
+            raise ValueError(f"cannot open {os.fspath(path)!r} for writing: {why}") from None
         self._dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
         self.num_records = 0
 

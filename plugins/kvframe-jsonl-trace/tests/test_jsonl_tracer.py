@@ -151,8 +151,9 @@ def test_selected_by_config_string_with_typed_options(tmp_path: Path, registry: 
 def test_an_unwritable_path_is_a_config_error(tmp_path: Path, registry: PluginRegistry):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    with pytest.raises(ConfigError, match="cannot open"):
+    with pytest.raises(ConfigError, match="cannot open") as caught:
         registry.create_tracing([f"jsonl:path={blocker}/sub/t.jsonl"])
+    assert f"{blocker} is a file, not a directory" in str(caught.value)  # not "File exists"
 
 
 def test_record_to_dict_converts_bytes_mappings_and_tuples():

@@ -1,0 +1,167 @@
+"""``kvframe gen``: write a synthetic workload as kvframe JSONL.
+
+Each generator is one ``add_*_generator(generators)`` function in :data:`GENERATORS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kvframe.cli.common import EXIT_OK, Context
+from kvframe.config import ConfigError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["GENERATORS", "add_gen_command", "parse_rate", "write_generated"]
+
+
+def add_chat_generator(generators: Any) -> None:
+    """``kvframe gen chat``: the shared-prefix chat workload of kvframe.workloads.chat."""
+    parser = generators.add_parser(
+        "chat",
+        help="shared-prefix chat: a few system prompts, Poisson arrivals",
+        description="Write a seeded shared-prefix chat workload as kvframe JSONL "
+        "(see docs/workloads.md). Length distributions: N, fixed:value=N, "
+        "uniform:low=A,high=B or lognormal:median=M,sigma=S[,min=A,max=B].",
+    )
+    parser.add_argument("--out", required=True, metavar="FILE", help="output file ('-': stdout)")
+    parser.add_argument("--requests", type=int, metavar="N", help="number of requests")
+    parser.add_argument("--seed", type=int, metavar="S", help="random seed")
+    parser.add_argument(
+        "--rate", metavar="R", help="Poisson arrivals per second ('none': all at start)"
+    )
+    parser.add_argument("--num-system-prompts", type=int, metavar="K")
+    parser.add_argument("--system-prompt-length", metavar="DIST")
+    parser.add_argument("--user-prompt-length", metavar="DIST")
+    parser.add_argument("--output-length", metavar="DIST")
+    parser.add_argument(
+        "--shared-fraction", type=float, metavar="F", help="fraction using a shared system prompt"
+    )
+    parser.add_argument(
+        "--prefix-popularity", type=float, metavar="S", help="Zipf exponent over system prompts"
+    )
+    parser.add_argument("--start-time", type=float, metavar="T", help="first arrival, seconds")
+    parser.set_defaults(handler=_gen_chat)
+
+
+def add_agentic_generator(generators: Any) -> None:
+    """``kvframe gen agentic``: multi-turn agent jobs (kvframe.workloads.agentic)."""
+    from kvframe.workloads.agentic import TOOL_MIXES
+
+    parser = generators.add_parser(
+        "agentic",
+        help="multi-turn agent jobs with tool calls between turns",
+        description="Write seeded multi-turn agent jobs as kvframe JSONL: each turn's "
+        "prompt extends the previous turn's, and the next turn arrives a tool duration "
+        "after the previous one finishes (closed loop, see docs/continuum.md). "
+        "Length distributions as for 'gen chat'.",
+    )
+    parser.add_argument("--out", required=True, metavar="FILE", help="output file ('-': stdout)")
+    parser.add_argument("--jobs", type=int, metavar="N", help="number of jobs")
+    parser.add_argument("--seed", type=int, metavar="S", help="random seed")
+    parser.add_argument(
+        "--rate", metavar="R", help="Poisson job arrivals per second ('none': all at start)"
+    )
+    parser.add_argument("--turns", metavar="DIST", help="turns per job")
+    parser.add_argument("--num-system-prompts", type=int, metavar="K")
+    parser.add_argument("--system-prompt-length", metavar="DIST")
+    parser.add_argument("--task-length", metavar="DIST")
+    parser.add_argument("--output-length", metavar="DIST")
+    parser.add_argument(
+        "--tools", choices=sorted(TOOL_MIXES), help="tool mix (duration distributions)"
+    )
+    parser.add_argument(
+        "--tool-time-scale", type=float, metavar="X", help="multiply every tool duration by X"
+    )
+    parser.add_argument("--max-context-tokens", type=int, metavar="N")
+    parser.set_defaults(handler=_gen_agentic)
+
+
+def _gen_agentic(args: argparse.Namespace, ctx: Context) -> int:
+    from kvframe.workloads.agentic import AgenticConfig, write_agentic_jsonl
+
+    options: dict[str, Any] = {
+        "num_jobs": args.jobs,
+        "seed": args.seed,
+        "num_turns": args.turns,
+        "num_system_prompts": args.num_system_prompts,
+        "system_prompt_length": args.system_prompt_length,
+        "task_length": args.task_length,
+        "output_length": args.output_length,
+        "tools": args.tools,
+        "tool_time_scale": args.tool_time_scale,
+        "max_context_tokens": args.max_context_tokens,
+    }
+    options = {k: v for k, v in options.items() if v is not None}
+    if args.rate is not None:
+        options["rate"] = parse_rate(args.rate)
+    try:
+        config = AgenticConfig(**options)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(str(err), origin="kvframe gen agentic") from None
+    return write_generated(args.out, config, write_agentic_jsonl, ctx)
+
+
+GENERATORS: list[Any] = [add_chat_generator, add_agentic_generator]
+"""Functions that each add one ``kvframe gen`` generator; later issues append theirs."""
+
+
+def add_gen_command(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "gen",
+        help="write a synthetic workload",
+        description="Generate a synthetic workload as kvframe JSONL.",
+    )
+    generators = parser.add_subparsers(dest="generator", metavar="GENERATOR", required=True)
+    for add in GENERATORS:
+        add(generators)
+
+
+def _gen_chat(args: argparse.Namespace, ctx: Context) -> int:
+    from kvframe.workloads.chat import ChatConfig, write_chat_jsonl
+
+    options: dict[str, Any] = {
+        "num_requests": args.requests,
+        "seed": args.seed,
+        "num_system_prompts": args.num_system_prompts,
+        "system_prompt_length": args.system_prompt_length,
+        "user_prompt_length": args.user_prompt_length,
+        "output_length": args.output_length,
+        "shared_fraction": args.shared_fraction,
+        "prefix_popularity": args.prefix_popularity,
+        "start_time": args.start_time,
+    }
+    options = {k: v for k, v in options.items() if v is not None}
+    if args.rate is not None:
+        options["rate"] = parse_rate(args.rate)
+    try:
+        config = ChatConfig(**options)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(str(err), origin="kvframe gen chat") from None
+    return write_generated(args.out, config, write_chat_jsonl, ctx)
+
+
+def parse_rate(text: str) -> float | None:
+    """``--rate``: arrivals per second, or ``none`` for everything at the start."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"expected a number or 'none', got {text!r}", origin="--rate") from None
+
+
+def write_generated(out: str, config: Any, write: Callable[[Any, Any], int], ctx: Context) -> int:
+    """Write a generated workload to ``out`` (a path, or ``-`` for stdout)."""
+    if out == "-":
+        write(ctx.stdout, config)
+    else:
+        path = Path(out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        count = write(path, config)
+        print(f"wrote {count} requests to {path}", file=sys.stderr)
+    return EXIT_OK

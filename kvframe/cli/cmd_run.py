@@ -1,0 +1,363 @@
+"""``kvframe run``: replay a workload.
+
+``run`` reads ``kvframe.toml`` and the flags into an
+:class:`~kvframe.engine.EngineConfig`, replays the trace with progress on
+stderr (a live line on a terminal; elsewhere a plain line every 10 s), prints
+the summary table on stdout and writes ``metrics.json`` and ``requests.csv``
+to the output directory. Ctrl-C
+stops the run cleanly: what was measured is still written, marked partial, and
+the exit status is 130 (the shell's convention for SIGINT).
+
+The output directory is created and checked before the replay, and an earlier
+run in it is never overwritten without ``--force``. If writing still fails, the
+summary is printed with a one-line error.
+
+Exit codes: 0 success; 1 the run produced no usable result (the engine
+stalled, every request was ignored, or the results could not be written);
+2 bad trace, configuration or usage; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as _dt
+import json
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from kvframe.cli.common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    Context,
+    add_engine_arguments,
+    add_selection_arguments,
+    config_file,
+    engine_config,
+)
+from kvframe.config import ConfigError
+
+if TYPE_CHECKING:
+    from kvframe.metrics import MetricsSummary
+
+__all__ = [
+    "OUTPUT_FILES",
+    "add_run_command",
+    "describe_configuration",
+    "nothing_ran",
+    "prepare_out_dir",
+    "run_command",
+]
+
+
+def add_run_command(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="replay a workload through the scheduler and KV cache",
+        description="Replay a Mooncake or kvframe JSONL trace on a virtual clock with the "
+        "selected plugins, print a summary and write metrics.json and requests.csv.",
+    )
+    parser.add_argument(
+        "trace",
+        metavar="TRACE",
+        help="workload file (.jsonl or .jsonl.gz), or a bundled workload such as "
+        "mooncake:conversation (`kvframe workloads` lists them)",
+    )
+    add_selection_arguments(parser)
+
+    add_engine_arguments(parser)
+
+    inputs = parser.add_argument_group("input and output")
+    inputs.add_argument("--limit", type=int, metavar="N", help="replay only the first N requests")
+    inputs.add_argument(
+        "--skip-bad-lines", action="store_true", help="skip malformed trace lines (and count them)"
+    )
+    inputs.add_argument(
+        "--format",
+        choices=("auto", "mooncake", "kvframe"),
+        default="auto",
+        help="trace format (default: detected)",
+    )
+    inputs.add_argument(
+        "--out",
+        metavar="DIR",
+        help="directory for metrics.json and requests.csv (default: runs/<trace>-<date>-<time>); "
+        "created and checked before the run",
+    )
+    inputs.add_argument(
+        "--force",
+        action="store_true",
+        help="overwrite the results of an earlier run in --out (refused otherwise)",
+    )
+    inputs.add_argument(
+        "--json", action="store_true", help="print metrics.json on stdout instead of the table"
+    )
+    inputs.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="live progress line on stderr (default: when stderr is a terminal)",
+    )
+    parser.set_defaults(handler=run_command)
+
+
+def _default_out_dir(trace: str) -> Path:
+    name = Path(trace).name.replace(":", "-")  # bundled names: mooncake-conversation
+    for suffix in (".gz", ".jsonl", ".json"):
+        name = name.removesuffix(suffix)
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = Path("runs") / f"{name}-{stamp}"
+    candidate, n = base, 1
+    while candidate.exists():
+        n += 1
+        candidate = base.with_name(f"{base.name}-{n}")
+    return candidate
+
+
+def run_command(args: argparse.Namespace, ctx: Context) -> int:
+    """The ``run`` handler: see the module docstring for exit codes."""
+    from kvframe.engine import Engine, EngineStalled
+    from kvframe.progress import ProgressLine
+    from kvframe.workloads import WorkloadError, load_workload
+
+    config = engine_config(args)
+    if args.limit is not None and args.limit < 1:
+        raise ConfigError(f"--limit must be >= 1, got {args.limit}")
+    try:
+        workload = load_workload(
+            args.trace, format=args.format, limit=args.limit, skip_bad_lines=args.skip_bad_lines
+        )
+    except FileNotFoundError as err:  # WorkloadNotFoundError words it, did-you-mean included
+        print(f"kvframe run: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except (WorkloadError, OSError, EOFError) as err:
+        print(f"kvframe run: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("kvframe run: interrupted while reading the trace", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+    # Checked before the replay, so a bad --out costs nothing already computed.
+    out_dir = Path(args.out) if args.out else _default_out_dir(args.trace)
+    created = prepare_out_dir(out_dir, force=args.force)
+    try:
+        engine = Engine.from_config(config, ctx.registry)
+    except BaseException:
+        if created:
+            _remove_if_empty(out_dir)
+        raise
+    progress = ProgressLine(sys.stderr, enabled=args.progress)
+    try:
+        result = engine.run(workload, progress=progress if progress.enabled else None)
+    except EngineStalled as err:
+        progress.close()
+        print(f"kvframe run: error: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    progress.close()
+
+    source = config_file(args)
+    summary = attrs.evolve(
+        result.summary,
+        metadata={
+            **result.summary.metadata,
+            "config_file": None if source is None else str(Path(source).resolve()),
+        },
+    )
+    try:
+        _write_outputs(summary, out_dir)
+        _write_executor_outputs(engine, out_dir)
+    except OSError as err:
+        _report(summary, None, ctx, as_json=args.json, config_source=source)
+        print(
+            f"kvframe run: error: could not write the results to {out_dir}: {err.strerror or err}",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    _report(summary, out_dir, ctx, as_json=args.json, config_source=source)
+    if result.partial:
+        return EXIT_INTERRUPTED
+    reason = nothing_ran(summary.counters)
+    if reason is not None:
+        print(f"kvframe run: error: {reason}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def nothing_ran(counters: Mapping[str, Any]) -> str | None:
+    """Why no request could run, or ``None`` when some did.
+
+    A run in which every request was ignored measured nothing; its table of
+    zeros must not pass for a result (exit status 1).
+    """
+    arrived = counters.get("num_requests", 0)
+    ignored = counters.get("num_requests_ignored", 0)
+    if arrived == 0:
+        return "the trace has no requests"
+    if counters.get("num_requests_finished", 0) or ignored < arrived:
+        return None
+    return (
+        f"no request could run: all {arrived} were ignored because their prompt exceeds "
+        f"max_model_len or they could never fit the GPU pool "
+        f"({counters.get('num_gpu_blocks', '?')} blocks); raise --max-model-len, "
+        "--num-gpu-blocks or --kv-memory"
+    )
+
+
+def prepare_out_dir(out_dir: Path, *, force: bool) -> bool:
+    """Create ``out_dir`` and check that results can be written there, before the run.
+
+    An existing run (``metrics.json`` or ``requests.csv`` present) is refused
+    unless ``force``: an explicit ``--out`` naming an old run is more often a
+    slip than a wish, and the old results cannot be recovered once replaced.
+    Other files in the directory are left alone. Returns whether the directory
+    was created here.
+
+    :raises ConfigError: naming the directory and what is wrong with it.
+    """
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"{out_dir} exists and is not a directory", origin="--out")
+    existing = [name for name in OUTPUT_FILES if (out_dir / name).exists()]
+    if existing and not force:
+        raise ConfigError(
+            f"{out_dir} already holds a run ({', '.join(existing)}); it would be overwritten",
+            origin="--out",
+            hints=["pass --force to overwrite it, or choose another --out"],
+        )
+    created = not out_dir.exists()
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out_dir):
+            pass
+    except OSError as err:
+        blocker = next((p for p in out_dir.parents if p.exists() and not p.is_dir()), None)
+        why = f"{blocker} is a file" if blocker is not None else (err.strerror or str(err))
+        raise ConfigError(f"cannot write results to {out_dir}: {why}", origin="--out") from None
+    return created
+
+
+def _remove_if_empty(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.rmdir()
+
+
+OUTPUT_FILES = ("metrics.json", "requests.csv")
+"""What ``run`` writes into its output directory."""
+
+
+def _write_outputs(summary: MetricsSummary, out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary.write_json(out_dir / "metrics.json")
+    summary.write_csv(out_dir / "requests.csv")
+
+
+def _write_executor_outputs(engine: Any, out_dir: Path) -> None:
+    """The torch executor's generated tokens (outputs.jsonl) and measured steps (steps.csv)."""
+    outputs = getattr(engine.executor, "outputs", None)
+    if outputs is None:
+        return
+    from kvframe.executors.torch.outputs import OUTPUTS_FILE, write_outputs
+
+    write_outputs(out_dir / OUTPUTS_FILE, outputs)
+    with (out_dir / "steps.csv").open("w") as f:
+        f.write("step,prefill_tokens,decode_seqs,context_tokens,virtual_s,wall_s\n")
+        for i, s in enumerate(engine.executor.steps, 1):
+            f.write(f"{i},{s.prefill},{s.decode},{s.context},{s.virtual_s!r},{s.wall_s!r}\n")
+
+
+def _bytes(n: float) -> str:
+    """``12.3 GiB``: bytes for a person."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} GiB"  # pragma: no cover
+
+
+def describe_configuration(engine: Mapping[str, Any], config_source: str | None) -> list[str]:
+    """Lines saying what ran: scheduler, GPU pool and its eviction, tier, config file."""
+    blocks = engine.get("num_gpu_blocks")
+    pool = (
+        f"{blocks:,} GPU blocks x {engine.get('block_size')} tokens"
+        if isinstance(blocks, int)
+        else "GPU pool ?"
+    )
+    tier = engine.get("offload") or "none"
+    if engine.get("offload") and engine.get("eviction"):
+        tier += f" (eviction {engine['eviction']})"
+    if engine.get("reuse_filter"):
+        tier += f", reuse filter {engine['reuse_filter']}"
+    lines = [
+        f"configuration: preset {engine.get('preset')}, scheduler {engine.get('scheduling')}, "
+        f"{pool}, GPU eviction {engine.get('gpu_eviction') or 'vLLM LRU free queue'}, "
+        f"offload tier {tier}",
+        "config file: "
+        + (config_source if config_source is not None else "none (flags and defaults only)"),
+    ]
+    if engine.get("tracers"):
+        lines.append("tracers: " + ", ".join(engine["tracers"]))
+    return lines
+
+
+def _report(
+    summary: MetricsSummary,
+    out_dir: Path | None,
+    ctx: Context,
+    *,
+    as_json: bool,
+    config_source: str | None,
+) -> None:
+    """Print the summary; ``out_dir`` ``None``: the results could not be written."""
+    where = (
+        f"wrote {out_dir / 'metrics.json'} and {out_dir / 'requests.csv'}"
+        if out_dir is not None
+        else None
+    )
+    if as_json:
+        ctx.print(json.dumps(summary.to_dict(), indent=2, allow_nan=False))
+        if where:
+            print(where, file=sys.stderr)
+        return
+    ctx.print(summary.render_table())
+    ctx.print("")
+    for line in describe_configuration(summary.metadata.get("engine", {}), config_source):
+        ctx.print(line)
+    counters = summary.counters
+    notes = []
+    if counters.get("num_requests_ignored"):
+        notes.append(
+            f"{counters['num_requests_ignored']} requests ignored: their prompt exceeds "
+            "max_model_len or they could never fit the GPU pool; they are in no latency "
+            "or token figure"
+        )
+    if "offload_bytes_stored" in counters:
+        notes.append(
+            "offload tier: {hit} hit tokens, {stored} stored / {loaded} loaded, "
+            "{evicted} blocks evicted, {time:.3f} s of transfers".format(
+                hit=counters.get("offload_hit_tokens", 0),
+                stored=_bytes(counters["offload_bytes_stored"]),
+                loaded=_bytes(counters.get("offload_bytes_loaded", 0)),
+                evicted=counters.get("offload_evicted_blocks", 0),
+                time=counters.get("offload_transfer_time_s", 0.0),
+            )
+        )
+    if counters.get("num_skipped_lines"):
+        notes.append(f"{counters['num_skipped_lines']} malformed trace lines skipped")
+    if summary.partial:
+        notes.append(
+            f"interrupted: {counters.get('num_requests_unfinished', 0)} requests unfinished, "
+            f"{counters.get('num_requests_not_arrived', 0)} not yet arrived"
+        )
+    if notes:
+        ctx.print("")
+        for note in notes:
+            ctx.print(f"note: {note}")
+    if where:
+        ctx.print("")
+        ctx.print(where)

@@ -1,0 +1,270 @@
+"""What every ``kvframe`` subcommand shares: the handler context, exit codes and
+the plugin-selection and engine flags (read the same way by ``run`` and ``check``).
+
+A subcommand is one module ``kvframe/cli/cmd_NAME.py`` with an
+``add_NAME_command(subparsers)`` function that builds its parser and sets
+``handler`` (``(args, ctx) -> exit code``); :data:`kvframe.cli.main.SUBCOMMANDS`
+lists them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TextIO
+
+from kvframe.config import (
+    KINDS,
+    ConfigError,
+    UserConfig,
+    config_from_mapping,
+    find_config_file,
+    load_config,
+    merge,
+    parse_spec,
+)
+
+if TYPE_CHECKING:
+    from kvframe.engine import EngineConfig
+    from kvframe.plugins import PluginRegistry
+
+__all__ = [
+    "ENGINE_FLAGS",
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_STALLED",
+    "EXIT_USAGE",
+    "Context",
+    "Handler",
+    "add_engine_arguments",
+    "add_selection_arguments",
+    "config_file",
+    "engine_config",
+    "engine_config_from",
+    "load_selection",
+]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+"""The run produced no usable result: stalled, nothing could run, results not written."""
+EXIT_STALLED = EXIT_FAILED
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class Context:
+    """What a subcommand handler gets besides its arguments.
+
+    The plugin registry is built on first access, so subcommands that do not
+    need plugins never scan entry points.
+    """
+
+    def __init__(
+        self, registry: PluginRegistry | None = None, stdout: TextIO | None = None
+    ) -> None:
+        self._registry = registry
+        self.stdout = stdout if stdout is not None else sys.stdout
+
+    @property
+    def registry(self) -> PluginRegistry:
+        if self._registry is None:
+            from kvframe.plugins import get_registry
+
+            self._registry = get_registry()
+        return self._registry
+
+    def print(self, *parts: object) -> None:
+        print(*parts, file=self.stdout)
+
+
+Handler = Callable[[argparse.Namespace, Context], int]
+
+
+def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--config`` and one flag per plugin kind (``--scheduler``, ``--eviction``, ...)."""
+    group = parser.add_argument_group(
+        "plugin selection",
+        "config strings: NAME, NAME:key=value,... or package.module:Class[:key=value,...]; "
+        "flags override kvframe.toml",
+    )
+    group.add_argument(
+        "--config",
+        metavar="PATH",
+        help="TOML file with plugin selection and engine settings "
+        "(default: ./kvframe.toml if it exists)",
+    )
+    group.add_argument("--no-config", action="store_true", help="ignore ./kvframe.toml")
+    for kind in KINDS.values():
+        group.add_argument(
+            kind.flag,
+            dest=kind.flag[2:].replace("-", "_"),
+            metavar="SPEC",
+            action="append" if kind.multiple else "store",
+            help=f"the {kind.label}" + (" (repeat for several)" if kind.multiple else ""),
+        )
+
+
+def config_file(args: argparse.Namespace) -> str | None:
+    """The TOML file a command reads: ``--config``, else ``./kvframe.toml`` if present.
+
+    Summaries and ``metrics.json`` name it, because a forgotten ``kvframe.toml``
+    in the working directory silently changes a run.
+    """
+    path = getattr(args, "config", None)
+    if path is None and not getattr(args, "no_config", False):
+        found = find_config_file()
+        path = None if found is None else str(found)
+    return path
+
+
+def load_selection(args: argparse.Namespace, engine_keys: Sequence[str] = ()) -> UserConfig:
+    """The plugin selection and engine settings: ``kvframe.toml`` overridden by flags.
+
+    :param engine_keys: argument ``dest`` names that are engine settings
+        (``block_size``, ...); given ones override the file's keys of the same name.
+    :raises ConfigError: naming the file and key, or the flag, that is wrong.
+    """
+    path = config_file(args)
+    file_values = load_config(path) if path is not None else UserConfig()
+    values: dict[str, Any] = {kind.flag[2:].replace("-", "_"): None for kind in KINDS.values()}
+    for key in [*values, *engine_keys]:
+        values[key] = getattr(args, key, None)
+    return merge(file_values, config_from_mapping(values, flags=True))
+
+
+# Engine settings that have a flag; their ``dest`` is the engine key.
+ENGINE_FLAGS = (
+    "preset",
+    "num_gpu_blocks",
+    "kv_memory",
+    "block_size",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "max_model_len",
+    "long_prefill_token_threshold",
+    "enable_prefix_caching",
+    "reserve_full_sequence",
+    "gpu_eviction",
+    "seed",
+    "offload_bandwidth",
+    "executor",
+    "cost_model",
+)
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """The engine flags (``--num-gpu-blocks``, ``--gpu-eviction``, ...): :data:`ENGINE_FLAGS`."""
+    engine = parser.add_argument_group(
+        "engine", "override kvframe.toml's engine settings of the same name"
+    )
+    engine.add_argument("--preset", metavar="NAME", help="cost-model preset (model + GPU)")
+    pool = engine.add_mutually_exclusive_group()
+    pool.add_argument(
+        "--num-gpu-blocks", type=int, metavar="N", help="GPU KV blocks (including the null block)"
+    )
+    pool.add_argument(
+        "--kv-memory",
+        metavar="SIZE",
+        help="GPU memory for KV cache, e.g. 40GiB (blocks from the preset's model shape)",
+    )
+    engine.add_argument("--block-size", type=int, metavar="N", help="tokens per KV block")
+    engine.add_argument("--max-num-seqs", type=int, metavar="N", help="max running requests")
+    engine.add_argument(
+        "--max-num-batched-tokens", type=int, metavar="N", help="token budget per step"
+    )
+    engine.add_argument("--max-model-len", type=int, metavar="N", help="context length limit")
+    engine.add_argument(
+        "--long-prefill-token-threshold",
+        type=int,
+        metavar="N",
+        help="cap on tokens one request gets per step (0: none)",
+    )
+    engine.add_argument(
+        "--no-prefix-caching",
+        dest="enable_prefix_caching",
+        action="store_const",
+        const=False,
+        default=None,
+        help="turn the GPU prefix cache off",
+    )
+    engine.add_argument(
+        "--reserve-full-sequence",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="admit a request only if its whole prompt fits the free blocks "
+        "(vLLM's scheduler_reserve_full_isl; default: on)",
+    )
+    engine.add_argument(
+        "--gpu-eviction",
+        metavar="SPEC",
+        help="eviction policy ordering the GPU prefix cache (default: vLLM's LRU free queue)",
+    )
+    engine.add_argument("--seed", type=int, metavar="N", help="block-hash seed")
+    engine.add_argument(
+        "--executor",
+        metavar="SPEC",
+        help="sim (default: cost model, no tensors) or torch[:preset=tiny,dtype=float32,"
+        "device=cpu,...]: a real Llama decoder on paged KV; writes outputs.jsonl",
+    )
+    engine.add_argument(
+        "--cost-model",
+        metavar="FILE",
+        help="cost-model file (from kvframe calibrate) replacing the preset's step times",
+    )
+    engine.add_argument(
+        "--offload-bandwidth",
+        metavar="SIZE",
+        help="device <-> host bytes per second for offload transfers, e.g. 25GB "
+        "(default: the preset's PCIe figure)",
+    )
+
+
+def engine_config(args: argparse.Namespace) -> EngineConfig:
+    """Merge kvframe.toml and the flags into an EngineConfig, checking the plugin kinds.
+
+    ``run`` and ``check`` both build their configuration here, so ``check``
+    rejects exactly what ``run`` rejects.
+    """
+    return engine_config_from(load_selection(args, ENGINE_FLAGS))
+
+
+def engine_config_from(selection: UserConfig) -> EngineConfig:
+    """:func:`engine_config` for an already loaded selection."""
+    from kvframe.engine import EngineConfig
+
+    if selection.offload is None and selection.eviction is not None:
+        raise ConfigError(
+            "the eviction policy selects how the offload tier evicts, "
+            "but no offload tier is selected",
+            text=selection.eviction.source,
+            origin=selection.eviction.origin,
+            hints=[
+                "for the order in which the GPU prefix cache evicts, use "
+                f"--gpu-eviction {selection.eviction.source or 'NAME'} "
+                "(or gpu_eviction in kvframe.toml)",
+                "to add a CPU tier: --offload cpu:capacity=8GiB",
+            ],
+        )
+    if selection.offload is None and selection.reuse_filter is not None:
+        raise ConfigError(
+            "a reuse filter decides what an offload tier stores, but no offload tier is selected",
+            text=selection.reuse_filter.source,
+            origin=selection.reuse_filter.origin,
+        )
+    fields: dict[str, Any] = {
+        "tracers": selection.tracer,
+        "offload": selection.offload,
+        "eviction": selection.eviction,
+        "reuse_filter": selection.reuse_filter,
+    }
+    if selection.scheduling is not None:
+        fields["scheduling"] = selection.scheduling
+    gpu_eviction = selection.engine.get("gpu_eviction")
+    if isinstance(gpu_eviction, str):
+        # Parsed here so that its errors name the flag or the file's key.
+        fields["gpu_eviction"] = parse_spec(
+            gpu_eviction, "eviction", origin=selection.origins.get("gpu_eviction")
+        )
+    return EngineConfig.from_settings(selection.engine, origins=selection.origins, **fields)

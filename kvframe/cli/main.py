@@ -1,0 +1,163 @@
+"""The ``kvframe`` command line.
+
+Each subcommand is one module ``kvframe/cli/cmd_NAME.py`` whose
+``add_NAME_command(subparsers)`` builds its parser and sets ``handler``
+(``(args, ctx) -> exit code``). To add a subcommand, write such a module and
+append its function to :data:`SUBCOMMANDS`; use
+:func:`~kvframe.cli.common.add_selection_arguments` and
+:func:`~kvframe.cli.common.load_selection` for the plugin flags so every
+command reads ``kvframe.toml`` and the flags the same way.
+
+Exit codes: 0 success, 2 usage or configuration error (a one-paragraph message on
+stderr, never a traceback). Logs (structlog) go to stderr so that stdout stays
+machine-readable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+import kvframe
+from kvframe.cli.cmd_check import add_check_command
+from kvframe.cli.cmd_gen import add_gen_command
+from kvframe.cli.cmd_plugins import add_plugins_command
+from kvframe.cli.cmd_run import add_run_command
+from kvframe.cli.common import EXIT_OK, EXIT_USAGE, Context, Handler
+from kvframe.compare.cli import add_compare_command
+from kvframe.config import ConfigError
+from kvframe.sweep.cli import add_sweep_command
+from kvframe.torch_cli import add_calibrate_command, add_outputs_diff_command
+from kvframe.workloads_cli import add_workloads_command
+
+if TYPE_CHECKING:
+    from kvframe.plugins import PluginRegistry
+
+__all__ = ["SUBCOMMANDS", "build_parser", "configure_logging", "main"]
+
+
+SUBCOMMANDS: list[Callable[[Any], None]] = [
+    add_plugins_command,
+    add_check_command,
+    add_run_command,
+    add_gen_command,
+    add_workloads_command,
+    add_sweep_command,
+    add_compare_command,
+    add_calibrate_command,
+    add_outputs_diff_command,
+]
+"""Functions that each add one subcommand; later commands append themselves here."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kvframe",
+        description="Try KV-cache scheduling, eviction and offload policies "
+        "on vLLM V1's semantics.",
+    )
+    parser.add_argument("--version", action="version", version=f"kvframe {kvframe.__version__}")
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0, help="more log output (repeatable)"
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="only errors in the log")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for add in SUBCOMMANDS:
+        add(subparsers)
+    _accept_log_flags_everywhere(parser)
+    return parser
+
+
+def _accept_log_flags_everywhere(parser: argparse.ArgumentParser) -> None:
+    """Let ``-v``/``-q`` also follow the subcommand (``kvframe run -v ...``).
+
+    Their default is ``SUPPRESS`` in subcommands, so a flag given only before
+    the subcommand is not reset by the subcommand's parser. A subcommand that
+    uses ``-v`` or ``-q`` for something else keeps it.
+    """
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        for sub in action.choices.values():
+            taken = sub._option_string_actions
+            if not {"-v", "--verbose"} & taken.keys():
+                sub.add_argument(
+                    "-v",
+                    "--verbose",
+                    action="count",
+                    default=argparse.SUPPRESS,
+                    help="more log output (repeatable)",
+                )
+            if not {"-q", "--quiet"} & taken.keys():
+                sub.add_argument(
+                    "-q",
+                    "--quiet",
+                    action="store_true",
+                    default=argparse.SUPPRESS,
+                    help="only errors in the log",
+                )
+            _accept_log_flags_everywhere(sub)
+
+
+class _StderrLoggerFactory:
+    """Looks ``sys.stderr`` up on every log call, so redirections (and pytest) work."""
+
+    def __call__(self, *args: Any) -> structlog.PrintLogger:
+        return structlog.PrintLogger(sys.stderr)
+
+
+def configure_logging(level: int) -> None:
+    """Human-readable structlog output on stderr, at ``level`` and above."""
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.dev.ConsoleRenderer(colors=False),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=_StderrLoggerFactory(),
+        cache_logger_on_first_use=False,
+    )
+
+
+def _log_level(args: argparse.Namespace) -> int:
+    if args.quiet:
+        return logging.ERROR
+    if args.verbose >= 2:
+        return logging.DEBUG
+    if args.verbose == 1:
+        return logging.INFO
+    return logging.ERROR if getattr(args, "quiet_logs", False) else logging.WARNING
+
+
+def main(argv: Sequence[str] | None = None, *, registry: PluginRegistry | None = None) -> int:
+    """Run the ``kvframe`` command; returns the exit code.
+
+    :param registry: the plugin registry to use instead of the installed plugins
+        (tests pass one).
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # --help, --version and usage errors (code 2)
+        return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
+    configure_logging(_log_level(args))
+    handler: Handler = args.handler
+    try:
+        return handler(args, Context(registry))
+    except ConfigError as err:
+        print(f"kvframe {args.command}: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:  # `kvframe plugins | head`
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
