@@ -30,6 +30,11 @@ does. The rules it mirrors, because they decide hit counts:
   refused store (``None``) leaves the cursor, to be retried next step. The
   worker defers the copies to the start of the next step, when the step
   that computed those tokens has written them.
+* **Tier view** (:meth:`OffloadingConnector.tier_view`): scheduling policies
+  may ask, read-only, how much of a request's context the tier holds and
+  what loading it would take (:class:`~kvframe.bases.TierView`). The answer
+  uses the tier's ``lookup`` *behind* any reuse filter (a peek is not a
+  sighting) and never touches the eviction policy, so asking changes nothing.
 * **Completion**, as in vLLM 0.19: a request's stored blocks become ready
   (``complete_store``) when the worker reports the request in
   ``finished_sending`` -- after it finished and all its stores landed -- or
@@ -40,10 +45,12 @@ does. The rules it mirrors, because they decide hit counts:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import attrs
+
+from kvframe.offload.manager import FilteredOffloadManager
 
 if TYPE_CHECKING:
     from kvframe.core.block_pool import KVCacheBlock
@@ -52,7 +59,13 @@ if TYPE_CHECKING:
     from kvframe.offload.contract import OffloadManager
     from kvframe.request import Request
 
-__all__ = ["OffloadConnectorMetadata", "OffloadStats", "OffloadingConnector", "TransferSpec"]
+__all__ = [
+    "ConnectorTierView",
+    "OffloadConnectorMetadata",
+    "OffloadStats",
+    "OffloadingConnector",
+    "TransferSpec",
+]
 
 
 @attrs.define(slots=True)
@@ -110,6 +123,8 @@ class OffloadingConnector:
     :param enable_prefix_caching: whether the GPU prefix cache is on; only then
         are in-flight loads tracked to keep a second load of the same blocks
         from racing (vLLM's condition).
+    :param load_time: seconds a load of ``n`` tokens takes (the executor's
+        transfer model); without it the connector offers no :meth:`tier_view`.
     """
 
     def __init__(
@@ -119,6 +134,7 @@ class OffloadingConnector:
         gpu_block_size: int,
         block_size_factor: int = 1,
         enable_prefix_caching: bool = True,
+        load_time: Callable[[int], float] | None = None,
     ) -> None:
         if block_size_factor < 1:
             raise ValueError(f"block_size_factor must be >= 1, not {block_size_factor}")
@@ -128,6 +144,11 @@ class OffloadingConnector:
                 f"GPU blocks of {gpu_block_size} tokens"
             )
         self.manager = manager
+        # The tier view peeks behind the reuse filter: its lookups are sightings.
+        self._peek_manager = (
+            manager.backing if isinstance(manager, FilteredOffloadManager) else manager
+        )
+        self._load_time = load_time
         self.gpu_block_size = gpu_block_size
         self.block_size_factor = block_size_factor
         self.offloaded_block_size = gpu_block_size * block_size_factor
@@ -164,6 +185,40 @@ class OffloadingConnector:
     def busy(self) -> bool:
         """Transfers are planned or in flight, or a finished request's store is pending."""
         return bool(self._reqs_being_stored or self._reqs_being_loaded or self._reqs_to_load)
+
+    # -- the read-only tier view ----------------------------------------------
+
+    def tier_view(self) -> ConnectorTierView | None:
+        """The :class:`~kvframe.bases.TierView` policies get; ``None`` without a load-time model."""
+        return ConnectorTierView(self) if self._load_time is not None else None
+
+    def num_tier_tokens(self, request: Request) -> int:
+        """Leading tokens of ``request`` the tier holds or is storing for it (no side effects).
+
+        Ready blocks come from the tier's ``lookup`` behind any reuse filter;
+        blocks of this request whose store was accepted but has not landed
+        count too. Stops at the first block that is neither.
+        """
+        hashes = self._hashes(request)
+        pending = self._reqs_being_stored.get(request.request_id) or {}
+        lookup = self._peek_manager.lookup
+        held = 0
+        num_blocks = len(hashes)
+        while held < num_blocks:
+            if hashes[held] in pending:
+                held += 1
+                continue
+            hits = lookup(hashes[held:]) or 0  # None: not known yet, count nothing
+            if hits <= 0:
+                break
+            held += hits
+        return held * self.offloaded_block_size
+
+    def estimate_load_time(self, num_tokens: int) -> float:
+        """Seconds a load of ``num_tokens`` tokens takes, on the transfer model given."""
+        if num_tokens <= 0 or self._load_time is None:
+            return 0.0
+        return self._load_time(num_tokens)
 
     # -- SchedulerConnector ----------------------------------------------------
 
@@ -348,3 +403,30 @@ class OffloadingConnector:
 
     def take_events(self) -> Iterable[KVEvent]:
         return self.manager.take_events()
+
+
+class ConnectorTierView:
+    """The :class:`~kvframe.bases.TierView` of an :class:`OffloadingConnector`.
+
+    A separate object so that a policy holding it can only ask, never call the
+    connector's scheduler-side methods.
+    """
+
+    __slots__ = ("_connector",)
+
+    def __init__(self, connector: OffloadingConnector) -> None:
+        self._connector = connector
+
+    @property
+    def medium(self) -> str:
+        return self._connector.manager.medium
+
+    @property
+    def block_size(self) -> int:
+        return self._connector.offloaded_block_size
+
+    def num_cached_tokens(self, request: Request) -> int:
+        return self._connector.num_tier_tokens(request)
+
+    def load_time(self, num_tokens: int) -> float:
+        return self._connector.estimate_load_time(num_tokens)
