@@ -191,6 +191,9 @@ def make_block_hasher(
     state (an adapter name, multimodal inputs, ...), or ``None`` for none.
     With the default, requests without a salt take a fast path that never
     calls it.
+
+    The hasher carries ``block_size`` as an attribute: a request asks it again
+    only when an appended token fills a block, not after every token.
     """
     if block_size <= 0:
         raise ValueError(f"block_size must be positive, got {block_size}")
@@ -235,4 +238,6 @@ def make_block_hasher(
             append(parent)
         return new_hashes
 
+    # Read by Request: a token that fills no block needs no call at all.
+    hasher.block_size = block_size  # type: ignore[attr-defined]
     return hasher

@@ -28,7 +28,6 @@ checked step by step by ``tools/differential``.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING
@@ -147,6 +146,7 @@ class Scheduler:
             enable_kv_cache_events=config.enable_kv_cache_events,
             eviction_policy=eviction_policy,
             use_eagle=config.use_eagle,
+            decode_lookahead=config.num_lookahead_tokens,
         )
         self.num_lookahead_tokens = config.num_lookahead_tokens
         self.requests: dict[str, Request] = {}
@@ -293,17 +293,42 @@ class Scheduler:
         return output
 
     def _schedule_running(self, step: _Step) -> None:
-        """Give RUNNING requests their tokens, preempting through the policy when blocks run out."""
+        """Give RUNNING requests their tokens, preempting through the policy when blocks run out.
+
+        A request that is simply decoding -- one new token, no drafts, and a
+        token count below its :attr:`KVCacheManager.decode_limits` entry --
+        takes a short path: ``allocate_slots`` would give it no block and cache
+        nothing, so it is not called. Every other request takes the general
+        path, whose decisions the short one reproduces exactly.
+        """
         running = self.running
         allocate_slots = self.kv_cache_manager.allocate_slots
+        decode_limits = self.kv_cache_manager.decode_limits
         threshold = self.config.long_prefill_token_threshold
         lookahead = self.num_lookahead_tokens
         max_model_len = self.max_model_len
         num_scheduled_tokens = step.num_scheduled_tokens
+        scheduled_running = step.scheduled_running
+        new_block_ids = step.new_block_ids
 
         req_index = 0
         while req_index < len(running) and step.token_budget > 0:
             request = running[req_index]
+            computed = request.num_computed_tokens
+            if (
+                computed == request.num_tokens - 1
+                and computed <= decode_limits.get(request.request_id, -1)
+                and not request.spec_token_ids
+                and not request.num_output_placeholders
+            ):
+                request_id = request.request_id
+                scheduled_running.append(request)
+                new_block_ids[request_id] = None
+                num_scheduled_tokens[request_id] = 1
+                step.token_budget -= 1
+                req_index += 1
+                continue
+
             num_new_tokens = (
                 request.num_tokens_with_spec
                 + request.num_output_placeholders
@@ -522,16 +547,18 @@ class Scheduler:
             )
             for r in step.scheduled_new
         ]
-        cached = CachedRequestData()
-        num_running = len(step.scheduled_running)
-        for index, r in enumerate(itertools.chain(step.scheduled_running, step.scheduled_resumed)):
-            request_id = r.request_id
-            cached.req_ids.append(request_id)
-            if index >= num_running:
-                cached.resumed_req_ids.add(request_id)
-            cached.new_block_ids.append(new_block_ids[request_id])
-            cached.num_computed_tokens.append(r.num_computed_tokens)
-            cached.num_output_tokens.append(r.num_output_tokens + r.num_output_placeholders)
+        # Parallel lists built whole (one comprehension per field): a running
+        # request costs a few C-level appends, not a Python loop body.
+        resumed = step.scheduled_resumed
+        requests = step.scheduled_running + resumed if resumed else step.scheduled_running
+        req_ids = [r.request_id for r in requests]
+        cached = CachedRequestData(
+            req_ids=req_ids,
+            resumed_req_ids={r.request_id for r in resumed},
+            new_block_ids=[new_block_ids[request_id] for request_id in req_ids],
+            num_computed_tokens=[r.num_computed_tokens for r in requests],
+            num_output_tokens=[r.num_output_tokens + r.num_output_placeholders for r in requests],
+        )
         return SchedulerOutput(
             scheduled_new_reqs=new_reqs,
             scheduled_cached_reqs=cached,
@@ -563,6 +590,7 @@ class Scheduler:
         sampled = model_output.sampled_token_ids
         spec_tokens = scheduler_output.scheduled_spec_decode_tokens
         requests = self.requests
+        max_model_len = self.max_model_len
         finished: list[Request] = []
         stopped_running: set[Request] = set()
         stopped_waiting: set[Request] = set()
@@ -586,7 +614,28 @@ class Scheduler:
             generated = sampled.get(request_id)
             if not generated:
                 continue  # a partial prefill chunk samples nothing
-            drafts = spec_tokens.get(request_id)
+            drafts = spec_tokens.get(request_id) if spec_tokens else None
+            if not drafts and len(generated) == 1:
+                # One token, no drafts (every decode step): _append_and_check_stop inline.
+                token_id = generated[0]
+                request.append_output_token_ids(token_id)
+                if token_id in request.stop_token_ids:
+                    stop_status = RequestStatus.FINISHED_STOPPED
+                    request.stop_reason = token_id
+                elif (
+                    request.num_tokens >= max_model_len
+                    or request.num_output_tokens >= request.max_tokens
+                ):
+                    stop_status = RequestStatus.FINISHED_LENGTH_CAPPED
+                else:
+                    continue
+                if request.status == _RUNNING:
+                    stopped_running.add(request)
+                else:
+                    stopped_waiting.add(request)
+                request.status = stop_status
+                finished.append(request)
+                continue
             if drafts:
                 num_rejected = len(drafts) - (len(generated) - 1)
                 if request.num_computed_tokens > 0:
