@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from kvframe.core.decode_run import DecodeRun
 from kvframe.core.hashing import make_block_hasher
 from kvframe.core.kv_cache_manager import KVCacheManager
 from kvframe.core.retention import Retention, RetentionTable
@@ -168,6 +169,7 @@ class Scheduler:
         # when it is promoted). Cleared when the request enters RUNNING.
         self._lookup_recorded: set[str] = set()
         self._now = 0.0
+        self._decode_runs_allowed = _allows_decode_runs(policy)
         policy.attach(_SchedulerView(self))
 
     # ------------------------------------------------------------------
@@ -285,12 +287,38 @@ class Scheduler:
         self._schedule_running(step)
         if not step.preempted:
             self._schedule_waiting(step)
+        return self._finish_schedule(step)
 
+    def _finish_schedule(self, step: _Step) -> SchedulerOutput:
+        """The decided step as an output; then advance the scheduled requests."""
         output = self._make_output(step)
         if self.connector is not None:
             output.kv_connector_metadata = self.connector.build_connector_meta(output)
         self._advance_after_schedule(output)
         return output
+
+    def start_decode_run(self, token_id: int) -> DecodeRun | None:
+        """A :class:`~kvframe.core.decode_run.DecodeRun` from the current state, or ``None``.
+
+        ``token_id`` is the token the executor samples for every request (the
+        run must know in advance whether it stops one). ``None`` when the
+        conditions of :mod:`kvframe.core.decode_run` do not hold, or when the
+        very next step already finishes a request.
+        """
+        running = self.running
+        if (
+            not running
+            or not self._decode_runs_allowed
+            or self.connector is not None
+            or self.retained
+            or self.skipped_waiting
+            or len(running) > self.config.max_num_batched_tokens
+        ):
+            return None
+        finish_step = DecodeRun.finish_step(running, token_id, self.max_model_len)
+        if finish_step < 2:
+            return None
+        return DecodeRun(self, token_id, finish_step)
 
     def _schedule_running(self, step: _Step) -> None:
         """Give RUNNING requests their tokens, preempting through the policy when blocks run out.
@@ -903,6 +931,19 @@ class Scheduler:
 
     def reset_prefix_cache(self) -> bool:
         return self.kv_cache_manager.reset_prefix_cache()
+
+
+def _allows_decode_runs(policy: SchedulingPolicy) -> bool:
+    """The policy's :attr:`~kvframe.SchedulingPolicy.allows_decode_runs`, its default resolved."""
+    allowed = getattr(policy, "allows_decode_runs", None)
+    if allowed is not None:
+        return bool(allowed)
+    from kvframe.bases import SchedulingPolicy
+
+    return all(
+        getattr(type(policy), name, None) is getattr(SchedulingPolicy, name)
+        for name in ("on_step_start", "on_arrival", "select_queue")
+    )
 
 
 class _SchedulerView:
