@@ -15,6 +15,7 @@ and only ever grows until :meth:`free`.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -65,6 +66,9 @@ class PrefixCacheStats:
     def hit_rate(self) -> float:
         """``hits / queries`` over never-preempted requests (0.0 when nothing was queried)."""
         return self.hits / self.queries if self.queries else 0.0
+
+
+_ref_cnt = operator.attrgetter("ref_cnt")
 
 
 class KVCacheManager:
@@ -229,10 +233,14 @@ class KVCacheManager:
             assert not new_computed_blocks
             return max(num_required - num_table_blocks, 0)
         num_new = max(num_required - num_table_blocks - len(new_computed_blocks), 0)
-        num_evictable = 0
-        for block in new_computed_blocks:
-            if block.ref_cnt == 0 and not block.is_null:
-                num_evictable += 1
+        if not new_computed_blocks:
+            return num_new
+        # Free hit blocks, counted at C speed: a waiting request's prefix hit can
+        # be hundreds of blocks, and the head of the queue is looked at every step.
+        num_evictable = list(map(_ref_cnt, new_computed_blocks)).count(0)
+        null_block = self.block_pool.null_block
+        if num_evictable and null_block.ref_cnt == 0 and null_block in new_computed_blocks:
+            num_evictable -= new_computed_blocks.count(null_block)  # never evictable
         return num_new + num_evictable
 
     def can_fit_full_sequence(

@@ -97,20 +97,37 @@ class SchedulerStats:
     """Waiting requests whose loaded blocks were freed to break an admission stall."""
 
 
-@attrs.define(slots=True)
 class _Step:
-    """What one call to ``schedule`` has decided so far."""
+    """What one call to ``schedule`` has decided so far.
 
-    token_budget: int
-    num_scheduled_tokens: dict[str, int] = attrs.Factory(dict)
-    scheduled_running: list[Request] = attrs.Factory(list)
-    scheduled_new: list[Request] = attrs.Factory(list)
-    scheduled_resumed: list[Request] = attrs.Factory(list)
-    preempted: list[Request] = attrs.Factory(list)
-    new_block_ids: dict[str, list[int] | None] = attrs.Factory(dict)
-    spec_decode_tokens: dict[str, list[int]] = attrs.Factory(dict)
-    first_admissions: list[PrefixHit] = attrs.Factory(list)
-    recomputed_tokens: dict[str, int] = attrs.Factory(dict)
+    A plain slotted class, not attrs: one is built per step (and per step of a
+    decode run), and attrs' per-field factories cost more than the fields.
+    """
+
+    __slots__ = (
+        "first_admissions",
+        "new_block_ids",
+        "num_scheduled_tokens",
+        "preempted",
+        "recomputed_tokens",
+        "scheduled_new",
+        "scheduled_resumed",
+        "scheduled_running",
+        "spec_decode_tokens",
+        "token_budget",
+    )
+
+    def __init__(self, token_budget: int) -> None:
+        self.token_budget = token_budget
+        self.num_scheduled_tokens: dict[str, int] = {}
+        self.scheduled_running: list[Request] = []
+        self.scheduled_new: list[Request] = []
+        self.scheduled_resumed: list[Request] = []
+        self.preempted: list[Request] = []
+        self.new_block_ids: dict[str, list[int] | None] = {}
+        self.spec_decode_tokens: dict[str, list[int]] = {}
+        self.first_admissions: list[PrefixHit] = []
+        self.recomputed_tokens: dict[str, int] = {}
 
 
 class Scheduler:
@@ -430,7 +447,7 @@ class Scheduler:
         # Requests skipped in this pass go to a queue of their own so the loop
         # never peeks the same blocked request twice; they rejoin skipped-waiting
         # (ahead of older skipped requests) after the loop.
-        step_skipped = policy.create_queue()
+        step_skipped: RequestQueue | None = None  # created when first needed
         # The tier's answer for a request retried after a reclaim freed blocks:
         # vLLM asks the connector once per request per step, and asking again
         # would touch the tier and count the reuse filter's sightings twice.
@@ -444,6 +461,8 @@ class Scheduler:
 
             if request.status == _WAITING_FOR_REMOTE_KVS and not self._promote_loaded(request):
                 queue.pop_request()
+                if step_skipped is None:
+                    step_skipped = policy.create_queue()
                 step_skipped.prepend_request(request)
                 continue
 
@@ -462,6 +481,8 @@ class Scheduler:
                         # The tier cannot answer yet: ask again next step without
                         # blocking the requests behind this one.
                         queue.pop_request()
+                        if step_skipped is None:
+                            step_skipped = policy.create_queue()
                         step_skipped.prepend_request(request)
                         continue
                     request.num_external_computed_tokens = ext_tokens
@@ -540,6 +561,8 @@ class Scheduler:
                 # Blocks are reserved; the request waits for its load to land.
                 request.status = _WAITING_FOR_REMOTE_KVS
                 request.num_computed_tokens = num_computed_tokens
+                if step_skipped is None:
+                    step_skipped = policy.create_queue()
                 step_skipped.prepend_request(request)
                 continue
 
@@ -561,7 +584,7 @@ class Scheduler:
             if request.num_cached_tokens < 0:
                 request.num_cached_tokens = num_computed_tokens
 
-        if step_skipped:
+        if step_skipped is not None and step_skipped:
             self.skipped_waiting.prepend_requests(step_skipped)
 
     def _make_output(self, step: _Step) -> SchedulerOutput:
