@@ -25,10 +25,14 @@ What it decides, and where:
 * **Preemption** (:meth:`ContinuumPolicy.choose_victim`,
   :meth:`ContinuumPolicy.reclaim_retained`): before a running request is
   preempted, pins that are only a bet (TTL passed, or nothing of the job
-  queued) are released, lowest expected saving first; then a running request
-  of a job without a pin is the victim, latest job first; only when there is
-  none are the remaining pins released (latest job first), and only when no
-  pin is left are pinned jobs' turns preempted.
+  queued) are released, lowest expected saving first; then the last running
+  request of a job without a pin is the victim (FCFS's tail among unpinned
+  jobs); only when there is none are the remaining pins released (latest job
+  first), and only when no pin is left are pinned jobs' turns preempted.
+* **Reload cost** (:meth:`ContinuumPolicy.reload_time`): what a hit saves is
+  priced from where the blocks would come back from -- the offload tier's load
+  time for the part it holds (the scheduler context's read-only tier view),
+  a prefill for the rest.
 
 What it learns, and from what:
 
