@@ -91,12 +91,13 @@ def add_calibrate_command(subparsers: Any) -> None:
         "and report per-step, duration and mean-TTFT errors",
     )
     parser.add_argument(
-        "--check-runs",
+        "--runs",
         type=int,
         default=3,
         metavar="N",
-        help="with --check: replay the held-out workload N times on the torch executor and "
-        "compare the sim with the run of median duration (default 3; 1 on a slow model)",
+        help="replays of the training workload (each step's time: the median over them) and, "
+        "with --check, of the held-out one, alternating (the sim is compared with the replay "
+        "of median duration); default 3, 1 on a slow model",
     )
     parser.set_defaults(handler=_calibrate)
 
@@ -110,8 +111,8 @@ def _calibrate(args: argparse.Namespace, ctx: Any) -> int:
         raise ConfigError(str(err), origin="--executor") from None
     if options is None:
         raise ConfigError("calibrate times the torch executor: use --executor torch[:...]")
-    if args.repeats < 1 or args.block_size < 1 or args.check_runs < 1:
-        raise ConfigError("--repeats, --block-size and --check-runs must be >= 1")
+    if args.repeats < 1 or args.block_size < 1 or args.runs < 1:
+        raise ConfigError("--repeats, --block-size and --runs must be >= 1")
     from kvframe.executors.torch.options import check_cpu_clock
 
     if args.clock == "cpu":
@@ -129,11 +130,14 @@ def _calibrate(args: argparse.Namespace, ctx: Any) -> int:
         Sample,
         default_clock,
         fit_cost_model,
-        held_out_workload,
         measure_copy_bandwidth,
-        measure_engine_steps,
         measure_grid,
-        validate,
+    )
+    from kvframe.executors.torch.replay import (
+        compare,
+        engine_samples,
+        held_out_workload,
+        replay_both,
     )
 
     try:
@@ -147,13 +151,17 @@ def _calibrate(args: argparse.Namespace, ctx: Any) -> int:
     samples = measure_grid(model, clock=clock, repeats=args.repeats)
     bandwidth = measure_copy_bandwidth(model)
     del model  # the training run builds its own
-    samples += measure_engine_steps(
+    settings: dict[str, Any] = {"block_size": args.block_size, "max_num_batched_tokens": 512}
+    held_out = held_out_workload() if args.check else None
+    training, checks = replay_both(
         args.executor,
         held_out_workload(seed=1),
+        held_out,
+        runs=args.runs,
         clock=clock,
-        block_size=args.block_size,
-        max_num_batched_tokens=512,
+        **settings,
     )
+    samples += engine_samples(training, clock)
     terms = TERMS if args.form == "extended" else LINEAR_TERMS
     cost_model, stats = fit_cost_model(samples, transfer_bytes_per_s=bandwidth, terms=terms)
     c = plan.config
@@ -180,6 +188,7 @@ def _calibrate(args: argparse.Namespace, ctx: Any) -> int:
         "executor": args.executor,
         "block_size": args.block_size,
         "repeats": args.repeats,
+        "runs": args.runs,
         "clock": clock,
         "threads": options.threads,
         "form": args.form,
@@ -204,16 +213,8 @@ def _calibrate(args: argparse.Namespace, ctx: Any) -> int:
         calibration=calibration,
     )
     print(json.dumps({"cost_model": _asdict(cost_model), "fit": stats}, indent=2))
-    if args.check:
-        check = validate(
-            args.out,
-            args.executor,
-            held_out_workload(),
-            clock=clock,
-            runs=args.check_runs,
-            block_size=args.block_size,
-            max_num_batched_tokens=512,
-        )
+    if held_out is not None:
+        check = compare(args.out, checks, held_out, clock=clock, **settings)
         calibration["held_out"] = check
         out = Path(args.out)
         data = json.loads(out.read_text())

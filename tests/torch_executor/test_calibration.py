@@ -28,7 +28,9 @@ from kvframe.executors.torch.calibrate import (
     fit_cost_model,
     measure_grid,
 )
+from kvframe.executors.torch.executor import StepTiming
 from kvframe.executors.torch.options import parse_executor
+from kvframe.executors.torch.replay import Replay, compare, engine_samples, replay_both
 
 from .invariance import shared_prefix_workload
 
@@ -292,7 +294,7 @@ def test_calibrate_refuses_the_cpu_clock_with_several_threads(capsys):
 def test_calibrate_writes_a_file_that_run_accepts(tmp_path, capsys):
     out = tmp_path / "cm.json"
     argv = ["calibrate", "--executor", "torch:preset=tiny", "--repeats", "1", "--out", str(out)]
-    assert main([*argv, "--check", "--check-runs", "2"]) == 0
+    assert main([*argv, "--check", "--runs", "2"]) == 0
     data = json.loads(out.read_text())
     assert data["calibration"]["clock"] == "cpu"
     assert data["calibration"]["form"] == "extended"
@@ -303,3 +305,44 @@ def test_calibrate_writes_a_file_that_run_accepts(tmp_path, capsys):
         assert math.isfinite(held_out[key]), key
     capsys.readouterr()
     assert main(["run", "mooncake:conversation", "--limit", "5", "--cost-model", str(out)]) == 0
+
+
+# -- replays ---------------------------------------------------------------------------
+
+
+def fake_replay(times, shapes=None):
+    """A replay whose steps have the given CPU times (shapes: one prefill chunk each)."""
+    shapes = shapes or [(16 * (i + 1), 0, 0, 1, prefill_pairs(16 * (i + 1), 0)) for i in range(3)]
+    steps = [
+        StepTiming(p, d, c, 0.0, 2 * t, prefill_seqs=s, prefill_pairs=q, cpu_s=t)
+        for (p, d, c, s, q), t in zip(shapes, times, strict=True)
+    ]
+    return Replay(sum(times), None, steps, 64)
+
+
+def test_training_steps_are_the_per_step_median_over_replays():
+    replays = [
+        fake_replay([1.0, 5.0, 2.0]),
+        fake_replay([3.0, 4.0, 9.0]),
+        fake_replay([2.0, 6.0, 1.0]),
+    ]
+    samples = engine_samples(replays, "cpu")
+    assert [s.seconds for s in samples] == [2.0, 5.0, 2.0]
+    assert [s.prefill for s in samples] == [16, 32, 48]
+    assert [s.seconds for s in engine_samples(replays[:1], "wall")] == [2.0, 10.0, 4.0]
+
+
+def test_replays_that_formed_other_steps_are_all_kept():
+    other = fake_replay([1.0, 1.0, 1.0], shapes=[(0, 2, 64, 0, 0)] * 3)
+    samples = engine_samples([fake_replay([1.0, 2.0, 3.0]), other], "cpu")
+    assert len(samples) == 6
+
+
+def test_compare_refuses_no_replays():
+    with pytest.raises(ValueError, match="no torch replays"):
+        compare("unused.json", [], [], clock="cpu")
+
+
+def test_replay_both_refuses_zero_runs():
+    with pytest.raises(ValueError, match="runs must be >= 1"):
+        replay_both("torch:preset=tiny", [], None, runs=0, clock="cpu")

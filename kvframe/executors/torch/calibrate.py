@@ -16,9 +16,9 @@ the engine runs them. Each shape is timed ``repeats`` times after a warm-up
 and the median kept: the engine's steps, which the model must predict, are
 timed once each, so the median is the like-for-like statistic (the minimum
 would bias every prediction low). To the grid are added the steps of a
-*training* workload run through the engine (:func:`measure_engine_steps`):
-the shapes a scheduler actually forms. The held-out check (:func:`validate`)
-uses a different workload (another seed).
+*training* workload run through the engine
+(:mod:`kvframe.executors.torch.replay`): the shapes a scheduler actually
+forms. The held-out check uses a different workload (another seed).
 
 **Fit.** Step time is linear in six quantities (:data:`TERMS`, the fields of
 :class:`~kvframe.executors.cost_model.CostModel`). The fit minimises
@@ -37,7 +37,6 @@ import itertools
 import statistics
 import time
 from collections.abc import Sequence
-from typing import Any
 
 import attrs
 import torch
@@ -52,10 +51,8 @@ __all__ = [
     "Sample",
     "default_clock",
     "fit_cost_model",
-    "held_out_workload",
-    "measure_engine_steps",
+    "measure_copy_bandwidth",
     "measure_grid",
-    "validate",
 ]
 
 TERMS = (
@@ -195,30 +192,6 @@ def measure_grid(
     return [_sample(chunks, _time(model, chunks, repeats, clock)) for chunks in steps]
 
 
-def _with_clock(executor: str, clock: str) -> str:
-    """``executor`` with ``clock=`` set (a later option overrides an earlier one)."""
-    return executor + ("," if ":" in executor else ":") + f"clock={clock}"
-
-
-def measure_engine_steps(
-    executor: str, specs: Sequence, *, clock: str = "wall", **settings: object
-) -> list[Sample]:
-    """Every forward pass of a training workload run through the engine, on ``clock``.
-
-    The grid times shapes in isolation; these are the shapes a scheduler
-    actually forms (several prefill chunks and decodes in one step), with
-    whatever caches they leave warm. The held-out check uses another workload.
-    """
-    from kvframe.engine import Engine, EngineConfig
-
-    engine = Engine.from_config(EngineConfig(executor=_with_clock(executor, clock), **settings))  # type: ignore[arg-type]
-    engine.run(specs)
-    return [
-        Sample(s.prefill, s.decode, s.context, s.measured(clock), s.prefill_seqs, s.prefill_pairs)
-        for s in engine.executor.steps
-    ]
-
-
 def _solve(rows: torch.Tensor, y: torch.Tensor, terms: Sequence[int]) -> torch.Tensor | None:
     """Least squares on ``terms`` only; ``None`` when a coefficient comes out negative."""
     a = rows[:, list(terms)]
@@ -300,111 +273,3 @@ def measure_copy_bandwidth(model: LlamaModel, repeats: int = 5) -> float:
             h.copy_(cache[1 : n + 1])
         times.append(time.perf_counter() - started)
     return nbytes / max(statistics.median(times[1:]), 1e-9)
-
-
-def held_out_workload(num_requests: int = 40, *, seed: int = 7, rate: float = 0.0) -> list:
-    """A workload unlike the grid: shared prefixes, mixed lengths, optional Poisson arrivals."""
-    import random
-
-    from kvframe.workloads.spec import RequestSpec
-
-    rng = random.Random(seed)
-    prefixes = [[rng.randrange(1, 4000) for _ in range(rng.randrange(64, 256))] for _ in range(4)]
-    specs = []
-    now = 0.0
-    for i in range(num_requests):
-        prompt = prefixes[rng.randrange(4)] + [
-            rng.randrange(1, 4000) for _ in range(rng.randrange(16, 256))
-        ]
-        specs.append(RequestSpec(f"h{i:03d}", prompt, rng.randrange(8, 64), arrival_time=now))
-        if rate > 0:
-            now += rng.expovariate(rate)
-    return specs
-
-
-def validate(
-    cost_model_file: str,
-    executor: str,
-    specs: Sequence,
-    *,
-    clock: str = "wall",
-    runs: int = 1,
-    **settings: object,
-) -> dict[str, Any]:
-    """Run ``specs`` on the torch executor (its engine clock on ``clock``) and on the
-    sim with the calibrated cost model, with the same engine settings; return the
-    three error figures.
-
-    * ``step_median_abs_rel_error``: over the torch run's steps, the sim's
-      prediction for that step's shape against its measured time;
-    * ``duration_rel_error`` and ``mean_ttft_rel_error``: the two whole runs.
-
-    With ``runs > 1`` the torch side is replayed that many times and the run
-    of median duration is the reference: the torch executor's own run-to-run
-    variation (reported as ``torch_duration_spread``, max - min over median)
-    is not the sim's error.
-    """
-    from kvframe.engine import Engine, EngineConfig
-
-    if runs < 1:
-        raise ValueError(f"runs must be >= 1, got {runs}")
-    replays = []
-    for _ in range(runs):
-        engine = Engine.from_config(
-            EngineConfig(
-                executor=_with_clock(executor, clock),
-                cost_model=cost_model_file,
-                **settings,  # type: ignore[arg-type]
-            )
-        )
-        result = engine.run(specs)
-        # Keep the measurements, not the engine: its model and KV cache are large.
-        blocks = engine.scheduler.config.num_gpu_blocks
-        replays.append(
-            (result.counters["simulated_duration_seconds"], result, engine.executor.steps)
-        )
-        del engine
-    replays.sort(key=lambda replay: replay[0])
-    durations = [replay[0] for replay in replays]
-    _, torch_result, torch_steps = replays[(runs - 1) // 2]
-    sim_engine = Engine.from_config(
-        EngineConfig(
-            cost_model=cost_model_file,
-            **{**settings, "num_gpu_blocks": blocks, "kv_memory": None},  # type: ignore[arg-type]
-        )
-    )
-    sim_result = sim_engine.run(specs)
-    model = sim_engine.preset.cost_model
-    errors = []
-    for s in torch_steps:
-        measured = s.measured(clock)
-        if measured > 0:
-            predicted = model.step_time(
-                s.prefill, s.decode, s.context, s.prefill_seqs, s.prefill_pairs
-            )
-            errors.append(abs(predicted - measured) / measured)
-
-    def mean_ttft(result) -> float:
-        values = [
-            r.time_to_first_token_seconds
-            for r in result.summary.requests
-            if r.time_to_first_token_seconds is not None
-        ]
-        return statistics.fmean(values)
-
-    t_dur = torch_result.counters["simulated_duration_seconds"]
-    s_dur = sim_result.counters["simulated_duration_seconds"]
-    t_ttft, s_ttft = mean_ttft(torch_result), mean_ttft(sim_result)
-    return {
-        "clock": clock,
-        "torch_runs": runs,
-        "torch_duration_spread": (durations[-1] - durations[0]) / statistics.median(durations),
-        "num_steps": len(errors),
-        "step_median_abs_rel_error": statistics.median(errors),
-        "torch_duration_s": t_dur,
-        "sim_duration_s": s_dur,
-        "duration_rel_error": abs(s_dur - t_dur) / t_dur,
-        "torch_mean_ttft_s": t_ttft,
-        "sim_mean_ttft_s": s_ttft,
-        "mean_ttft_rel_error": abs(s_ttft - t_ttft) / t_ttft,
-    }
