@@ -65,7 +65,13 @@ def add_calibrate_command(subparsers: Any) -> None:
         help="the torch executor to time (default: torch:preset=small)",
     )
     parser.add_argument("--block-size", type=int, default=16, metavar="N")
-    parser.add_argument("--repeats", type=int, default=5, metavar="N", help="timings per shape")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=5,
+        metavar="N",
+        help="timings per grid shape, spread over the --runs rounds (default 5)",
+    )
     parser.add_argument(
         "--clock",
         choices=("auto", "cpu", "wall"),
@@ -95,9 +101,10 @@ def add_calibrate_command(subparsers: Any) -> None:
         type=int,
         default=3,
         metavar="N",
-        help="replays of the training workload (each step's time: the median over them) and, "
-        "with --check, of the held-out one, alternating (the sim is compared with the replay "
-        "of median duration); default 3, 1 on a slow model",
+        help="measurement rounds (default 3; 1 on a slow model): each times a share of the "
+        "grid, replays the training workload and, with --check, the held-out one; a training "
+        "step's time is its median over the rounds, and the sim is compared with the held-out "
+        "replay of median duration",
     )
     parser.set_defaults(handler=_calibrate)
 
@@ -130,14 +137,14 @@ def _calibrate(args: argparse.Namespace, ctx: Any) -> int:
         Sample,
         default_clock,
         fit_cost_model,
+        grid_steps,
         measure_copy_bandwidth,
-        measure_grid,
     )
     from kvframe.executors.torch.replay import (
         compare,
         engine_samples,
         held_out_workload,
-        replay_both,
+        measure_interleaved,
     )
 
     try:
@@ -148,19 +155,25 @@ def _calibrate(args: argparse.Namespace, ctx: Any) -> int:
         raise ConfigError(str(err), origin="--executor") from None
     clock = default_clock(plan.device.type, options.threads) if args.clock == "auto" else args.clock
     print(f"timing {plan.describe()} on {plan.device}, clock={clock} ...", file=sys.stderr)
-    samples = measure_grid(model, clock=clock, repeats=args.repeats)
     bandwidth = measure_copy_bandwidth(model)
-    del model  # the training run builds its own
     settings: dict[str, Any] = {"block_size": args.block_size, "max_num_batched_tokens": 512}
     held_out = held_out_workload() if args.check else None
-    training, checks = replay_both(
+    try:
+        grid = grid_steps(model)
+    except ValueError as err:
+        raise ConfigError(str(err), origin="--executor") from None
+    samples, training, checks = measure_interleaved(
+        model,
+        grid,
         args.executor,
         held_out_workload(seed=1),
         held_out,
         runs=args.runs,
+        repeats=args.repeats,
         clock=clock,
         **settings,
     )
+    del model
     samples += engine_samples(training, clock)
     terms = TERMS if args.form == "extended" else LINEAR_TERMS
     cost_model, stats = fit_cost_model(samples, transfer_bytes_per_s=bandwidth, terms=terms)

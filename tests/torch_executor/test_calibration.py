@@ -30,7 +30,7 @@ from kvframe.executors.torch.calibrate import (
 )
 from kvframe.executors.torch.executor import StepTiming
 from kvframe.executors.torch.options import parse_executor
-from kvframe.executors.torch.replay import Replay, compare, engine_samples, replay_both
+from kvframe.executors.torch.replay import Replay, compare, engine_samples, measure_interleaved
 
 from .invariance import shared_prefix_workload
 
@@ -343,6 +343,6 @@ def test_compare_refuses_no_replays():
         compare("unused.json", [], [], clock="cpu")
 
 
-def test_replay_both_refuses_zero_runs():
-    with pytest.raises(ValueError, match="runs must be >= 1"):
-        replay_both("torch:preset=tiny", [], None, runs=0, clock="cpu")
+def test_measurement_rounds_refuse_zero_runs():
+    with pytest.raises(ValueError, match="runs and repeats must be >= 1"):
+        measure_interleaved(None, [], "torch:preset=tiny", [], None, runs=0, repeats=5, clock="cpu")

@@ -51,8 +51,11 @@ __all__ = [
     "Sample",
     "default_clock",
     "fit_cost_model",
+    "grid_samples",
+    "grid_steps",
     "measure_copy_bandwidth",
     "measure_grid",
+    "time_steps",
 ]
 
 TERMS = (
@@ -100,20 +103,36 @@ def default_clock(device_type: str, threads: int) -> str:
     return "cpu"
 
 
-def _time(model: LlamaModel, chunks: Sequence[StepChunk], repeats: int, clock: str) -> float:
-    model.forward(chunks)  # warm-up
+def time_steps(
+    model: LlamaModel, steps: Sequence[Sequence[StepChunk]], repeats: int, clock: str
+) -> list[list[float]]:
+    """``repeats`` timings of each step on ``clock``, after one warm-up run of each."""
     cuda = model.device.type == "cuda"
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        cpu_started = time.thread_time()
-        model.forward(chunks)
-        if cuda:
-            torch.cuda.synchronize(model.device)
-        cpu = time.thread_time() - cpu_started
-        wall = time.perf_counter() - started
-        times.append(cpu if clock == "cpu" else wall)
-    return statistics.median(times)
+    timings = []
+    for chunks in steps:
+        model.forward(chunks)  # warm-up
+        times = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            cpu_started = time.thread_time()
+            model.forward(chunks)
+            if cuda:
+                torch.cuda.synchronize(model.device)
+            cpu = time.thread_time() - cpu_started
+            wall = time.perf_counter() - started
+            times.append(cpu if clock == "cpu" else wall)
+        timings.append(times)
+    return timings
+
+
+def grid_samples(
+    steps: Sequence[Sequence[StepChunk]], timings: Sequence[Sequence[float]]
+) -> list[Sample]:
+    """One sample per grid step: its shape and the median of its timings."""
+    return [
+        _sample(chunks, statistics.median(times))
+        for chunks, times in zip(steps, timings, strict=True)
+    ]
 
 
 def _sample(chunks: Sequence[StepChunk], seconds: float) -> Sample:
@@ -131,18 +150,16 @@ def _sample(chunks: Sequence[StepChunk], seconds: float) -> Sample:
     return Sample(prefill, decode, context, seconds, seqs, pairs)
 
 
-def measure_grid(
+def grid_steps(
     model: LlamaModel,
     *,
-    clock: str = "wall",
     prefill_tokens: Sequence[int] = (16, 64, 128, 256, 512),
     prefill_context: Sequence[int] = (0, 256, 1024),
     prefill_chunks: Sequence[int] = (2, 4, 8),
     decode_batch: Sequence[int] = (1, 2, 4, 8, 16, 32),
     decode_context: Sequence[int] = (32, 128, 512),
-    repeats: int = 5,
-) -> list[Sample]:
-    """Time the grid of step shapes on ``model`` (tokens are arbitrary: timing only).
+) -> list[list[StepChunk]]:
+    """The grid's steps on ``model``'s blocks (tokens are arbitrary: timing only).
 
     :raises ValueError: an empty axis, or too few KV blocks for one request.
     """
@@ -155,8 +172,6 @@ def measure_grid(
     empty = [name for name, values in axes.items() if not values]
     if empty:
         raise ValueError(f"calibration grid: empty axis {', '.join(empty)}")
-    if repeats < 1:
-        raise ValueError(f"calibration grid: repeats must be >= 1, got {repeats}")
     bs = model.block_size
     next_block = 1
 
@@ -189,7 +204,17 @@ def measure_grid(
         chunks = [StepChunk(ids(p, p), 0, table(p), True)]
         chunks += [StepChunk(ids(1, i), length, table(length + 1), True) for i in range(b)]
         steps.append(chunks)
-    return [_sample(chunks, _time(model, chunks, repeats, clock)) for chunks in steps]
+    return steps
+
+
+def measure_grid(
+    model: LlamaModel, *, clock: str = "wall", repeats: int = 5, **axes: Sequence[int]
+) -> list[Sample]:
+    """Time the grid (:func:`grid_steps`, whose axes ``axes`` may override) on ``model``."""
+    if repeats < 1:
+        raise ValueError(f"calibration grid: repeats must be >= 1, got {repeats}")
+    steps = grid_steps(model, **axes)
+    return grid_samples(steps, time_steps(model, steps, repeats, clock))
 
 
 def _solve(rows: torch.Tensor, y: torch.Tensor, terms: Sequence[int]) -> torch.Tensor | None:

@@ -12,30 +12,35 @@ of median duration.
 
 **Interleaving.** A machine's speed drifts over minutes (other processes'
 cache and memory traffic, clock frequency), and CPU time does not exclude
-that. ``kvframe calibrate --check`` therefore alternates training and
-held-out replays (:func:`replay_both`) before fitting: the data the model
+that. ``kvframe calibrate`` therefore measures in rounds
+(:func:`measure_interleaved`): a share of the grid's timings, a training
+replay, a held-out replay, and again, all before fitting. The data the model
 is fitted on and the data it is checked against are measured at the same
-times. The held-out replays do not depend on the fitted file (their clock is
-measured), so nothing of them leaks into the fit.
+times, so a drift shifts both alike. The held-out replays do not depend on
+the fitted file (their clock is measured), so nothing of them leaks into the
+fit.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from kvframe.executors.torch.calibrate import Sample
+from kvframe.executors.torch.calibrate import Sample, grid_samples, time_steps
+
+if TYPE_CHECKING:
+    from kvframe.executors.torch.model import LlamaModel, StepChunk
 
 __all__ = [
     "Replay",
     "compare",
     "engine_samples",
     "held_out_workload",
+    "measure_interleaved",
     "replay",
-    "replay_both",
     "with_clock",
 ]
 
@@ -71,25 +76,38 @@ def replay(executor: str, specs: Sequence, *, clock: str, **settings: object) ->
     )
 
 
-def replay_both(
+def measure_interleaved(
+    model: LlamaModel,
+    grid: Sequence[Sequence[StepChunk]],
     executor: str,
     training: Sequence,
     held_out: Sequence | None,
     *,
     runs: int,
+    repeats: int,
     clock: str,
     **settings: object,
-) -> tuple[list[Replay], list[Replay]]:
-    """``runs`` replays of ``training`` and (if given) of ``held_out``, alternating."""
-    if runs < 1:
-        raise ValueError(f"runs must be >= 1, got {runs}")
+) -> tuple[list[Sample], list[Replay], list[Replay]]:
+    """Everything calibration measures, in ``runs`` alternating rounds.
+
+    Each round times every grid step ``ceil(repeats / runs)`` times on
+    ``model``, then replays ``training`` and (if given) ``held_out`` through
+    the engine. Returns the grid's samples (medians over all rounds), the
+    training replays and the held-out replays.
+    """
+    if runs < 1 or repeats < 1:
+        raise ValueError(f"runs and repeats must be >= 1, got {runs} and {repeats}")
+    per_round = -(-repeats // runs)
+    timings: list[list[float]] = [[] for _ in grid]
     train: list[Replay] = []
     check: list[Replay] = []
     for _ in range(runs):
+        for times, new in zip(timings, time_steps(model, grid, per_round, clock), strict=True):
+            times.extend(new)
         train.append(replay(executor, training, clock=clock, **settings))
         if held_out is not None:
             check.append(replay(executor, held_out, clock=clock, **settings))
-    return train, check
+    return grid_samples(grid, timings), train, check
 
 
 def _shape(step: Any) -> tuple[int, ...]:
