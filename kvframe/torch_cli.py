@@ -76,9 +76,10 @@ def add_calibrate_command(subparsers: Any) -> None:
         "--clock",
         choices=("auto", "cpu", "wall"),
         default="auto",
-        help="what to measure: cpu (the forward pass's CPU time on its one thread; immune "
-        "to other processes' load), wall, or auto (default): cpu on a CPU device with "
-        "threads=1, wall otherwise (CUDA, several threads)",
+        help="what to measure: cpu (the forward pass's CPU time on its one thread: other "
+        "processes' time slices do not count, their cache contention still does), wall, or "
+        "auto (default): cpu on a CPU device with threads=1, wall otherwise (CUDA, several "
+        "threads)",
     )
     parser.add_argument(
         "--form",
