@@ -5,7 +5,7 @@ training steps and its held-out check.
 the scheduler forms the same steps in every replay whatever they measure,
 and a step's measured times can be compared across replays. That matters on
 a shared machine: the torch executor's own duration varies between identical
-replays (by 2-10% in CPU time on the development machine), and that
+replays (by 1-24% in CPU time on the development machine), and that
 variation is not the sim's error. So the training steps are the per-step
 median over several replays, and the check compares the sim with the replay
 of median duration.
