@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Literal
 import attrs
 
 import kvframe
+from kvframe.executors.cost_model import prefill_pairs
 from kvframe.executors.presets import get_preset
 from kvframe.request import RequestStatus
 from kvframe_continuum.queue import PINNED, PREEMPTED, UNPINNED, ContinuumQueue, Rank
@@ -674,7 +675,13 @@ class ContinuumPolicy(kvframe.SchedulingPolicy):
         tier = self._tier
         cached = min(tier.num_cached_tokens(request), num_tokens) if tier is not None else 0
         rest = num_tokens - cached
-        prefill = self.cost_model.step_time(rest, 0, 0) if rest > 0 else 0.0
+        prefill = (
+            self.cost_model.step_time(
+                rest, 0, 0, num_prefill_seqs=1, num_prefill_pairs=prefill_pairs(rest, cached)
+            )
+            if rest > 0
+            else 0.0
+        )
         return (tier.load_time(cached) if cached else 0.0) + prefill
 
     def _choose_ttl(self, request: Request) -> float:
