@@ -114,12 +114,15 @@ class Request:
         "job_id",
         "kv_transfer_params",
         "max_tokens",
+        "next_hash_at",
         "num_cached_tokens",
         "num_computed_tokens",
         "num_external_computed_tokens",
         "num_output_placeholders",
+        "num_output_tokens",
         "num_preemptions",
         "num_prompt_tokens",
+        "num_tokens",
         "output_token_ids",
         "priority",
         "prompt_token_ids",
@@ -153,6 +156,12 @@ class Request:
         self.request_id = request_id
         self.prompt_token_ids = prompt_token_ids
         self.num_prompt_tokens = len(prompt_token_ids)
+        self.num_tokens = self.num_prompt_tokens
+        """Prompt plus output tokens (draft tokens excluded); kept by
+        :meth:`append_output_token_ids`, read by the scheduler for every request
+        every step, hence a plain attribute rather than a property."""
+        self.num_output_tokens = 0
+        """``len(output_token_ids)``, kept the same way."""
         self.max_tokens = max_tokens
         self.arrival_time = arrival_time
         self.priority = priority
@@ -194,8 +203,11 @@ class Request:
         # The hasher is a plain function of the request, stored unbound, so no
         # request -> bound method -> request cycle keeps requests alive.
         self.block_hasher = block_hasher
+        self.next_hash_at = 0
+        """``num_tokens`` at which the next block fills and must be hashed (see
+        :meth:`append_output_token_ids`); 0 until a hasher is set."""
         if block_hasher is not None:
-            self.block_hashes.extend(block_hasher(self))
+            self._hash_new_blocks()
 
     def set_block_hasher(self, block_hasher: Callable[[Request], list[BlockHash]]) -> None:
         """Attach a hasher after construction (the scheduler's, at arrival).
@@ -209,37 +221,48 @@ class Request:
                 f"request {self.request_id!r} already has block hashes from another hasher"
             )
         self.block_hasher = block_hasher
-        self.block_hashes.extend(block_hasher(self))
+        self._hash_new_blocks()
+
+    def _hash_new_blocks(self) -> None:
+        """Hash every full block not hashed yet and note when the next one fills.
+
+        A hasher built by :func:`~kvframe.core.hashing.make_block_hasher` carries
+        its ``block_size``; with it, appending a token that fills no block skips
+        the hasher entirely (15 of 16 decode tokens at block size 16). A hasher
+        without one is asked after every append.
+        """
+        hasher = self.block_hasher
+        assert hasher is not None
+        self.block_hashes.extend(hasher(self))
+        block_size = getattr(hasher, "block_size", 1)
+        self.next_hash_at = (len(self.block_hashes) + 1) * block_size
 
     # ----------------------------------------------------------------- tokens
 
     def append_output_token_ids(self, token_ids: int | list[int]) -> None:
         """Append generated tokens and hash any block they complete."""
         all_token_ids = self.all_token_ids
-        if isinstance(token_ids, int):
-            self.output_token_ids.append(token_ids)
+        if token_ids.__class__ is int:
+            self.output_token_ids.append(token_ids)  # type: ignore[arg-type]
             if all_token_ids.__class__ is list:
-                all_token_ids.append(token_ids)
+                all_token_ids.append(token_ids)  # type: ignore[union-attr, arg-type]
+            self.num_tokens += 1
+            self.num_output_tokens += 1
         else:
+            if isinstance(token_ids, int):  # an int subclass (numpy, bool)
+                token_ids = [token_ids]
             self.output_token_ids.extend(token_ids)
             if all_token_ids.__class__ is list:
-                all_token_ids.extend(token_ids)
-        if self.block_hasher is not None:
-            self.block_hashes.extend(self.block_hasher(self))
-
-    @property
-    def num_tokens(self) -> int:
-        """Prompt plus output tokens (speculative tokens excluded)."""
-        return self.num_prompt_tokens + len(self.output_token_ids)
-
-    @property
-    def num_output_tokens(self) -> int:
-        return len(self.output_token_ids)
+                all_token_ids.extend(token_ids)  # type: ignore[union-attr]
+            self.num_output_tokens = len(self.output_token_ids)
+            self.num_tokens = self.num_prompt_tokens + self.num_output_tokens
+        if self.block_hasher is not None and self.num_tokens >= self.next_hash_at:
+            self._hash_new_blocks()
 
     @property
     def num_tokens_with_spec(self) -> int:
         """Tokens including the draft tokens proposed for the next step."""
-        return self.num_prompt_tokens + len(self.output_token_ids) + len(self.spec_token_ids)
+        return self.num_tokens + len(self.spec_token_ids)
 
     # ----------------------------------------------------------------- status
 
