@@ -66,6 +66,10 @@ _FINISHED_REASONS: dict[RequestStatus, str] = {
 }
 
 
+_NEVER = 1 << 62
+"""``Request.next_hash_at`` while nothing is to be hashed on append."""
+
+
 class Request:
     """One generation request.
 
@@ -89,9 +93,12 @@ class Request:
     Block hashes: with a ``block_hasher`` (see
     :func:`kvframe.core.hashing.make_block_hasher`), ``block_hashes[i]`` is the
     chained hash of the ``i``-th *full* block of ``all_token_ids``. The prompt's
-    blocks are hashed here in the constructor; a block completed by generated
+    blocks are hashed when ``block_hashes`` is first read -- for a queued
+    request, when it reaches the head of the queue and is looked up -- so a
+    deep queue holds prompts' recipes, not their hashes (the hashes are the
+    same whenever they are computed). After that, a block completed by generated
     tokens is hashed when the token that fills it is appended. Partial blocks
-    are never hashed. Invariant: ``len(block_hashes) == num_tokens //
+    are never hashed. Invariant, as read: ``len(block_hashes) == num_tokens //
     block_size`` whenever a hasher is set.
 
     Counters set by the scheduler: ``num_computed_tokens`` (tokens whose KV is
@@ -103,10 +110,11 @@ class Request:
     """
 
     __slots__ = (
+        "_block_hashes",
+        "_hashes_pending",
         "all_token_ids",
         "arrival_time",
         "block_hasher",
-        "block_hashes",
         "cache_salt",
         "finish_time",
         "first_token_time",
@@ -199,15 +207,14 @@ class Request:
         self.num_preemptions = 0
         self.kv_transfer_params: dict[str, Any] | None = None
 
-        self.block_hashes: list[BlockHash] = []
+        self._block_hashes: list[BlockHash] = []
         # The hasher is a plain function of the request, stored unbound, so no
         # request -> bound method -> request cycle keeps requests alive.
         self.block_hasher = block_hasher
-        self.next_hash_at = 0
+        self._hashes_pending = block_hasher is not None
+        self.next_hash_at = _NEVER
         """``num_tokens`` at which the next block fills and must be hashed (see
-        :meth:`append_output_token_ids`); 0 until a hasher is set."""
-        if block_hasher is not None:
-            self._hash_new_blocks()
+        :meth:`append_output_token_ids`); never while the prompt is not hashed yet."""
 
     def set_block_hasher(self, block_hasher: Callable[[Request], list[BlockHash]]) -> None:
         """Attach a hasher after construction (the scheduler's, at arrival).
@@ -216,12 +223,20 @@ class Request:
         blocks were hashed would mix two hash schemes in one chain, so that
         raises ``ValueError``.
         """
-        if self.block_hashes and self.block_hasher is not block_hasher:
+        if self._block_hashes and self.block_hasher is not block_hasher:
             raise ValueError(
                 f"request {self.request_id!r} already has block hashes from another hasher"
             )
         self.block_hasher = block_hasher
-        self._hash_new_blocks()
+        self._hashes_pending = True
+        self.next_hash_at = _NEVER
+
+    @property
+    def block_hashes(self) -> list[BlockHash]:
+        """The chained hashes of the full blocks (see the class docstring); do not mutate."""
+        if self._hashes_pending:
+            self._hash_new_blocks()
+        return self._block_hashes
 
     def _hash_new_blocks(self) -> None:
         """Hash every full block not hashed yet and note when the next one fills.
@@ -233,9 +248,11 @@ class Request:
         """
         hasher = self.block_hasher
         assert hasher is not None
-        self.block_hashes.extend(hasher(self))
+        self._hashes_pending = False  # before the call: the hasher reads block_hashes
+        hashes = self._block_hashes
+        hashes.extend(hasher(self))
         block_size = getattr(hasher, "block_size", 1)
-        self.next_hash_at = (len(self.block_hashes) + 1) * block_size
+        self.next_hash_at = (len(hashes) + 1) * block_size
 
     # ----------------------------------------------------------------- tokens
 
@@ -256,7 +273,7 @@ class Request:
                 all_token_ids.extend(token_ids)  # type: ignore[union-attr]
             self.num_output_tokens = len(self.output_token_ids)
             self.num_tokens = self.num_prompt_tokens + self.num_output_tokens
-        if self.block_hasher is not None and self.num_tokens >= self.next_hash_at:
+        if self.num_tokens >= self.next_hash_at:
             self._hash_new_blocks()
 
     @property

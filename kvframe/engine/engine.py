@@ -12,6 +12,12 @@ One iteration of :meth:`Engine.run`'s loop is one engine step:
    finish time are the *end* of the step that produced them;
 6. (tracing) KV events and finished requests.
 
+A stretch of steps in which every running request only decodes is taken in
+one go by a :class:`~kvframe.core.decode_run.DecodeRun` (:meth:`Engine._decode_run`):
+per step it still queues arrivals, runs the waiting phase and records the
+step's duration, but does not visit the running requests. The results are
+those of the step-by-step loop (``EngineConfig.step_by_step`` turns runs off).
+
 When nothing is in flight the clock jumps to the next arrival instead of
 stepping through the idle gap. A step that schedules nothing while requests
 wait (blocked) also jumps to the next arrival, or to the earliest retention
