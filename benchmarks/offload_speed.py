@@ -14,6 +14,12 @@ ratios (each round runs every configuration back to back, so load from other
 processes hits both sides alike). CPU seconds are the figure to quote on a
 shared machine; the load average is printed with the table.
 
+A second reference row, ``no tier, step by step``, is the no-tier run with
+``EngineConfig(step_by_step=True)``: the engine takes runs of plain decode
+steps in one go only without a tier (``kvframe.core.decode_run``), so this row
+separates what the tier's own work costs (tier / step-by-step) from what
+losing decode runs costs (step-by-step / no tier).
+
 It also checks that every round of a configuration made the same decisions
 (all counters but wall-clock ones equal) and prints the tier's hit, transfer
 and eviction counters, which a speed change must leave exactly as they were.
@@ -47,15 +53,22 @@ TIER_COUNTERS = (
 )
 
 
+STEP_BY_STEP = "no tier, step by step"
+
+
 def run_once(trace: str, limit: int, tier: str | None) -> tuple[float, float, dict[str, Any]]:
     """One engine run: (wall seconds, CPU seconds, counters without wall-clock ones)."""
     workload = load_workload(trace, limit=limit)
-    engine = Engine.from_config(EngineConfig(offload=tier))
+    step_by_step = tier == STEP_BY_STEP
+    config = EngineConfig(step_by_step=True) if step_by_step else EngineConfig(offload=tier)
+    engine = Engine.from_config(config)
     wall_started, cpu_started = time.perf_counter(), time.process_time()
     result = engine.run(workload)
     cpu = time.process_time() - cpu_started
     wall = time.perf_counter() - wall_started
-    counters = {k: v for k, v in result.counters.items() if "wall" not in k}
+    counters = {
+        k: v for k, v in result.counters.items() if "wall" not in k and "decode_run" not in k
+    }
     return wall, cpu, counters
 
 
@@ -68,7 +81,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the rows to this JSON file")
     args = parser.parse_args()
     tiers = args.tier or ["cpu:capacity=8GiB", "cpu:capacity=8GiB,eviction=arc"]
-    configs: list[str | None] = [None, *tiers]
+    configs: list[str | None] = [None, STEP_BY_STEP, *tiers]
 
     times: dict[str | None, list[tuple[float, float]]] = {c: [] for c in configs}
     counters: dict[str | None, dict[str, Any]] = {}
