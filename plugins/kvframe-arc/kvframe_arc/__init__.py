@@ -28,7 +28,7 @@ O(1) per evicted block); the paper variant trims at most one ghost per insert.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Hashable, Iterable, Iterator, Set
+from collections.abc import Hashable, Iterable, Iterator, Sequence, Set
 from itertools import compress, filterfalse, repeat
 from operator import attrgetter, ge, not_
 from typing import Literal
@@ -91,7 +91,7 @@ class ARCPolicy(kvframe.EvictionPolicy):
         Python loop (that loop was most of a tier run's ARC time). Membership
         changes only on insert, remove and ghost trimming; moves between the
         lists leave it alone."""
-        self._touched: list[Hashable] | None = None
+        self._touched: Sequence[Hashable] | None = None
         """The keys of the last touch while touching them again would change
         nothing (see :meth:`touch`); ``None`` otherwise."""
 
@@ -174,8 +174,12 @@ class ARCPolicy(kvframe.EvictionPolicy):
             if keys == self._touched:
                 return
             keys = keys.copy()  # the caller may change its list afterwards
-        else:
+        elif type(keys) is not tuple:
             keys = list(keys)
+        if len(keys) == 1:
+            # One key (the GPU prefix cache's touches): the walk itself.
+            self._touched = keys if self._touch_one(keys[0]) else None
+            return
         # The keys are processed in reverse (the first ends most recent, as in
         # vLLM), one list at a time, each list's moves in C. That is the
         # key-by-key walk regrouped: the lists are disjoint and a touch never
@@ -240,6 +244,34 @@ class ARCPolicy(kvframe.EvictionPolicy):
             deque(map(b1.move_to_end, filter(b1.__contains__, ghosts)), maxlen=0)
             deque(map(b2.move_to_end, filter(b2.__contains__, ghosts)), maxlen=0)
         self._touched = keys if settled else None
+
+    def _touch_one(self, key: Hashable) -> bool:
+        """The touch of one key, as vLLM walks each key; True if repeating it changes nothing."""
+        t1 = self.t1
+        if key in t1:
+            block = t1.pop(key)
+            if block.ref_cnt < 0:
+                t1[key] = block  # being written: not a second use
+                return False
+            self.t2[key] = block
+        elif key in self.t2:
+            self.t2.move_to_end(key)
+        elif key not in self.keys_held:
+            pass
+        elif self._paper:
+            self._see_ghost(key)
+        else:
+            b1, b2 = self.b1, self.b2
+            if key in b1:
+                delta = max(1, len(b2) / len(b1))
+                self.target_t1_size = min(self.target_t1_size + delta, self.capacity)
+                b1.move_to_end(key)
+            else:
+                delta = max(1, len(b1) / len(b2))
+                self.target_t1_size = max(self.target_t1_size - delta, 0)
+                b2.move_to_end(key)
+            return False
+        return True
 
     def _see_ghost(self, key: Hashable) -> None:
         """Paper variant: adapt ``p`` the first time a ghost's hit is seen."""

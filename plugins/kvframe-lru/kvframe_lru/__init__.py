@@ -24,7 +24,7 @@ Semantics pinned to vLLM (``vllm/v1/kv_offload/cpu/policies/lru.py``):
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Hashable, Iterable, Set
+from collections.abc import Hashable, Iterable, Sequence, Set
 
 import kvframe
 from kvframe.bases import EvictableBlock
@@ -42,7 +42,7 @@ class LRUPolicy(kvframe.EvictionPolicy):
         super().__init__(capacity)
         self.blocks: OrderedDict[Hashable, EvictableBlock] = OrderedDict()
         """Front = least recently used: the eviction order."""
-        self._touched: list[Hashable] | None = None
+        self._touched: Sequence[Hashable] | None = None
         """The keys of the last touch while nothing has changed the order since.
 
         Touching the same keys again then changes nothing (they already are
@@ -71,16 +71,21 @@ class LRUPolicy(kvframe.EvictionPolicy):
             if keys == self._touched:
                 return
             keys = keys.copy()  # the caller may change its list afterwards
-        else:
+        elif type(keys) is not tuple:
             keys = list(keys)
         blocks = self.blocks
-        # Reverse so the first key ends last, i.e. most recent of the batch.
-        # The loop runs in C (a zero-length deque drains the iterator): the
-        # connector touches every full block of a request on each lookup and
-        # after each store, most of them absent, and a Python loop over them
-        # was a third of a tier run's policy time. Same moves, same order.
-        moves = map(blocks.move_to_end, filter(blocks.__contains__, reversed(keys)))
-        deque(moves, maxlen=0)
+        if len(keys) == 1:
+            # The GPU prefix cache touches one block at a time.
+            if keys[0] in blocks:
+                blocks.move_to_end(keys[0])
+        else:
+            # Reverse so the first key ends last, i.e. most recent of the
+            # batch. The loop runs in C (a zero-length deque drains the
+            # iterator): the connector touches every full block of a request
+            # on each lookup and after each store, most of them absent, and a
+            # Python loop over them was a third of a tier run's policy time.
+            moves = map(blocks.move_to_end, filter(blocks.__contains__, reversed(keys)))
+            deque(moves, maxlen=0)
         self._touched = keys
 
     def evict(
