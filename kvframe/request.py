@@ -363,11 +363,11 @@ class TokenView(Sequence[int]):
 
     def token_bytes(self, start: int, end: int) -> bytes:
         """Tokens ``start .. end - 1`` as uint32 little-endian bytes (for hashing)."""
-        from kvframe.core.hashing import token_bytes
-
         num_prompt = len(self._prompt)
         if end <= num_prompt:
             return self._prompt.token_bytes(start, end)  # type: ignore[attr-defined]
+        from kvframe.core.hashing import token_bytes  # here: kvframe.core imports this module
+
         out = token_bytes(self._outputs[max(start, num_prompt) - num_prompt : end - num_prompt])
         if start < num_prompt:
             return self._prompt.token_bytes(start, num_prompt) + out  # type: ignore[attr-defined]
