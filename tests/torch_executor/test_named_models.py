@@ -10,7 +10,7 @@ from kvframe.config import ConfigError
 from kvframe.engine import Engine
 from kvframe.engine.config import EngineConfig
 from kvframe.executors.torch import models
-from kvframe.executors.torch.options import parse_executor
+from kvframe.executors.torch.options import NO_EOS, parse_executor
 
 
 def test_missing_package_error_says_how_to_install(monkeypatch):
@@ -55,3 +55,11 @@ def test_architecture_options_do_not_combine_with_a_model(tmp_path):
         ConfigError, match="architecture options come from the model file; drop layers"
     ):
         Engine.from_config(EngineConfig(executor=f"torch:model={tmp_path},layers=3"))
+
+
+def test_eos_none_turns_every_stop_token_off():
+    assert parse_executor("torch:eos=none")[1].eos == NO_EOS
+    engine = Engine.from_config(EngineConfig(executor="torch:eos=none", num_gpu_blocks=8))
+    assert engine.executor.stop_token_ids == frozenset()
+    engine = Engine.from_config(EngineConfig(executor="torch:eos=7", num_gpu_blocks=8))
+    assert engine.executor.stop_token_ids == frozenset({7})
