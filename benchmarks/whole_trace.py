@@ -1,23 +1,27 @@
-"""Wall time and peak memory of a whole-trace run: lazy prompts against materialised ones.
+"""Wall time and peak memory of a whole-trace run: the engine against its step-by-step reference.
 
-    .venv/bin/python benchmarks/whole_trace.py                       # whole conversation trace
+    .venv/bin/python benchmarks/whole_trace.py                        # whole conversation trace
     .venv/bin/python benchmarks/whole_trace.py --sizes 1000,4000,12031
-    .venv/bin/python benchmarks/whole_trace.py --trace T --offload cpu:capacity=8GiB
+    .venv/bin/python benchmarks/whole_trace.py --trace mooncake:synthetic
+    .venv/bin/python benchmarks/whole_trace.py --trace chat.jsonl      # e.g. from kvframe gen chat
+    .venv/bin/python benchmarks/whole_trace.py --modes fast,step,eager
 
 Each run is a fresh subprocess (so its peak RSS is its own, read from
 ``getrusage``) that loads the trace and replays it through
-``Engine.from_config(EngineConfig(...))`` as ``kvframe run`` does. Two modes,
+``Engine.from_config(EngineConfig(...))`` as ``kvframe run`` does. Modes, run
 interleaved per size:
 
-* ``lazy`` -- the current code: the engine gives each request a
-  :class:`~kvframe.workloads.spec.PromptTokens` (the trace's recipe; Mooncake
-  prompts are hashed straight from their hash ids, no token list is built).
-* ``eager`` -- the reference: every request gets its prompt as a list of ints
-  (and ``all_token_ids`` a copy), as before lazy prompts; the decisions must
-  be the same, and the script checks that every summary counter is equal.
+* ``fast`` -- the engine as it ships: runs of plain decode steps taken in one
+  go (:mod:`kvframe.core.decode_run`), lazy prompts.
+* ``step`` -- the step-by-step reference: ``EngineConfig(step_by_step=True)``,
+  every step through the whole scheduler and executor.
+* ``eager`` -- step by step *and* every prompt materialised as a list of ints
+  (with ``all_token_ids`` a copy), the request representation before lazy
+  prompts: the memory reference.
 
-Printed per size and mode: wall seconds, CPU seconds, peak RSS, and the ratio
-eager / lazy; then the summary counters that differ (none expected).
+Printed per size and mode: wall seconds, CPU seconds, peak RSS, engine steps,
+and each mode's ratio to ``fast``; then which summary counters differ between
+the modes (none expected: the modes must decide identically).
 """
 
 from __future__ import annotations
@@ -29,12 +33,9 @@ import resource
 import subprocess
 import sys
 import time
-from pathlib import Path
-
-TRACE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mooncake"
-TRACE = TRACE / "conversation_trace.jsonl"
 
 _EXCLUDED = {"wall_clock_seconds", "simulated_requests_per_wall_second"}
+MODES = ("fast", "step", "eager")
 
 
 def _child(trace: str, limit: int, mode: str, offload: str | None) -> None:
@@ -48,21 +49,23 @@ def _child(trace: str, limit: int, mode: str, offload: str | None) -> None:
         engine_module.PromptTokens = lambda prompt: prompt.token_ids()  # type: ignore[assignment]
     wall0, cpu0 = time.perf_counter(), time.process_time()
     workload = load_workload(trace, limit=limit or None)
-    config = EngineConfig(offload=offload) if offload else EngineConfig()
-    result = Engine.from_config(config).run(workload)
+    config = EngineConfig(offload=offload, step_by_step=mode != "fast")
+    engine = Engine.from_config(config)
+    result = engine.run(workload)
     row = {
         "requests": len(workload),
         "mode": mode,
         "wall_seconds": time.perf_counter() - wall0,
         "cpu_seconds": time.process_time() - cpu0,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "run_steps": engine.num_decode_run_steps,
         "counters": {k: v for k, v in result.counters.items() if k not in _EXCLUDED},
     }
     print("ROW " + json.dumps(row))
 
 
-def _run(trace: Path, limit: int, mode: str, offload: str | None) -> dict:
-    command = [sys.executable, __file__, "--child", mode, "--trace", str(trace),
+def _run(trace: str, limit: int, mode: str, offload: str | None) -> dict:
+    command = [sys.executable, __file__, "--child", mode, "--trace", trace,
                "--sizes", str(limit)]  # fmt: skip
     if offload:
         command += ["--offload", offload]
@@ -73,41 +76,54 @@ def _run(trace: Path, limit: int, mode: str, offload: str | None) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trace", type=Path, default=TRACE)
+    parser.add_argument(
+        "--trace", default="mooncake:conversation", help="a bundled trace name or a path"
+    )
     parser.add_argument("--sizes", default="0", help="request counts, 0 = the whole trace")
     parser.add_argument("--offload", help="an offload tier, e.g. cpu:capacity=8GiB")
-    parser.add_argument("--modes", default="lazy,eager")
+    parser.add_argument("--modes", default="fast,step", help=f"of {', '.join(MODES)}")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        _child(str(args.trace), int(args.sizes), args.child, args.offload)
+        _child(args.trace, int(args.sizes), args.child, args.offload)
         return
 
     modes = args.modes.split(",")
-    print(f"trace {args.trace.name}, tier {args.offload or 'none'}, "
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        parser.error(f"unknown mode(s) {', '.join(unknown)}; choose from {', '.join(MODES)}")
+    print(f"trace {args.trace}, tier {args.offload or 'none'}, "
           f"load average {os.getloadavg()[0]:.1f} at start")  # fmt: skip
-    header = f"{'requests':>9}{'mode':>7}{'wall s':>9}{'cpu s':>9}{'peak MB':>9}{'steps':>9}"
+    header = (
+        f"{'requests':>9}{'mode':>7}{'wall s':>9}{'cpu s':>9}{'peak MB':>9}"
+        f"{'steps':>9}{'in runs':>9}{'cpu/fast':>10}{'MB/fast':>9}"
+    )
     print(header)
     print("-" * len(header))
     for size in (int(s) for s in args.sizes.split(",")):
         rows = {}
         for mode in modes:
             row = rows[mode] = _run(args.trace, size, mode, args.offload)
+            base = rows.get("fast")
+            cpu_ratio = f"{row['cpu_seconds'] / base['cpu_seconds']:.2f}" if base else ""
+            mb_ratio = f"{row['peak_rss_mb'] / base['peak_rss_mb']:.2f}" if base else ""
             print(
                 f"{row['requests']:>9}{mode:>7}{row['wall_seconds']:>9.1f}"
                 f"{row['cpu_seconds']:>9.1f}{row['peak_rss_mb']:>9.0f}"
-                f"{row['counters']['num_steps']:>9}",
+                f"{row['counters']['num_steps']:>9}{row['run_steps']:>9}"
+                f"{cpu_ratio:>10}{mb_ratio:>9}",
                 flush=True,
             )
-        if len(rows) == 2:
-            a, b = (rows[m] for m in modes)
-            print(
-                f"{'':>9}{'ratio':>7}{b['wall_seconds'] / a['wall_seconds']:>9.2f}"
-                f"{b['cpu_seconds'] / a['cpu_seconds']:>9.2f}"
-                f"{b['peak_rss_mb'] / a['peak_rss_mb']:>9.2f}   ({modes[1]} / {modes[0]})"
-            )
-            differ = {k for k in a["counters"] if a["counters"][k] != b["counters"].get(k)}
-            print(f"{'':>9}counters differing between modes: {sorted(differ) or 'none'}")
+        first = rows[modes[0]]
+        differ = sorted(
+            {
+                key
+                for row in rows.values()
+                for key in first["counters"]
+                if row["counters"].get(key) != first["counters"][key]
+            }
+        )
+        print(f"{'':>9}counters differing between modes: {differ or 'none'}")
     print(f"load average {os.getloadavg()[0]:.1f} at end")
 
 

@@ -155,6 +155,19 @@ class SchedulingPolicy(PluginBase):
 
     kind: ClassVar[str] = "scheduling"
 
+    allows_decode_runs: ClassVar[bool | None] = None
+    """May the engine take runs of plain decode steps in one go with this policy?
+
+    In such a run (:mod:`kvframe.core.decode_run`) every step still calls
+    :meth:`on_step_start`, queues arrivals (:meth:`on_arrival`) and runs the
+    waiting phase (:meth:`select_queue`), but the *running* requests' token
+    counters (``num_computed_tokens``, ``num_tokens``, their outputs and block
+    hashes) are brought up to date only when the run ends. Set ``True`` if
+    those three methods never read running requests' counters, ``False`` to
+    always go step by step. ``None`` (the default): allowed unless the class
+    overrides one of the three. Decisions never change either way; only speed.
+    """
+
     def attach(self, context: SchedulerContext) -> None:
         """Called once, before the first step, with the scheduler's view."""
 

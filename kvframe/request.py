@@ -66,6 +66,10 @@ _FINISHED_REASONS: dict[RequestStatus, str] = {
 }
 
 
+_NEVER = 1 << 62
+"""``Request.next_hash_at`` while nothing is to be hashed on append."""
+
+
 class Request:
     """One generation request.
 
@@ -89,9 +93,12 @@ class Request:
     Block hashes: with a ``block_hasher`` (see
     :func:`kvframe.core.hashing.make_block_hasher`), ``block_hashes[i]`` is the
     chained hash of the ``i``-th *full* block of ``all_token_ids``. The prompt's
-    blocks are hashed here in the constructor; a block completed by generated
+    blocks are hashed when ``block_hashes`` is first read -- for a queued
+    request, when it reaches the head of the queue and is looked up -- so a
+    deep queue holds prompts' recipes, not their hashes (the hashes are the
+    same whenever they are computed). After that, a block completed by generated
     tokens is hashed when the token that fills it is appended. Partial blocks
-    are never hashed. Invariant: ``len(block_hashes) == num_tokens //
+    are never hashed. Invariant, as read: ``len(block_hashes) == num_tokens //
     block_size`` whenever a hasher is set.
 
     Counters set by the scheduler: ``num_computed_tokens`` (tokens whose KV is
@@ -103,10 +110,11 @@ class Request:
     """
 
     __slots__ = (
+        "_block_hashes",
+        "_hashes_pending",
         "all_token_ids",
         "arrival_time",
         "block_hasher",
-        "block_hashes",
         "cache_salt",
         "finish_time",
         "first_token_time",
@@ -114,12 +122,15 @@ class Request:
         "job_id",
         "kv_transfer_params",
         "max_tokens",
+        "next_hash_at",
         "num_cached_tokens",
         "num_computed_tokens",
         "num_external_computed_tokens",
         "num_output_placeholders",
+        "num_output_tokens",
         "num_preemptions",
         "num_prompt_tokens",
+        "num_tokens",
         "output_token_ids",
         "priority",
         "prompt_token_ids",
@@ -153,6 +164,12 @@ class Request:
         self.request_id = request_id
         self.prompt_token_ids = prompt_token_ids
         self.num_prompt_tokens = len(prompt_token_ids)
+        self.num_tokens = self.num_prompt_tokens
+        """Prompt plus output tokens (draft tokens excluded); kept by
+        :meth:`append_output_token_ids`, read by the scheduler for every request
+        every step, hence a plain attribute rather than a property."""
+        self.num_output_tokens = 0
+        """``len(output_token_ids)``, kept the same way."""
         self.max_tokens = max_tokens
         self.arrival_time = arrival_time
         self.priority = priority
@@ -190,12 +207,14 @@ class Request:
         self.num_preemptions = 0
         self.kv_transfer_params: dict[str, Any] | None = None
 
-        self.block_hashes: list[BlockHash] = []
+        self._block_hashes: list[BlockHash] = []
         # The hasher is a plain function of the request, stored unbound, so no
         # request -> bound method -> request cycle keeps requests alive.
         self.block_hasher = block_hasher
-        if block_hasher is not None:
-            self.block_hashes.extend(block_hasher(self))
+        self._hashes_pending = block_hasher is not None
+        self.next_hash_at = _NEVER
+        """``num_tokens`` at which the next block fills and must be hashed (see
+        :meth:`append_output_token_ids`); never while the prompt is not hashed yet."""
 
     def set_block_hasher(self, block_hasher: Callable[[Request], list[BlockHash]]) -> None:
         """Attach a hasher after construction (the scheduler's, at arrival).
@@ -204,42 +223,63 @@ class Request:
         blocks were hashed would mix two hash schemes in one chain, so that
         raises ``ValueError``.
         """
-        if self.block_hashes and self.block_hasher is not block_hasher:
+        if self._block_hashes and self.block_hasher is not block_hasher:
             raise ValueError(
                 f"request {self.request_id!r} already has block hashes from another hasher"
             )
         self.block_hasher = block_hasher
-        self.block_hashes.extend(block_hasher(self))
+        self._hashes_pending = True
+        self.next_hash_at = _NEVER
+
+    @property
+    def block_hashes(self) -> list[BlockHash]:
+        """The chained hashes of the full blocks (see the class docstring); do not mutate."""
+        if self._hashes_pending:
+            self._hash_new_blocks()
+        return self._block_hashes
+
+    def _hash_new_blocks(self) -> None:
+        """Hash every full block not hashed yet and note when the next one fills.
+
+        A hasher built by :func:`~kvframe.core.hashing.make_block_hasher` carries
+        its ``block_size``; with it, appending a token that fills no block skips
+        the hasher entirely (15 of 16 decode tokens at block size 16). A hasher
+        without one is asked after every append.
+        """
+        hasher = self.block_hasher
+        assert hasher is not None
+        self._hashes_pending = False  # before the call: the hasher reads block_hashes
+        hashes = self._block_hashes
+        hashes.extend(hasher(self))
+        block_size = getattr(hasher, "block_size", 1)
+        self.next_hash_at = (len(hashes) + 1) * block_size
 
     # ----------------------------------------------------------------- tokens
 
     def append_output_token_ids(self, token_ids: int | list[int]) -> None:
         """Append generated tokens and hash any block they complete."""
         all_token_ids = self.all_token_ids
-        if isinstance(token_ids, int):
-            self.output_token_ids.append(token_ids)
+        if token_ids.__class__ is int:
+            self.output_token_ids.append(token_ids)  # type: ignore[arg-type]
             if all_token_ids.__class__ is list:
-                all_token_ids.append(token_ids)
+                all_token_ids.append(token_ids)  # type: ignore[union-attr, arg-type]
+            self.num_tokens += 1
+            self.num_output_tokens += 1
         else:
+            if isinstance(token_ids, int):  # an int subclass (numpy, bool)
+                token_ids = [token_ids]
             self.output_token_ids.extend(token_ids)
             if all_token_ids.__class__ is list:
-                all_token_ids.extend(token_ids)
-        if self.block_hasher is not None:
-            self.block_hashes.extend(self.block_hasher(self))
-
-    @property
-    def num_tokens(self) -> int:
-        """Prompt plus output tokens (speculative tokens excluded)."""
-        return self.num_prompt_tokens + len(self.output_token_ids)
-
-    @property
-    def num_output_tokens(self) -> int:
-        return len(self.output_token_ids)
+                all_token_ids.extend(token_ids)  # type: ignore[union-attr]
+            self.num_output_tokens = len(self.output_token_ids)
+            self.num_tokens = self.num_prompt_tokens + self.num_output_tokens
+        if self.num_tokens >= self.next_hash_at:
+            self._hash_new_blocks()
 
     @property
     def num_tokens_with_spec(self) -> int:
         """Tokens including the draft tokens proposed for the next step."""
-        return self.num_prompt_tokens + len(self.output_token_ids) + len(self.spec_token_ids)
+        return self.num_tokens + len(self.spec_token_ids)
 
     # ----------------------------------------------------------------- status
 

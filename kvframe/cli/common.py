@@ -151,6 +151,7 @@ ENGINE_FLAGS = (
     "offload_bandwidth",
     "executor",
     "cost_model",
+    "step_by_step",
 )
 
 
@@ -218,6 +219,14 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SIZE",
         help="device <-> host bytes per second for offload transfers, e.g. 25GB "
         "(default: the preset's PCIe figure)",
+    )
+    engine.add_argument(
+        "--step-by-step",
+        action="store_const",
+        const=True,
+        default=None,
+        help="never take runs of plain decode steps in one go (same results, slower: "
+        "the reference the fast path is checked against)",
     )
 
 

@@ -408,15 +408,18 @@ class BlockPool:
             )
         index_map = self.cached_block_hash_to_block
         index = index_map._index
-        for i in range(num_cached_blocks, num_full_blocks):
-            block = blocks[i]
-            assert block.block_hash is None, f"block {block.block_id} is already cached"
-            block_hash = block_hashes[i]
+        new_blocks = blocks[num_cached_blocks:num_full_blocks]
+        new_hashes = block_hashes[num_cached_blocks:num_full_blocks]
+        for block, block_hash in zip(new_blocks, new_hashes, strict=True):
+            if block.block_hash is not None:
+                raise AssertionError(f"block {block.block_id} is already cached")
             block.block_hash = block_hash
-            if block_hash in index:
-                index_map.insert(block_hash, block)  # a duplicate: rare
-            else:
-                index[block_hash] = block
+        if index.keys().isdisjoint(new_hashes):
+            # The common case, at C speed: no hash is cached yet.
+            index.update(zip(new_hashes, new_blocks, strict=True))
+        else:
+            for block, block_hash in zip(new_blocks, new_hashes, strict=True):
+                index_map.insert(block_hash, block)  # some are duplicates: rare
         self.num_cached_blocks += num_full_blocks - num_cached_blocks
         if self.enable_kv_cache_events:
             self.kv_event_queue.append(
@@ -468,19 +471,24 @@ class BlockPool:
         block = queue.head.next_free_block
         if self.enable_caching:
             index = self.cached_block_hash_to_block._index
+            index_pop = index.pop
             events = self.kv_event_queue if self.enable_kv_cache_events else None
             num_dropped = 0
             for _ in range(num_blocks):
-                assert block is not None
-                following = block.next_free_block
-                block.prev_free_block = block.next_free_block = None
-                block_hash = block.block_hash
+                # (A None block would fail on its first attribute: the count
+                # was checked against num_free_blocks above.)
+                following = block.next_free_block  # type: ignore[union-attr]
+                block.prev_free_block = block.next_free_block = None  # type: ignore[union-attr]
+                block_hash = block.block_hash  # type: ignore[union-attr]
                 if block_hash is not None:  # evict: its KV is about to be overwritten
-                    if index.get(block_hash) is block:
-                        del index[block_hash]
-                    else:
-                        self.cached_block_hash_to_block.pop(block_hash, block.block_id)
-                    block.block_hash = None
+                    entry = index_pop(block_hash)
+                    if entry is not block:
+                        # Several blocks share the hash: put the entry back and
+                        # take out only this block (rare).
+                        index[block_hash] = entry
+                        shared_pop = self.cached_block_hash_to_block.pop
+                        shared_pop(block_hash, block.block_id)  # type: ignore[union-attr]
+                    block.block_hash = None  # type: ignore[union-attr]
                     num_dropped += 1
                     if events is not None:
                         events.append(BlockRemoved(block_hashes=(block_hash,)))
@@ -490,8 +498,7 @@ class BlockPool:
             self.num_cached_blocks -= num_dropped
         else:
             for _ in range(num_blocks):
-                assert block is not None
-                following = block.next_free_block
+                following = block.next_free_block  # type: ignore[union-attr]
                 block.prev_free_block = block.next_free_block = None
                 block.ref_cnt = 1
                 append(block)

@@ -15,6 +15,7 @@ and only ever grows until :meth:`free`.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -67,6 +68,9 @@ class PrefixCacheStats:
         return self.hits / self.queries if self.queries else 0.0
 
 
+_ref_cnt = operator.attrgetter("ref_cnt")
+
+
 class KVCacheManager:
     """Allocates KV slots for requests on top of a :class:`BlockPool`.
 
@@ -83,6 +87,9 @@ class KVCacheManager:
         use_eagle: an EAGLE-style drafter needs the hidden states of the last
             cached block, so a prefix hit gives up its last block (vLLM's
             ``use_eagle``).
+        decode_lookahead: the lookahead slots the scheduler asks for with
+            every running request's allocation (its ``num_lookahead_tokens``);
+            :attr:`decode_limits` are computed for it.
 
     Invariants (per request with an entry):
 
@@ -91,7 +98,10 @@ class KVCacheManager:
     * the first ``num_cached_block[r]`` blocks are cached (have their
       request's hash) and the rest are not cached *by this request*;
     * a request absent from ``num_cached_block`` has never had a prefix hit,
-      an external load or a cached block.
+      an external load or a cached block;
+    * ``decode_limits[r]`` is at most the largest ``num_computed_tokens`` at
+      which ``allocate_slots(r, 1, num_lookahead_tokens=decode_lookahead)``
+      would change nothing and return ``[]``, and below ``max_model_len - 1``.
     """
 
     def __init__(
@@ -104,6 +114,7 @@ class KVCacheManager:
         eviction_policy: EvictionPolicy | None = None,
         *,
         use_eagle: bool = False,
+        decode_lookahead: int = 0,
     ) -> None:
         if block_size <= 0:
             raise ValueError(f"block_size must be positive, got {block_size}")
@@ -121,6 +132,16 @@ class KVCacheManager:
         self._reports_lookups = enable_caching and eviction_policy is not None
         self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
         self.num_cached_block: dict[str, int] = {}
+        self.decode_lookahead = decode_lookahead
+        self.decode_limits: dict[str, int] = {}
+        """Per request with a block table: up to which ``num_computed_tokens`` a
+        one-token decode needs neither a new block nor a block cached, so the
+        scheduler may skip :meth:`allocate_slots` (it would return ``[]`` and
+        change nothing). Why: decoding is most of a run's steps, and a decode
+        crosses a block boundary once every ``block_size`` tokens; the other
+        steps need only this one comparison. Kept by every successful
+        allocation and by :meth:`cache_blocks`, dropped by :meth:`free`; a
+        missing entry means "ask"."""
         self.prefix_cache_stats = PrefixCacheStats()
 
     # ----------------------------------------------------------------- state
@@ -212,10 +233,14 @@ class KVCacheManager:
             assert not new_computed_blocks
             return max(num_required - num_table_blocks, 0)
         num_new = max(num_required - num_table_blocks - len(new_computed_blocks), 0)
-        num_evictable = 0
-        for block in new_computed_blocks:
-            if block.ref_cnt == 0 and not block.is_null:
-                num_evictable += 1
+        if not new_computed_blocks:
+            return num_new
+        # Free hit blocks, counted at C speed: a waiting request's prefix hit can
+        # be hundreds of blocks, and the head of the queue is looked at every step.
+        num_evictable = list(map(_ref_cnt, new_computed_blocks)).count(0)
+        null_block = self.block_pool.null_block
+        if num_evictable and null_block.ref_cnt == 0 and null_block in new_computed_blocks:
+            num_evictable -= new_computed_blocks.count(null_block)  # never evictable
         return num_new + num_evictable
 
     def can_fit_full_sequence(
@@ -339,7 +364,27 @@ class KVCacheManager:
             self._cache_blocks(
                 request, req_blocks, min(total_computed + num_new_tokens, request.num_tokens)
             )
+        self._set_decode_limit(request_id, len(req_blocks))
         return new_blocks
+
+    def _set_decode_limit(self, request_id: str, num_table_blocks: int) -> None:
+        """Recompute :attr:`decode_limits` for a request whose table or cached count moved.
+
+        A one-token allocation at ``num_computed_tokens = c`` needs no new block
+        while ``c + 1 + lookahead`` slots fit the table, and caches nothing while
+        token ``c + 1`` fills no block beyond ``num_cached_block``. The
+        ``max_model_len - 2`` cap keeps a request that has reached the model's
+        length (scheduled fewer than one token) off the scheduler's fast path.
+        """
+        block_size = self.block_size
+        limit = num_table_blocks * block_size - 1 - self.decode_lookahead
+        if self.enable_caching:
+            cached_limit = (self.num_cached_block.get(request_id, 0) + 1) * block_size - 2
+            if cached_limit < limit:
+                limit = cached_limit
+        if limit > self.max_model_len - 2:
+            limit = self.max_model_len - 2
+        self.decode_limits[request_id] = limit
 
     def _cache_blocks(
         self, request: Request, req_blocks: list[KVCacheBlock], num_tokens: int
@@ -361,9 +406,11 @@ class KVCacheManager:
         allocated with ``delay_cache_blocks=True``. No-op without caching.
         """
         if self.enable_caching:
-            self._cache_blocks(
-                request, self.req_to_blocks.get(request.request_id, []), num_computed_tokens
-            )
+            request_id = request.request_id
+            req_blocks = self.req_to_blocks.get(request_id, [])
+            self._cache_blocks(request, req_blocks, num_computed_tokens)
+            if request_id in self.decode_limits:
+                self._set_decode_limit(request_id, len(req_blocks))
 
     def free(self, request: Request) -> None:
         """Release the request's blocks (finished, aborted or preempted).
@@ -375,6 +422,7 @@ class KVCacheManager:
         """
         blocks = self.req_to_blocks.pop(request.request_id, None)
         self.num_cached_block.pop(request.request_id, None)
+        self.decode_limits.pop(request.request_id, None)
         if blocks:
             self.block_pool.free_blocks(reversed(blocks))
 

@@ -28,13 +28,13 @@ checked step by step by ``tools/differential``.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 import attrs
 
+from kvframe.core.decode_run import DecodeRun
 from kvframe.core.hashing import make_block_hasher
 from kvframe.core.kv_cache_manager import KVCacheManager
 from kvframe.core.retention import Retention, RetentionTable
@@ -97,20 +97,37 @@ class SchedulerStats:
     """Waiting requests whose loaded blocks were freed to break an admission stall."""
 
 
-@attrs.define(slots=True)
 class _Step:
-    """What one call to ``schedule`` has decided so far."""
+    """What one call to ``schedule`` has decided so far.
 
-    token_budget: int
-    num_scheduled_tokens: dict[str, int] = attrs.Factory(dict)
-    scheduled_running: list[Request] = attrs.Factory(list)
-    scheduled_new: list[Request] = attrs.Factory(list)
-    scheduled_resumed: list[Request] = attrs.Factory(list)
-    preempted: list[Request] = attrs.Factory(list)
-    new_block_ids: dict[str, list[int] | None] = attrs.Factory(dict)
-    spec_decode_tokens: dict[str, list[int]] = attrs.Factory(dict)
-    first_admissions: list[PrefixHit] = attrs.Factory(list)
-    recomputed_tokens: dict[str, int] = attrs.Factory(dict)
+    A plain slotted class, not attrs: one is built per step (and per step of a
+    decode run), and attrs' per-field factories cost more than the fields.
+    """
+
+    __slots__ = (
+        "first_admissions",
+        "new_block_ids",
+        "num_scheduled_tokens",
+        "preempted",
+        "recomputed_tokens",
+        "scheduled_new",
+        "scheduled_resumed",
+        "scheduled_running",
+        "spec_decode_tokens",
+        "token_budget",
+    )
+
+    def __init__(self, token_budget: int) -> None:
+        self.token_budget = token_budget
+        self.num_scheduled_tokens: dict[str, int] = {}
+        self.scheduled_running: list[Request] = []
+        self.scheduled_new: list[Request] = []
+        self.scheduled_resumed: list[Request] = []
+        self.preempted: list[Request] = []
+        self.new_block_ids: dict[str, list[int] | None] = {}
+        self.spec_decode_tokens: dict[str, list[int]] = {}
+        self.first_admissions: list[PrefixHit] = []
+        self.recomputed_tokens: dict[str, int] = {}
 
 
 class Scheduler:
@@ -147,6 +164,7 @@ class Scheduler:
             enable_kv_cache_events=config.enable_kv_cache_events,
             eviction_policy=eviction_policy,
             use_eagle=config.use_eagle,
+            decode_lookahead=config.num_lookahead_tokens,
         )
         self.num_lookahead_tokens = config.num_lookahead_tokens
         self.requests: dict[str, Request] = {}
@@ -168,6 +186,7 @@ class Scheduler:
         # when it is promoted). Cleared when the request enters RUNNING.
         self._lookup_recorded: set[str] = set()
         self._now = 0.0
+        self._decode_runs_allowed = _allows_decode_runs(policy)
         policy.attach(_SchedulerView(self))
 
     # ------------------------------------------------------------------
@@ -285,25 +304,76 @@ class Scheduler:
         self._schedule_running(step)
         if not step.preempted:
             self._schedule_waiting(step)
+        return self._finish_schedule(step)
 
+    def _finish_schedule(self, step: _Step) -> SchedulerOutput:
+        """The decided step as an output; then advance the scheduled requests."""
         output = self._make_output(step)
         if self.connector is not None:
             output.kv_connector_metadata = self.connector.build_connector_meta(output)
         self._advance_after_schedule(output)
         return output
 
+    def start_decode_run(self, token_id: int) -> DecodeRun | None:
+        """A :class:`~kvframe.core.decode_run.DecodeRun` from the current state, or ``None``.
+
+        ``token_id`` is the token the executor samples for every request (the
+        run must know in advance whether it stops one). ``None`` when the
+        conditions of :mod:`kvframe.core.decode_run` do not hold, or when the
+        very next step already finishes a request.
+        """
+        running = self.running
+        if (
+            not running
+            or not self._decode_runs_allowed
+            or self.connector is not None
+            or self.retained
+            or self.skipped_waiting
+            or len(running) > self.config.max_num_batched_tokens
+        ):
+            return None
+        finish_step = DecodeRun.finish_step(running, token_id, self.max_model_len)
+        if finish_step < 2:
+            return None
+        return DecodeRun(self, token_id, finish_step)
+
     def _schedule_running(self, step: _Step) -> None:
-        """Give RUNNING requests their tokens, preempting through the policy when blocks run out."""
+        """Give RUNNING requests their tokens, preempting through the policy when blocks run out.
+
+        A request that is simply decoding -- one new token, no drafts, and a
+        token count below its :attr:`KVCacheManager.decode_limits` entry --
+        takes a short path: ``allocate_slots`` would give it no block and cache
+        nothing, so it is not called. Every other request takes the general
+        path, whose decisions the short one reproduces exactly.
+        """
         running = self.running
         allocate_slots = self.kv_cache_manager.allocate_slots
+        decode_limits = self.kv_cache_manager.decode_limits
         threshold = self.config.long_prefill_token_threshold
         lookahead = self.num_lookahead_tokens
         max_model_len = self.max_model_len
         num_scheduled_tokens = step.num_scheduled_tokens
+        scheduled_running = step.scheduled_running
+        new_block_ids = step.new_block_ids
 
         req_index = 0
         while req_index < len(running) and step.token_budget > 0:
             request = running[req_index]
+            computed = request.num_computed_tokens
+            if (
+                computed == request.num_tokens - 1
+                and computed <= decode_limits.get(request.request_id, -1)
+                and not request.spec_token_ids
+                and not request.num_output_placeholders
+            ):
+                request_id = request.request_id
+                scheduled_running.append(request)
+                new_block_ids[request_id] = None
+                num_scheduled_tokens[request_id] = 1
+                step.token_budget -= 1
+                req_index += 1
+                continue
+
             num_new_tokens = (
                 request.num_tokens_with_spec
                 + request.num_output_placeholders
@@ -377,7 +447,7 @@ class Scheduler:
         # Requests skipped in this pass go to a queue of their own so the loop
         # never peeks the same blocked request twice; they rejoin skipped-waiting
         # (ahead of older skipped requests) after the loop.
-        step_skipped = policy.create_queue()
+        step_skipped: RequestQueue | None = None  # created when first needed
         # The tier's answer for a request retried after a reclaim freed blocks:
         # vLLM asks the connector once per request per step, and asking again
         # would touch the tier and count the reuse filter's sightings twice.
@@ -391,6 +461,8 @@ class Scheduler:
 
             if request.status == _WAITING_FOR_REMOTE_KVS and not self._promote_loaded(request):
                 queue.pop_request()
+                if step_skipped is None:
+                    step_skipped = policy.create_queue()
                 step_skipped.prepend_request(request)
                 continue
 
@@ -409,6 +481,8 @@ class Scheduler:
                         # The tier cannot answer yet: ask again next step without
                         # blocking the requests behind this one.
                         queue.pop_request()
+                        if step_skipped is None:
+                            step_skipped = policy.create_queue()
                         step_skipped.prepend_request(request)
                         continue
                     request.num_external_computed_tokens = ext_tokens
@@ -487,6 +561,8 @@ class Scheduler:
                 # Blocks are reserved; the request waits for its load to land.
                 request.status = _WAITING_FOR_REMOTE_KVS
                 request.num_computed_tokens = num_computed_tokens
+                if step_skipped is None:
+                    step_skipped = policy.create_queue()
                 step_skipped.prepend_request(request)
                 continue
 
@@ -508,7 +584,7 @@ class Scheduler:
             if request.num_cached_tokens < 0:
                 request.num_cached_tokens = num_computed_tokens
 
-        if step_skipped:
+        if step_skipped is not None and step_skipped:
             self.skipped_waiting.prepend_requests(step_skipped)
 
     def _make_output(self, step: _Step) -> SchedulerOutput:
@@ -522,16 +598,18 @@ class Scheduler:
             )
             for r in step.scheduled_new
         ]
-        cached = CachedRequestData()
-        num_running = len(step.scheduled_running)
-        for index, r in enumerate(itertools.chain(step.scheduled_running, step.scheduled_resumed)):
-            request_id = r.request_id
-            cached.req_ids.append(request_id)
-            if index >= num_running:
-                cached.resumed_req_ids.add(request_id)
-            cached.new_block_ids.append(new_block_ids[request_id])
-            cached.num_computed_tokens.append(r.num_computed_tokens)
-            cached.num_output_tokens.append(r.num_output_tokens + r.num_output_placeholders)
+        # Parallel lists built whole (one comprehension per field): a running
+        # request costs a few C-level appends, not a Python loop body.
+        resumed = step.scheduled_resumed
+        requests = step.scheduled_running + resumed if resumed else step.scheduled_running
+        req_ids = [r.request_id for r in requests]
+        cached = CachedRequestData(
+            req_ids=req_ids,
+            resumed_req_ids={r.request_id for r in resumed},
+            new_block_ids=[new_block_ids[request_id] for request_id in req_ids],
+            num_computed_tokens=[r.num_computed_tokens for r in requests],
+            num_output_tokens=[r.num_output_tokens + r.num_output_placeholders for r in requests],
+        )
         return SchedulerOutput(
             scheduled_new_reqs=new_reqs,
             scheduled_cached_reqs=cached,
@@ -563,6 +641,7 @@ class Scheduler:
         sampled = model_output.sampled_token_ids
         spec_tokens = scheduler_output.scheduled_spec_decode_tokens
         requests = self.requests
+        max_model_len = self.max_model_len
         finished: list[Request] = []
         stopped_running: set[Request] = set()
         stopped_waiting: set[Request] = set()
@@ -586,7 +665,28 @@ class Scheduler:
             generated = sampled.get(request_id)
             if not generated:
                 continue  # a partial prefill chunk samples nothing
-            drafts = spec_tokens.get(request_id)
+            drafts = spec_tokens.get(request_id) if spec_tokens else None
+            if not drafts and len(generated) == 1:
+                # One token, no drafts (every decode step): _append_and_check_stop inline.
+                token_id = generated[0]
+                request.append_output_token_ids(token_id)
+                if token_id in request.stop_token_ids:
+                    stop_status = RequestStatus.FINISHED_STOPPED
+                    request.stop_reason = token_id
+                elif (
+                    request.num_tokens >= max_model_len
+                    or request.num_output_tokens >= request.max_tokens
+                ):
+                    stop_status = RequestStatus.FINISHED_LENGTH_CAPPED
+                else:
+                    continue
+                if request.status == _RUNNING:
+                    stopped_running.add(request)
+                else:
+                    stopped_waiting.add(request)
+                request.status = stop_status
+                finished.append(request)
+                continue
             if drafts:
                 num_rejected = len(drafts) - (len(generated) - 1)
                 if request.num_computed_tokens > 0:
@@ -854,6 +954,19 @@ class Scheduler:
 
     def reset_prefix_cache(self) -> bool:
         return self.kv_cache_manager.reset_prefix_cache()
+
+
+def _allows_decode_runs(policy: SchedulingPolicy) -> bool:
+    """The policy's :attr:`~kvframe.SchedulingPolicy.allows_decode_runs`, its default resolved."""
+    allowed = getattr(policy, "allows_decode_runs", None)
+    if allowed is not None:
+        return bool(allowed)
+    from kvframe.bases import SchedulingPolicy
+
+    return all(
+        getattr(type(policy), name, None) is getattr(SchedulingPolicy, name)
+        for name in ("on_step_start", "on_arrival", "select_queue")
+    )
 
 
 class _SchedulerView:

@@ -141,6 +141,11 @@ class EngineConfig:
     executor: str = attrs.field(default="sim", validator=attrs.validators.instance_of(str))
     """``sim`` (cost model only) or ``torch[:preset=tiny,dtype=float32,...]`` (a real
     decoder on paged KV tensors; see :mod:`kvframe.executors.torch`)."""
+    step_by_step: bool = attrs.field(default=False, validator=_is_bool)
+    """Run every step through the whole scheduler and executor, never a run of
+    plain decode steps in one go (:mod:`kvframe.core.decode_run`). The results
+    are the same; this is the reference the fast path is checked against, and
+    several times slower."""
 
     def __attrs_post_init__(self) -> None:
         if self.offload_bandwidth is not None and not self.offload_bandwidth > 0:
@@ -245,6 +250,7 @@ class EngineConfig:
             "seed": self.seed,
             "executor": self.executor,
             "cost_model": self.cost_model,
+            "step_by_step": self.step_by_step,
         }
 
     # -- from kvframe.toml and flags ----------------------------------------
@@ -350,6 +356,7 @@ _CONVERTERS: Mapping[str, Any] = {
     "offload_bandwidth": _size,
     "executor": _str,
     "cost_model": _str,
+    "step_by_step": _bool,
 }
 
 _ALIASES: Mapping[str, str] = {
@@ -358,6 +365,7 @@ _ALIASES: Mapping[str, str] = {
     "gpu-eviction": "gpu_eviction",
     "offload-bandwidth": "offload_bandwidth",
     "cost-model": "cost_model",
+    "step-by-step": "step_by_step",
 }
 
 ENGINE_KEYS: tuple[str, ...] = tuple(_CONVERTERS)

@@ -12,6 +12,12 @@ One iteration of :meth:`Engine.run`'s loop is one engine step:
    finish time are the *end* of the step that produced them;
 6. (tracing) KV events and finished requests.
 
+A stretch of steps in which every running request only decodes is taken in
+one go by a :class:`~kvframe.core.decode_run.DecodeRun` (:meth:`Engine._decode_run`):
+per step it still queues arrivals, runs the waiting phase and records the
+step's duration, but does not visit the running requests. The results are
+those of the step-by-step loop (``EngineConfig.step_by_step`` turns runs off).
+
 When nothing is in flight the clock jumps to the next arrival instead of
 stepping through the idle gap. A step that schedules nothing while requests
 wait (blocked) also jumps to the next arrival, or to the earliest retention
@@ -35,6 +41,7 @@ from typing import TYPE_CHECKING, Any, cast
 import attrs
 
 import kvframe
+from kvframe.core.decode_run import STOP, DecodeRun
 from kvframe.core.scheduler import Scheduler
 from kvframe.engine.arrivals import ArrivalQueue
 from kvframe.engine.config import EngineConfig
@@ -170,6 +177,9 @@ class Engine:
         self._now = 0.0
         self._ran = False
         self._num_ignored = 0
+        self.num_decode_run_steps = 0
+        """Steps taken inside runs of plain decode steps (see :mod:`kvframe.core.decode_run`);
+        0 with ``step_by_step``. Not in the summary: results are the same either way."""
         self._stop_token_ids = tuple(getattr(executor, "stop_token_ids", ()))
 
     @classmethod
@@ -325,7 +335,12 @@ class Engine:
                 self.tracing.close()
         wall = time.perf_counter() - started
         summary = self._summary(workload, arrivals, wall, partial)
-        log.info("run_finished", wall_seconds=round(wall, 3), partial=partial)
+        log.info(
+            "run_finished",
+            wall_seconds=round(wall, 3),
+            partial=partial,
+            decode_run_steps=self.num_decode_run_steps,
+        )
         return RunResult(summary, partial, wall, len(specs))
 
     @property
@@ -352,6 +367,15 @@ class Engine:
         worker = self.executor.offload_worker
         handler = self.executor.transfer_handler
         record_finished = getattr(self.executor, "record_finished", None)
+        # Runs of plain decode steps in one go (kvframe.core.decode_run): only
+        # where every step's effects are the scheduler's own and the cost
+        # model's, i.e. the sim executor with no offload tier and no tracer.
+        decode_runs = (
+            not self.config.step_by_step
+            and hook is None
+            and connector is None
+            and type(self.executor) is SimExecutor
+        )
 
         now = arrivals.next_time if arrivals.next_time != math.inf else 0.0
         idle_steps = 0
@@ -375,7 +399,15 @@ class Engine:
 
             if hook is not None:
                 hook.kvframe_step_snapshot(snapshot=_snapshot(scheduler, now))
-            output = schedule(now)
+            output = None
+            if decode_runs:
+                run = scheduler.start_decode_run(self.executor.token_id)
+                if run is not None:
+                    now, output = self._decode_run(run, arrivals, now)
+                    if view is not None:
+                        progress(view)  # type: ignore[misc]
+            if output is None:
+                output = schedule(now)
             step = stats.num_steps
             if hook is not None:
                 _trace_decision(hook, output, step, now)
@@ -455,6 +487,47 @@ class Engine:
             self._now = end
             if view is not None:
                 progress(view)  # type: ignore[misc]
+
+    # -- runs of plain decode steps ------------------------------------------
+
+    def _decode_run(self, run: DecodeRun, arrivals: ArrivalQueue, now: float) -> tuple[float, Any]:
+        """Take the steps of a decode run; return the clock and, if the run ended
+        in an ordinary step, that step's output (to execute as usual).
+
+        Per step this is what the loop does for a plain decode step -- arrivals
+        first, the step's duration from the cost model (no prefill, one decode
+        token per running request, their computed tokens as context), the
+        metrics of the step -- without visiting the running requests.
+        """
+        step_time = self.executor.cost_model.step_time
+        on_step = self._collector.on_step
+        num_running = run.num_running
+        output = None
+        try:
+            first = True
+            while True:
+                if not first and arrivals.next_time <= now:
+                    self._arrive(arrivals, now, None)
+                first = False
+                result = run.step(now)
+                if result is STOP:
+                    break
+                if result is not None:
+                    output = result
+                    break
+                self.num_decode_run_steps += 1
+                duration = step_time(0, num_running, run.context_tokens)
+                on_step(
+                    now,
+                    duration,
+                    num_generated_tokens=num_running,
+                    num_computed_tokens=num_running,
+                )
+                now += duration
+                self._now = now
+        finally:
+            run.close()
+        return now, output
 
     # -- arrivals ------------------------------------------------------------
 

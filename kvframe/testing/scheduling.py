@@ -17,7 +17,9 @@ an executor would. Every step it checks that
 
 and at the end that every request finished within a bound on the number of
 steps (no starvation), that retention was released once the clock moved past
-every reasonable deadline, and that every block came back.
+every reasonable deadline, and that every block came back. Separately, it runs
+the engine with and without runs of decode steps and requires the same results
+(:attr:`kvframe.SchedulingPolicy.allows_decode_runs` is honest).
 """
 
 from __future__ import annotations
@@ -824,3 +826,70 @@ class SchedulingPolicySuite(PluginSuite):
             kvframe_target, pressure_workload(), self.retention_horizon, self.max_retention_wait
         )
         driver.run()
+
+    def test_decode_runs_change_no_decision(self, kvframe_target: PluginTarget) -> None:
+        """The engine gives the same results with and without runs of decode steps.
+
+        A policy that allows decode runs (:attr:`~kvframe.SchedulingPolicy.allows_decode_runs`)
+        must not read running requests' token counters in ``on_step_start``,
+        ``on_arrival`` or ``select_queue``: during a run they lag. The check
+        replays a chat and an agentic workload on a crowded pool through the
+        engine both ways and compares every per-request record.
+        """
+        __tracebackhide__ = True
+        reference = _engine_records(kvframe_target, step_by_step=True)
+        fast = _engine_records(kvframe_target, step_by_step=False)
+        for name in reference:
+            if fast[name] != reference[name]:
+                first = next(
+                    i
+                    for i, (a, b) in enumerate(zip(reference[name], fast[name], strict=False))
+                    if a != b
+                )
+                raise ContractViolation(
+                    f"{kvframe_target.label}: results differ between the step-by-step engine "
+                    f"and decode runs on the {name} workload (first at request "
+                    f"{reference[name][first][0]!r}: {reference[name][first][1:]} vs "
+                    f"{fast[name][first][1:]}): its on_step_start, on_arrival or "
+                    "select_queue reads running requests' token counters, which lag during "
+                    "a run; declare allows_decode_runs = False"
+                )
+
+
+def _engine_records(target: PluginTarget, *, step_by_step: bool) -> dict[str, list[tuple]]:
+    """Per-request (id, first token, finish, outputs, preemptions) of two small engine runs."""
+    from kvframe.core.scheduler import Scheduler
+    from kvframe.engine import Engine, EngineConfig
+    from kvframe.executors.sim import SimExecutor
+    from kvframe.workloads.agentic import generate_agentic
+    from kvframe.workloads.chat import generate_chat
+
+    workloads = {
+        "chat": generate_chat(
+            num_requests=60,
+            seed=11,
+            rate=40.0,
+            system_prompt_length=200,
+            user_prompt_length="uniform:low=10,high=300",
+            output_length="uniform:low=5,high=80",
+        ),
+        "agentic": generate_agentic(num_jobs=12, seed=12, rate=4.0),
+    }
+    records: dict[str, list[tuple]] = {}
+    for name, specs in workloads.items():
+        config = EngineConfig(num_gpu_blocks=260, max_num_seqs=12, step_by_step=step_by_step)
+        policy = target.create()
+        scheduler = Scheduler(config.scheduler_config(), policy)
+        engine = Engine(config, scheduler, SimExecutor(config.preset_object.cost_model))
+        summary = engine.run(specs).summary
+        records[name] = [
+            (
+                r.request_id,
+                r.first_token_time,
+                r.finish_time,
+                r.num_output_tokens,
+                r.num_preemptions,
+            )
+            for r in summary.requests
+        ]
+    return records

@@ -19,6 +19,7 @@ cache hits — are reproducible.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import sys
 from array import array
@@ -208,22 +209,34 @@ class MooncakePrompt:
         """Tokens ``start .. end - 1`` as uint32 little-endian bytes, built from the ids.
 
         The same bytes as packing ``token_ids()[start:end]``, without a
-        Python int per token: this is how a trace prompt is hashed.
+        Python int per token: this is how a trace prompt is hashed. A chunk's
+        tokens are the consecutive ids ``v .. v + block_tokens - 1`` (``v =
+        hash_id * block_tokens``), so its bytes are those of one big integer,
+        ``v * ONES + RAMP`` (:func:`_chunk_constants`), written out little
+        endian: no lane carries into the next while every id fits 32 bits.
+        That is about six times faster than an ``array`` built from a range.
         """
         end = min(end, self.length)
         if start >= end:
             return b""
         size = self.block_tokens
-        out = array(_U32)
-        extend = out.extend
+        ones, ramp = _chunk_constants(size)
+        num_bytes = 4 * size
         hash_ids = self.hash_ids
+        parts: list[bytes] = []
         for index in range(start // size, (end - 1) // size + 1):
             first = index * size
-            base = hash_ids[index] * size - first
-            extend(range(base + max(start, first), base + min(end, first + size)))
-        if sys.byteorder == "big":
-            out.byteswap()
-        return out.tobytes()
+            value = hash_ids[index] * size
+            if value < 0 or value + size > _U32_LIMIT:
+                raise OverflowError(
+                    f"hash id {hash_ids[index]} gives token ids beyond 32 bits "
+                    f"(block_tokens={size})"
+                )
+            chunk = (value * ones + ramp).to_bytes(num_bytes, "little")
+            low = max(start, first) - first
+            high = min(end, first + size) - first
+            parts.append(chunk if low == 0 and high == size else chunk[4 * low : 4 * high])
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def token_slice(self, start: int, end: int) -> list[int]:
         """Tokens ``start .. end - 1`` without building the whole prompt."""
@@ -244,6 +257,19 @@ class MooncakePrompt:
 
 
 _U32 = "I" if array("I").itemsize == 4 else "L"
+_U32_LIMIT = 1 << 32
+
+
+@functools.cache
+def _chunk_constants(size: int) -> tuple[int, int]:
+    """``(ONES, RAMP)`` for ``size``-token chunks: the integers whose little-endian
+    32-bit lanes are ``1, 1, ...`` and ``0, 1, 2, ...``."""
+    ones = 0
+    ramp = 0
+    for lane in range(size):
+        ones |= 1 << (32 * lane)
+        ramp |= lane << (32 * lane)
+    return ones, ramp
 
 
 class PromptTokens(Sequence[int]):

@@ -19,7 +19,7 @@ from kvframe_fcfs import FCFSPolicy, FCFSQueue
 from kvframe_lru import LRUPolicy
 from kvframe_priority import PriorityPolicy, PriorityQueue
 
-from kvframe.bases import EvictableBlock
+from kvframe.bases import EvictableBlock, SchedulerContext
 from kvframe.request import Request, RequestQueue
 
 # ==========================================================================
@@ -536,6 +536,23 @@ class PriorityRetainsForever(PriorityPolicy):
         return math.inf
 
 
+class PriorityReadsRunningCounters(PriorityPolicy):
+    """Ranks an arrival by the tokens running requests have computed, yet allows decode runs.
+
+    Breaks: a policy that allows decode runs does not read running requests'
+    token counters in on_arrival (they lag during a run).
+    """
+
+    name = "mutant-priority-reads-running"
+    allows_decode_runs = True
+
+    def attach(self, context: SchedulerContext) -> None:
+        self._context = context
+
+    def on_arrival(self, request: Request) -> None:
+        request.priority = sum(r.num_computed_tokens for r in self._context.running) % 3
+
+
 # ==========================================================================
 # The set: class, kind, the check that must catch it, words its message must have
 # ==========================================================================
@@ -570,5 +587,6 @@ MUTANTS: tuple[tuple[type, str, str, tuple[str, ...]], ...] = (
     (PriorityRemoveBreaksHeap, "scheduling", "queues_iterate", ("iterates in the order",)),
     (PriorityEmptyReturnsNone, "scheduling", "queues_iterate", ("raise IndexError",)),
     (PriorityRetainsForever, "scheduling", "generated", ("a retention deadline is a finite time",)),
+    (PriorityReadsRunningCounters, "scheduling", "decode_runs", ("declare allows_decode_runs",)),
 )
 """(class, kind, the test (a ``-k`` expression) that catches it, words of its message)."""
