@@ -2,7 +2,7 @@
 
 GGUF holds the architecture as metadata (``llama.block_count``, ...), the
 tokenizer (``tokenizer.ggml.*``) and every tensor, usually block-quantized.
-The `gguf` package (the ``model`` extra) parses the file and dequantizes each
+The ``gguf`` package (the ``model`` extra) parses the file and dequantizes each
 tensor to float32 numpy; this module checks and translates:
 
 * **Everything is checked before anything is dequantized**: the magic, the
@@ -172,7 +172,7 @@ def _read_cached(path: Path, size: int, mtime_ns: int) -> GGUFModel:
     tensors: dict[str, Any] = {}
     for tensor in reader.tensors:
         name = hf_name(tensor.name)
-        if name is None or (name == "lm_head.weight" and config.tie_word_embeddings):
+        if name is None:
             raise GGUFError(f"{path}: unexpected tensor {tensor.name} in a llama GGUF file")
         kind = tensor.tensor_type.name
         if kind not in SUPPORTED_TYPES:
