@@ -14,9 +14,11 @@ Four measurements, each against a baseline taken in the same run:
    interleaved repeats; goal: paged <= 1.3x contiguous.
 3. **Prefill tokens computed** with and without prefix caching on the same
    shared-prefix workload: the drop should equal the prefix hit ratio.
-4. **Calibration round trip**: ``kvframe calibrate``'s grid and fit, then the
-   held-out workload on the torch executor (wall clock) and on the sim with
-   the fitted cost model: per-step median error, duration and mean TTFT errors.
+4. **Calibration round trip**: ``kvframe calibrate --check`` itself (the grid,
+   the fit, then the held-out workload on the torch executor and on the sim
+   with the fitted cost model: per-step median error, duration and mean TTFT
+   errors), once with the extended cost-model form and once with the linear
+   one. ``--clock`` is passed through (default ``auto``: CPU time on CPU).
 
 ``--device cuda`` runs the same code on a GPU (untested here: the development
 machine has none).
@@ -25,6 +27,9 @@ machine has none).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import json
 import random
 import statistics
 import sys
@@ -39,16 +44,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kvframe.engine import Engine, EngineConfig
 from kvframe.executors.torch.build import plan_model
-from kvframe.executors.torch.calibrate import (
-    fit_cost_model,
-    held_out_workload,
-    measure_copy_bandwidth,
-    measure_engine_steps,
-    measure_grid,
-    validate,
-)
 from kvframe.executors.torch.model import LlamaModel, StepChunk
 from kvframe.executors.torch.options import parse_executor
+from kvframe.executors.torch.replay import held_out_workload
 
 
 def quiet_logs() -> None:
@@ -167,57 +165,45 @@ def prefix_caching(executor: str, requests: int) -> None:
     print(f"  drop {drop:.3f}; prefix hit ratio {hits / queries:.3f} ({hits}/{queries} tokens)")
 
 
-def calibration(executor: str, repeats: int) -> None:
-    _, options = parse_executor(executor)
-    plan = plan_model(options)
-    model = plan.build(max(2, options.kv_memory // plan.kv_bytes_per_block(16)), 16)
-    bandwidth = measure_copy_bandwidth(model)
-    samples = measure_grid(model, repeats=repeats)
-    del model
-    samples += measure_engine_steps(executor, held_out_workload(seed=1), max_num_batched_tokens=512)
-    cost_model, stats = fit_cost_model(samples, transfer_bytes_per_s=bandwidth)
-    from kvframe.executors.cost_model import ModelShape
-    from kvframe.executors.cost_model_file import write_cost_model_file
+def calibration(executor: str, repeats: int, clock: str) -> None:
+    """``kvframe calibrate --check`` itself, once per cost-model form."""
+    from kvframe.cli import main as kvframe_main
 
-    c = plan.config
+    print(f"== 4. calibration round trip (kvframe calibrate --check, clock={clock})")
     with tempfile.TemporaryDirectory() as tmp:
-        path = str(Path(tmp) / "cost-model.json")
-        write_cost_model_file(
-            path,
-            name="calibrated-bench",
-            description="benchmarks/torch_executor.py",
-            shape=ModelShape(
-                name="torch-small",
-                num_layers=c.num_layers,
-                num_kv_heads=c.num_kv_heads,
-                head_dim=c.head_dim,
-                dtype_bytes=4,
-                num_params=10**6,
-            ),
-            device=str(plan.device),
-            kv_memory_bytes=float(options.kv_memory),
-            cost_model=cost_model,
-            calibration={},
-        )
-        check = validate(path, executor, held_out_workload(), max_num_batched_tokens=512)
-    print("== 4. calibration round trip")
-    print(
-        f"  fit on {stats['num_samples']} grid shapes: median rel. error "
-        f"{stats['median_abs_rel_error']:.3f}, max {stats['max_abs_rel_error']:.3f}"
-    )
-    print(
-        f"  held out ({check['num_steps']} steps): per-step median abs error "
-        f"{check['step_median_abs_rel_error']:.3f} (goal <= 0.10)"
-    )
-    print(
-        f"  duration torch {check['torch_duration_s']:.3f}s sim {check['sim_duration_s']:.3f}s"
-        f" error {check['duration_rel_error']:.3f} (goal <= 0.05)"
-    )
-    print(
-        f"  mean TTFT torch {check['torch_mean_ttft_s']:.3f}s sim "
-        f"{check['sim_mean_ttft_s']:.3f}s error {check['mean_ttft_rel_error']:.3f} "
-        "(goal <= 0.05)"
-    )
+        for form in ("extended", "linear"):
+            out = Path(tmp) / f"{form}.json"
+            argv = ["calibrate", "--executor", executor, "--repeats", str(repeats)]
+            argv += ["--clock", clock, "--form", form, "--out", str(out), "--check"]
+            with (
+                contextlib.redirect_stdout(io.StringIO()),
+                contextlib.redirect_stderr(io.StringIO()),
+            ):
+                kvframe_main(argv)
+            data = json.loads(out.read_text())["calibration"]
+            fit, check = data["fit"], data["held_out"]
+            print(
+                f"  {form} form, clock={data['clock']}: fit on {fit['num_samples']} steps, "
+                f"median rel. residual {fit['median_abs_rel_error']:.3f}"
+            )
+            print(
+                f"    held out ({check['num_steps']} steps): per-step median abs error "
+                f"{check['step_median_abs_rel_error']:.3f} (goal <= 0.10)"
+            )
+            print(
+                f"    torch replays {check['torch_runs']}, duration spread "
+                f"{check['torch_duration_spread']:.3f} (max - min over median)"
+            )
+            print(
+                f"    duration torch {check['torch_duration_s']:.3f}s sim "
+                f"{check['sim_duration_s']:.3f}s error {check['duration_rel_error']:.3f} "
+                "(goal <= 0.05)"
+            )
+            print(
+                f"    mean TTFT torch {check['torch_mean_ttft_s']:.3f}s sim "
+                f"{check['sim_mean_ttft_s']:.3f}s error {check['mean_ttft_rel_error']:.3f} "
+                "(goal <= 0.05)"
+            )
 
 
 def main() -> None:
@@ -226,19 +212,22 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--skip-calibration", action="store_true")
     parser.add_argument("--only-calibration", action="store_true")
+    parser.add_argument(
+        "--clock", choices=("auto", "cpu", "wall"), default="auto", help="calibration's clock"
+    )
     args = parser.parse_args()
     quiet_logs()
     executor = f"torch:preset=small,device={args.device}"
     requests = 16 if args.quick else 40
     repeats = 3 if args.quick else 9
     if args.only_calibration:
-        calibration(executor, repeats)
+        calibration(executor, repeats, args.clock)
         return
     throughput(executor, requests)
     paging_cost(executor, repeats)
     prefix_caching(executor, requests)
     if not args.skip_calibration:
-        calibration(executor, repeats)
+        calibration(executor, repeats, args.clock)
 
 
 if __name__ == "__main__":

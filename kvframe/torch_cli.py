@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from kvframe.config import ConfigError
 
 __all__ = ["add_calibrate_command", "add_outputs_diff_command"]
@@ -63,7 +65,29 @@ def add_calibrate_command(subparsers: Any) -> None:
         help="the torch executor to time (default: torch:preset=small)",
     )
     parser.add_argument("--block-size", type=int, default=16, metavar="N")
-    parser.add_argument("--repeats", type=int, default=5, metavar="N", help="timings per shape")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=5,
+        metavar="N",
+        help="timings per grid shape, spread over the --runs rounds (default 5)",
+    )
+    parser.add_argument(
+        "--clock",
+        choices=("auto", "cpu", "wall"),
+        default="auto",
+        help="what to measure: cpu (the forward pass's CPU time on its one thread: other "
+        "processes' time slices do not count, their cache contention still does), wall, or "
+        "auto (default): cpu on a CPU device with threads=1, wall otherwise (CUDA, several "
+        "threads)",
+    )
+    parser.add_argument(
+        "--form",
+        choices=("extended", "linear"),
+        default="extended",
+        help="cost-model terms to fit: extended (default; adds per-prefill-request and "
+        "prefill-attention-pair terms) or linear (the four roofline terms only)",
+    )
     parser.add_argument(
         "--out", default="cost-model.json", metavar="FILE", help="(default: cost-model.json)"
     )
@@ -72,6 +96,16 @@ def add_calibrate_command(subparsers: Any) -> None:
         action="store_true",
         help="also replay a held-out workload on the torch executor and the calibrated sim "
         "and report per-step, duration and mean-TTFT errors",
+    )
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=3,
+        metavar="N",
+        help="measurement rounds (default 3; 1 on a slow model): each times a share of the "
+        "grid, replays the training workload and, with --check, the held-out one; a training "
+        "step's time is its median over the rounds, and the sim is compared with the held-out "
+        "replay of median duration",
     )
     parser.set_defaults(handler=_calibrate)
 
@@ -85,19 +119,33 @@ def _calibrate(args: argparse.Namespace, ctx: Any) -> int:
         raise ConfigError(str(err), origin="--executor") from None
     if options is None:
         raise ConfigError("calibrate times the torch executor: use --executor torch[:...]")
-    if args.repeats < 1 or args.block_size < 1:
-        raise ConfigError("--repeats and --block-size must be >= 1")
+    if args.repeats < 1 or args.block_size < 1 or args.runs < 1:
+        raise ConfigError("--repeats, --block-size and --runs must be >= 1")
+    from kvframe.executors.torch.options import check_cpu_clock
+
+    if args.clock == "cpu":
+        try:
+            check_cpu_clock(options.device.partition(":")[0], options.threads)
+        except ValueError as err:
+            raise ConfigError(str(err), origin="--clock") from None
     from kvframe.executors.cost_model import ModelShape
     from kvframe.executors.cost_model_file import write_cost_model_file
     from kvframe.executors.presets import llama_num_params
     from kvframe.executors.torch.build import plan_model
     from kvframe.executors.torch.calibrate import (
+        LINEAR_TERMS,
+        TERMS,
+        Sample,
+        default_clock,
         fit_cost_model,
-        held_out_workload,
+        grid_steps,
         measure_copy_bandwidth,
-        measure_engine_steps,
-        measure_grid,
-        validate,
+    )
+    from kvframe.executors.torch.replay import (
+        compare,
+        engine_samples,
+        held_out_workload,
+        measure_interleaved,
     )
 
     try:
@@ -106,17 +154,30 @@ def _calibrate(args: argparse.Namespace, ctx: Any) -> int:
         model = plan.build(num_blocks, args.block_size)
     except ValueError as err:
         raise ConfigError(str(err), origin="--executor") from None
-    print(f"timing {plan.describe()} on {plan.device} ...", file=sys.stderr)
-    samples = measure_grid(model, repeats=args.repeats)
+    clock = default_clock(plan.device.type, options.threads) if args.clock == "auto" else args.clock
+    print(f"timing {plan.describe()} on {plan.device}, clock={clock} ...", file=sys.stderr)
     bandwidth = measure_copy_bandwidth(model)
-    del model  # the training run builds its own
-    samples += measure_engine_steps(
+    settings: dict[str, Any] = {"block_size": args.block_size, "max_num_batched_tokens": 512}
+    held_out = held_out_workload() if args.check else None
+    try:
+        grid = grid_steps(model)
+    except ValueError as err:
+        raise ConfigError(str(err), origin="--executor") from None
+    samples, training, checks = measure_interleaved(
+        model,
+        grid,
         args.executor,
         held_out_workload(seed=1),
-        block_size=args.block_size,
-        max_num_batched_tokens=512,
+        held_out,
+        runs=args.runs,
+        repeats=args.repeats,
+        clock=clock,
+        **settings,
     )
-    cost_model, stats = fit_cost_model(samples, transfer_bytes_per_s=bandwidth)
+    del model
+    samples += engine_samples(training, clock)
+    terms = TERMS if args.form == "extended" else LINEAR_TERMS
+    cost_model, stats = fit_cost_model(samples, transfer_bytes_per_s=bandwidth, terms=terms)
     c = plan.config
     element = plan.kv_bytes_per_token() // (c.num_layers * 2 * c.num_kv_heads * c.head_dim)
     shape = ModelShape(
@@ -141,13 +202,24 @@ def _calibrate(args: argparse.Namespace, ctx: Any) -> int:
         "executor": args.executor,
         "block_size": args.block_size,
         "repeats": args.repeats,
+        "runs": args.runs,
+        "clock": clock,
+        "threads": options.threads,
+        "form": args.form,
         "fit": stats,
-        "samples": [[s.prefill, s.decode, s.context, s.seconds] for s in samples],
+        "sample_fields": [f.name for f in attrs.fields(Sample)],
+        "samples": [list(attrs.astuple(s)) for s in samples],
     }
     write_cost_model_file(
         args.out,
         name=f"calibrated-{shape.name}-{plan.device.type}",
-        description=f"fitted by kvframe calibrate to {args.executor} on {plan.device}",
+        description=f"fitted by kvframe calibrate to {args.executor} on {plan.device} "
+        f"(clock={clock}: predicts "
+        + (
+            "the forward pass's CPU time on one thread, i.e. its wall time on an idle machine)"
+            if clock == "cpu"
+            else "measured wall time)"
+        ),
         shape=shape,
         device=str(plan.device),
         kv_memory_bytes=float(options.kv_memory),
@@ -155,14 +227,8 @@ def _calibrate(args: argparse.Namespace, ctx: Any) -> int:
         calibration=calibration,
     )
     print(json.dumps({"cost_model": _asdict(cost_model), "fit": stats}, indent=2))
-    if args.check:
-        check = validate(
-            args.out,
-            args.executor,
-            held_out_workload(),
-            block_size=args.block_size,
-            max_num_batched_tokens=512,
-        )
+    if held_out is not None:
+        check = compare(args.out, checks, held_out, clock=clock, **settings)
         calibration["held_out"] = check
         out = Path(args.out)
         data = json.loads(out.read_text())
@@ -181,6 +247,4 @@ def _model_name(options: Any) -> str:
 
 
 def _asdict(value: Any) -> dict[str, Any]:
-    import attrs
-
     return attrs.asdict(value)

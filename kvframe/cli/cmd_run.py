@@ -266,9 +266,15 @@ def _write_executor_outputs(engine: Any, out_dir: Path) -> None:
 
     write_outputs(out_dir / OUTPUTS_FILE, outputs, engine.executor.decoded_outputs())
     with (out_dir / "steps.csv").open("w") as f:
-        f.write("step,prefill_tokens,decode_seqs,context_tokens,virtual_s,wall_s\n")
+        f.write(
+            "step,prefill_tokens,decode_seqs,context_tokens,virtual_s,wall_s,"
+            "cpu_s,prefill_seqs,prefill_pairs\n"
+        )
         for i, s in enumerate(engine.executor.steps, 1):
-            f.write(f"{i},{s.prefill},{s.decode},{s.context},{s.virtual_s!r},{s.wall_s!r}\n")
+            f.write(
+                f"{i},{s.prefill},{s.decode},{s.context},{s.virtual_s!r},{s.wall_s!r},"
+                f"{s.cpu_s!r},{s.prefill_seqs},{s.prefill_pairs}\n"
+            )
 
 
 def _bytes(n: float) -> str:

@@ -9,7 +9,15 @@ quantities, because
   (compute-bound prefill, bandwidth-bound decode), see :mod:`.presets`;
 * its coefficients can be fitted by least squares to the per-step timings of a
   real vLLM server, so a user can calibrate it for their own hardware;
-* it is cheap: a step costs four multiply-adds, never a per-request loop.
+* it is cheap: a step costs a few multiply-adds.
+
+Four terms are the roofline's (fixed, prefill tokens, decode sequences,
+context tokens); the derived presets use only those. Two more default to 0
+and are there for fitted models (``kvframe calibrate``): a cost per request
+with a prefill chunk (per-request overhead that decodes already pay through
+``per_decode_seq_s``), and a cost per query-key pair of prefill attention
+(quadratic in the chunk, and ``chunk x cached`` after a prefix hit), which a
+small model on a CPU does not hide behind its matmuls.
 
 Its known bias: the terms add where the hardware overlaps them. In a step that
 is both weight-read-bound and compute-heavy (a decode batch near the roofline
@@ -26,7 +34,7 @@ from typing import Any
 
 import attrs
 
-__all__ = ["CostModel", "ModelShape", "num_gpu_blocks_for"]
+__all__ = ["CostModel", "ModelShape", "num_gpu_blocks_for", "prefill_pairs"]
 
 
 def _positive(instance: Any, attribute: attrs.Attribute, value: float) -> None:
@@ -90,6 +98,15 @@ def num_gpu_blocks_for(kv_memory_bytes: float, block_size: int, shape: ModelShap
     return int(kv_memory_bytes // shape.kv_bytes_per_block(block_size))
 
 
+def prefill_pairs(num_tokens: int, num_cached: int) -> int:
+    """Query-key pairs causal attention computes for a chunk of ``num_tokens``
+    after ``num_cached`` tokens already in the KV cache: token ``i`` of the
+    chunk attends to ``num_cached + i + 1`` keys, so
+    ``num_tokens x num_cached + num_tokens x (num_tokens + 1) / 2``.
+    """
+    return num_tokens * num_cached + num_tokens * (num_tokens + 1) // 2
+
+
 @attrs.frozen(slots=True, kw_only=True)
 class CostModel:
     """Seconds per engine step and per KV transfer, linear in what a step does.
@@ -111,9 +128,20 @@ class CostModel:
     """Device <-> host bandwidth for offload transfers (PCIe)."""
     transfer_latency_s: float = attrs.field(default=0.0, validator=_non_negative)
     """Fixed cost of one transfer batch (launch, synchronisation)."""
+    per_prefill_seq_s: float = attrs.field(default=0.0, validator=_non_negative)
+    """Per request with a prefill chunk this step (its per-request overhead:
+    attention set-up, block-table gather). 0 in the derived presets."""
+    per_prefill_pair_s: float = attrs.field(default=0.0, validator=_non_negative)
+    """Per query-key pair that prefill attention computes (see
+    :func:`prefill_pairs`). 0 in the derived presets."""
 
     def step_time(
-        self, num_prefill_tokens: int, num_decode_seqs: int, num_context_tokens: int
+        self,
+        num_prefill_tokens: int,
+        num_decode_seqs: int,
+        num_context_tokens: int,
+        num_prefill_seqs: int = 0,
+        num_prefill_pairs: int = 0,
     ) -> float:
         """Duration of one step.
 
@@ -124,17 +152,27 @@ class CostModel:
         :param num_context_tokens: over all scheduled requests, the tokens
             already in the KV cache that attention reads (each request's
             ``num_computed_tokens`` before the step).
+        :param num_prefill_seqs: requests with a prefill chunk this step.
+        :param num_prefill_pairs: over those chunks, :func:`prefill_pairs`.
         :returns: seconds; 0.0 for a step that schedules nothing, since no
             forward pass runs (the engine then jumps to the next arrival).
         """
         if num_prefill_tokens <= 0 and num_decode_seqs <= 0:
             return 0.0
-        return (
+        seconds = (
             self.per_step_s
             + self.per_prefill_token_s * num_prefill_tokens
             + self.per_decode_seq_s * num_decode_seqs
             + self.per_context_token_s * num_context_tokens
         )
+        if self.per_prefill_seq_s or self.per_prefill_pair_s:
+            # Only fitted models have these terms; skipping them otherwise keeps
+            # the derived presets' arithmetic (hence every result) bit-identical.
+            seconds += (
+                self.per_prefill_seq_s * num_prefill_seqs
+                + self.per_prefill_pair_s * num_prefill_pairs
+            )
+        return seconds
 
     def transfer_time(self, num_bytes: int) -> float:
         """Duration of moving ``num_bytes`` between device and host in one batch."""

@@ -2,7 +2,7 @@
 
 A JSON object (so it needs no TOML writer)::
 
-    {"format": "kvframe-cost-model/1",
+    {"format": "kvframe-cost-model/2",
      "name": "calibrated-torch-tiny-cpu",
      "description": "...",
      "model": {"name": ..., "num_layers": ..., "num_kv_heads": ..., "head_dim": ...,
@@ -10,13 +10,19 @@ A JSON object (so it needs no TOML writer)::
      "device": "cpu",
      "kv_memory_bytes": ...,
      "cost_model": {"per_step_s": ..., "per_prefill_token_s": ..., "per_decode_seq_s": ...,
-                    "per_context_token_s": ..., "transfer_bytes_per_s": ...,
+                    "per_context_token_s": ..., "per_prefill_seq_s": ...,
+                    "per_prefill_pair_s": ..., "transfer_bytes_per_s": ...,
                     "transfer_latency_s": ...},
      "calibration": {...}}
 
-``calibration`` (the grid, the fit's residuals) is informational. The model
-shape is the *measured* model's, so KV sizing in the sim matches the run
-that was timed.
+``calibration`` (the clock, the grid, the fit's residuals) is informational.
+The model shape is the *measured* model's, so KV sizing in the sim matches
+the run that was timed.
+
+Format 2 added the two fitted-only terms (``per_prefill_seq_s``,
+``per_prefill_pair_s``); a format-1 file has neither and still loads (both
+0). Any other key in ``cost_model`` is an error rather than silently ignored:
+a typo there would otherwise change a run's timing without a word.
 """
 
 from __future__ import annotations
@@ -32,7 +38,9 @@ from kvframe.executors.presets import GpuSpec, Preset
 
 __all__ = ["FORMAT", "load_cost_model_file", "write_cost_model_file"]
 
-FORMAT = "kvframe-cost-model/1"
+FORMAT = "kvframe-cost-model/2"
+READABLE_FORMATS = ("kvframe-cost-model/1", FORMAT)
+_COST_FIELDS = tuple(f.name for f in attrs.fields(CostModel))
 _cache: dict[tuple[str, float], Preset] = {}
 
 
@@ -52,8 +60,11 @@ def load_cost_model_file(path: str | Path) -> Preset:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as err:
         raise ValueError(f"cost-model file {path}: not readable JSON ({err})") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ValueError(f"cost-model file {path}: 'format' must be {FORMAT!r}")
+    if not isinstance(data, dict) or data.get("format") not in READABLE_FORMATS:
+        raise ValueError(
+            f"cost-model file {path}: 'format' must be one of "
+            f"{', '.join(map(repr, READABLE_FORMATS))}"
+        )
     try:
         model = data["model"]
         shape = ModelShape(
@@ -66,7 +77,7 @@ def load_cost_model_file(path: str | Path) -> Preset:
             weight_dtype_bytes=float(model.get("weight_dtype_bytes", model["dtype_bytes"])),
             hidden_size=model.get("hidden_size"),
         )
-        cost_model = CostModel(**{k: float(v) for k, v in data["cost_model"].items()})
+        cost_model = CostModel(**_coefficients(data["cost_model"]))
         device = str(data.get("device", "unknown"))
         preset = Preset(
             name=str(data["name"]),
@@ -90,6 +101,23 @@ def load_cost_model_file(path: str | Path) -> Preset:
         raise ValueError(f"cost-model file {path}: {err}") from None
     _cache[key] = preset
     return preset
+
+
+def _coefficients(table: Any) -> dict[str, float]:
+    """The ``cost_model`` object's numbers, refusing unknown keys and non-numbers."""
+    if not isinstance(table, dict):
+        raise ValueError("'cost_model' must be an object of coefficients")
+    unknown = sorted(set(table) - set(_COST_FIELDS))
+    if unknown:
+        raise ValueError(
+            f"unknown cost_model field(s) {', '.join(unknown)}; known: {', '.join(_COST_FIELDS)}"
+        )
+    values = {}
+    for key, value in table.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"cost_model field {key} must be a number, got {value!r}")
+        values[key] = float(value)
+    return values
 
 
 def write_cost_model_file(

@@ -6,7 +6,9 @@ There are no tensors. For each step the executor
    computing its prompt, or recomputing prompt and outputs after a
    preemption) and *decode sequences* (a request computing the one token it
    sampled last step), and sums the *context tokens* attention reads (each
-   scheduled request's ``num_computed_tokens`` before the step);
+   scheduled request's ``num_computed_tokens`` before the step); it also
+   counts the requests with a prefill chunk and their attention's query-key
+   pairs, terms only a fitted cost model uses;
 2. samples one token for every request whose known tokens are all computed
    after the step (a partial prefill chunk samples nothing), as a real model
    runner does;
@@ -149,6 +151,8 @@ class SimExecutor:
         prefill = 0
         decode = 0
         context = 0
+        chunks = 0
+        pairs = 0
         sampled: list[Request] = []
         tokens: dict[str, list[int]] = {}
         sample = self._sample
@@ -163,12 +167,14 @@ class SimExecutor:
                 prefill += num_new - 1
             else:
                 prefill += num_new
+                chunks += 1
+                pairs += num_new * (2 * before + num_new + 1)  # 2 x prefill_pairs
             if computed >= request.num_tokens:
                 # Every known token is computed: the model samples the next one.
                 # The list is shared and read-only (update_from_output only iterates it).
                 tokens[request_id] = sample
                 sampled.append(request)
-        duration = self.cost_model.step_time(prefill, decode, context)
+        duration = self.cost_model.step_time(prefill, decode, context, chunks, pairs // 2)
         model_output = ModelRunnerOutput(sampled_token_ids=tokens)
         if worker is not None:
             duration += stall

@@ -146,7 +146,7 @@ def test_a_heavy_import_is_caught_in_a_fresh_interpreter(suite, pytester) -> Non
 
 def test_a_correct_fifo_passes_the_scheduling_suite(suite) -> None:
     result = suite("scheduling:broken_plugins:GoodFIFO", args=QUICK)
-    result.assert_outcomes(passed=11)
+    result.assert_outcomes(passed=12)
 
 
 def test_a_starved_request_is_caught(suite) -> None:

@@ -1,4 +1,4 @@
-"""The torch executor's plumbing: checkpoints, bad input, the CLI files, calibration's fit."""
+"""The torch executor's plumbing: checkpoints, bad input, the CLI files (calibration elsewhere)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ from kvframe.cli import main
 from kvframe.config import ConfigError
 from kvframe.engine import Engine
 from kvframe.engine.config import EngineConfig
-from kvframe.executors.cost_model import CostModel
-from kvframe.executors.torch.calibrate import Sample, fit_cost_model
 from kvframe.executors.torch.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from kvframe.executors.torch.model import MODEL_PRESETS, random_weights
 from kvframe.executors.torch.outputs import first_difference, read_outputs
@@ -133,56 +131,3 @@ def test_run_writes_outputs_and_outputs_diff_compares_them(tmp_path, capsys):
     assert main(["outputs-diff", str(tmp_path / "a"), str(tmp_path / "b")]) == 1
     out = capsys.readouterr().out
     assert f"request {record['request_id']!r} differs at generated token 0" in out
-
-
-def test_calibration_fit_recovers_a_linear_cost_model():
-    truth = CostModel(
-        per_step_s=2e-3,
-        per_prefill_token_s=5e-5,
-        per_decode_seq_s=3e-4,
-        per_context_token_s=1e-6,
-        transfer_bytes_per_s=1e9,
-    )
-    shapes = [(p, 0, c) for p in (16, 64, 256) for c in (0, 128)]
-    shapes += [(0, b, b * n) for b in (1, 4, 16) for n in (32, 256)]
-    samples = [Sample(p, d, c, truth.step_time(p, d, c)) for p, d, c in shapes]
-    fitted, stats = fit_cost_model(samples, transfer_bytes_per_s=1e9)
-    assert stats["max_abs_rel_error"] < 1e-9
-    assert fitted.per_prefill_token_s == pytest.approx(truth.per_prefill_token_s, rel=1e-6)
-    assert fitted.per_decode_seq_s == pytest.approx(truth.per_decode_seq_s, rel=1e-6)
-
-
-def test_cost_model_file_round_trip_drives_the_sim(tmp_path):
-    from kvframe.executors.cost_model import ModelShape
-    from kvframe.executors.cost_model_file import write_cost_model_file
-
-    model = CostModel(
-        per_step_s=1e-3,
-        per_prefill_token_s=1e-5,
-        per_decode_seq_s=1e-4,
-        per_context_token_s=1e-7,
-        transfer_bytes_per_s=1e9,
-    )
-    path = tmp_path / "cm.json"
-    write_cost_model_file(
-        path,
-        name="calibrated-test",
-        description="test",
-        shape=ModelShape(name="t", num_layers=2, num_kv_heads=2, head_dim=16, num_params=10**6),
-        device="cpu",
-        kv_memory_bytes=2**20,
-        cost_model=model,
-        calibration={},
-    )
-    engine = Engine.from_config(EngineConfig(cost_model=str(path), num_gpu_blocks=64))
-    assert engine.preset.cost_model == model
-    result = engine.run(shared_prefix_workload(4))
-    assert result.counters["simulated_duration_seconds"] > 0
-    with pytest.raises(ValueError, match="missing field"):
-        (tmp_path / "bad.json").write_text('{"format": "kvframe-cost-model/1"}')
-        EngineConfig(cost_model=str(tmp_path / "bad.json"))
-
-
-def test_calibrate_refuses_a_non_torch_executor(capsys):
-    assert main(["calibrate", "--executor", "sim"]) == 2
-    assert "calibrate times the torch executor" in capsys.readouterr().err

@@ -14,12 +14,18 @@ engine, every plugin, tracing and metrics work unchanged. What differs:
   (``argmax``; the lowest id on a tie) for every request whose known tokens are
   all computed. Stop tokens are the scheduler's business: a sampled EOS ends the
   request in ``update_from_output`` when it is in the request's ``stop_token_ids``.
-* **Two clocks.** ``clock="virtual"`` (the default) advances the engine's clock
-  by the cost model, exactly as the sim does, so a run's *decisions* do not
-  depend on how loaded the machine is -- the output-invariance tests need that.
-  ``clock="wall"`` advances it by the measured wall time of each step
-  (calibration's ground truth). Either way every step's measured wall time is
-  recorded (:attr:`TorchExecutor.steps`) and summarised in the run's counters.
+* **Three clocks.** ``clock="virtual"`` (the default) advances the engine's
+  clock by the cost model, exactly as the sim does, so a run's *decisions* do
+  not depend on how loaded the machine is -- the output-invariance tests need
+  that. ``clock="wall"`` advances it by the measured wall time of each step.
+  ``clock="cpu"`` (CPU device, one intra-op thread) advances it by the CPU
+  time the step's forward pass spent on this thread
+  (``time.thread_time``): with one thread doing all the work, that is the
+  step's wall time on an idle machine, and other processes' load does not
+  enter it (they still share caches and memory bandwidth, which it cannot
+  exclude). It is calibration's default ground truth on CPU. Every step's
+  wall and CPU times are recorded (:attr:`TorchExecutor.steps`) and
+  summarised in the run's counters, whatever the clock.
 * **Offload carries bytes.** With a CPU tier the worker's handler is a
   :class:`RealBytesTransferHandler`: the tier's own
   ``TorchTransferHandler`` copies the blocks between this model's KV tensors and
@@ -37,8 +43,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from kvframe.core.scheduler_output import ModelRunnerOutput
+from kvframe.executors.cost_model import prefill_pairs
 from kvframe.executors.sim import StepResult
 from kvframe.executors.torch.model import LlamaModel, StepChunk
+from kvframe.executors.torch.options import CLOCKS, check_cpu_clock
 from kvframe.log import get_logger
 
 if TYPE_CHECKING:
@@ -56,16 +64,41 @@ log = get_logger(__name__)
 class StepTiming:
     """One executed forward pass: its shape, its modelled and its measured duration."""
 
-    __slots__ = ("context", "decode", "prefill", "virtual_s", "wall_s")
+    __slots__ = (
+        "context",
+        "cpu_s",
+        "decode",
+        "prefill",
+        "prefill_pairs",
+        "prefill_seqs",
+        "virtual_s",
+        "wall_s",
+    )
 
     def __init__(
-        self, prefill: int, decode: int, context: int, virtual_s: float, wall_s: float
+        self,
+        prefill: int,
+        decode: int,
+        context: int,
+        virtual_s: float,
+        wall_s: float,
+        *,
+        prefill_seqs: int = 0,
+        prefill_pairs: int = 0,
+        cpu_s: float = 0.0,
     ) -> None:
         self.prefill = prefill
         self.decode = decode
         self.context = context
         self.virtual_s = virtual_s
         self.wall_s = wall_s
+        self.prefill_seqs = prefill_seqs
+        self.prefill_pairs = prefill_pairs
+        self.cpu_s = cpu_s
+
+    def measured(self, clock: str) -> float:
+        """The step's measured duration on ``clock`` (``"wall"`` or ``"cpu"``)."""
+        return self.cpu_s if clock == "cpu" else self.wall_s
 
 
 class RealBytesTransferHandler:
@@ -125,7 +158,7 @@ class TorchExecutor:
 
     :param model: the decoder, owning its KV tensors.
     :param cost_model: the virtual clock's step times (and offload timing).
-    :param clock: ``"virtual"`` or ``"wall"`` (see the module docstring).
+    :param clock: ``"virtual"``, ``"wall"`` or ``"cpu"`` (see the module docstring).
     :param stop_token_ids: given to every request the engine creates (EOS).
     :param tokenizer: makes the model's tokenizer when the outputs are decoded
         (lazily: a run that writes no outputs never builds it).
@@ -143,8 +176,10 @@ class TorchExecutor:
         description: Mapping[str, Any] | None = None,
         tokenizer: Callable[[], TextTokenizer | None] | None = None,
     ) -> None:
-        if clock not in ("virtual", "wall"):
-            raise ValueError(f"clock must be 'virtual' or 'wall', not {clock!r}")
+        if clock not in CLOCKS:
+            raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, not {clock!r}")
+        if clock == "cpu":
+            check_cpu_clock(model.device.type, torch.get_num_threads())
         if (offload_worker is None) != (transfer_handler is None):
             raise ValueError("give both offload_worker and transfer_handler, or neither")
         self.model = model
@@ -206,7 +241,7 @@ class TorchExecutor:
         self._update_block_tables(scheduler_output)
         chunks: list[StepChunk] = []
         sampled: list[Request] = []
-        prefill = decode = context = 0
+        prefill = decode = context = prefill_seqs = pairs = 0
         for request_id, num_new in scheduler_output.num_scheduled_tokens.items():
             request = requests[request_id]
             computed = request.num_computed_tokens
@@ -217,6 +252,8 @@ class TorchExecutor:
                 prefill += num_new - 1
             else:
                 prefill += num_new
+                prefill_seqs += 1
+                pairs += prefill_pairs(num_new, before)
             all_ids = request.all_token_ids
             sample = computed >= len(all_ids)
             chunks.append(
@@ -233,19 +270,32 @@ class TorchExecutor:
         wall = 0.0
         if chunks:
             started = time.perf_counter()
+            cpu_started = time.thread_time()
             logits = self.model.forward(chunks)
             best, index = logits.max(dim=-1) if len(logits) else (logits, logits)
             if self._cuda:
                 torch.cuda.synchronize(self.model.device)
+            cpu = time.thread_time() - cpu_started
             wall = time.perf_counter() - started
             chosen = index.tolist()
             values = best.tolist()
             for request, token, value in zip(sampled, chosen, values, strict=True):
                 tokens[request.request_id] = [token]
                 self.logits.setdefault(request.request_id, []).append(value)
-            virtual = self.cost_model.step_time(prefill, decode, context)
-            duration = wall if self.clock == "wall" else virtual
-            self.steps.append(StepTiming(prefill, decode, context, virtual, wall))
+            virtual = self.cost_model.step_time(prefill, decode, context, prefill_seqs, pairs)
+            duration = {"virtual": virtual, "wall": wall, "cpu": cpu}[self.clock]
+            self.steps.append(
+                StepTiming(
+                    prefill,
+                    decode,
+                    context,
+                    virtual,
+                    wall,
+                    prefill_seqs=prefill_seqs,
+                    prefill_pairs=pairs,
+                    cpu_s=cpu,
+                )
+            )
         else:
             duration = 0.0
         model_output = ModelRunnerOutput(sampled_token_ids=tokens)
@@ -287,9 +337,11 @@ class TorchExecutor:
     def counters(self) -> dict[str, float | int]:
         """Measured step times for the run's summary, next to the virtual clock's."""
         walls = [s.wall_s for s in self.steps]
+        cpus = [s.cpu_s for s in self.steps]
         return {
             "torch_forward_steps": len(walls),
             "torch_wall_step_time_s_total": sum(walls),
             "torch_wall_step_time_s_median": statistics.median(walls) if walls else 0.0,
+            "torch_cpu_step_time_s_total": sum(cpus),
             "torch_virtual_step_time_s_total": sum(s.virtual_s for s in self.steps),
         }

@@ -13,10 +13,12 @@ from typing import Any
 import attrs
 
 __all__ = [
+    "CLOCKS",
     "DTYPE_NAMES",
     "EXECUTOR_NAMES",
     "NO_EOS",
     "TorchOptions",
+    "check_cpu_clock",
     "parse_executor",
 ]
 
@@ -25,6 +27,32 @@ NO_EOS = -1
 """``eos=none``: no stop token at all, not even the model's."""
 DTYPE_NAMES = ("bfloat16", "float16", "float32", "float64")
 MODEL_PRESET_NAMES = ("tiny", "small")
+CLOCKS = ("virtual", "wall", "cpu")
+"""What advances the engine's clock: the cost model, measured wall time, or
+measured CPU time of the forward pass (see :mod:`kvframe.executors.torch.executor`)."""
+
+
+def check_cpu_clock(device_type: str, threads: int) -> None:
+    """Refuse ``clock=cpu`` where CPU time is not the step's duration.
+
+    The CPU clock reads this thread's CPU time. That is the forward pass's
+    duration only when this thread does all the work: on a CPU device with one
+    intra-op thread. With more threads the others' time is missing; on CUDA
+    the work runs on the GPU.
+
+    :raises ValueError: saying which condition fails and what to use instead.
+    """
+    if device_type != "cpu":
+        raise ValueError(
+            f"torch executor: clock=cpu measures host CPU time; on {device_type} use clock=wall"
+        )
+    if threads != 1:
+        raise ValueError(
+            f"torch executor: clock=cpu counts one thread's CPU time; it needs threads=1 "
+            f"(got {threads}); use clock=wall with more threads"
+        )
+
+
 _SIZES = {
     "": 1,
     "k": 1 << 10,
@@ -73,6 +101,7 @@ class TorchOptions:
     device: str = "cpu"
     seed: int = 0
     clock: str = "virtual"
+    """``virtual``, ``wall`` or ``cpu``: see :data:`CLOCKS`."""
     kv_memory: int = 64 << 20
     """KV bytes when the engine config gives neither num_gpu_blocks nor kv_memory."""
     threads: int = 1
@@ -143,11 +172,13 @@ def parse_executor(text: str) -> tuple[str, TorchOptions | None]:
             f"torch executor: unknown dtype {dtype!r}; choose one of {', '.join(DTYPE_NAMES)}"
         )
     clock = values.get("clock", "virtual")
-    if clock not in ("virtual", "wall"):
-        raise ValueError(f"torch executor: clock must be virtual or wall, not {clock!r}")
+    if clock not in CLOCKS:
+        raise ValueError(f"torch executor: clock must be one of {', '.join(CLOCKS)}, not {clock!r}")
     device = values.get("device", "cpu")
     if device != "cpu" and not (device == "cuda" or device.startswith("cuda:")):
         raise ValueError(f"torch executor: unknown device {device!r}; use cpu, cuda or cuda:N")
+    if clock == "cpu":
+        check_cpu_clock(device.partition(":")[0], values.get("threads", 1))
     preset = values.get("preset", "tiny")
     if preset not in MODEL_PRESET_NAMES:
         raise ValueError(
