@@ -51,7 +51,7 @@ def add_chat_generator(generators: Any) -> None:
 
 def add_agentic_generator(generators: Any) -> None:
     """``kvframe gen agentic``: multi-turn agent jobs (kvframe.workloads.agentic)."""
-    from kvframe.workloads.agentic import TOOL_MIXES
+    from kvframe.workloads.agentic import PRESETS, TOOL_MIXES
 
     parser = generators.add_parser(
         "agentic",
@@ -62,6 +62,12 @@ def add_agentic_generator(generators: Any) -> None:
         "Length distributions as for 'gen chat'.",
     )
     parser.add_argument("--out", required=True, metavar="FILE", help="output file ('-': stdout)")
+    parser.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        help="start from a workload grounded in the Continuum paper's benchmarks "
+        "(docs/continuum.md); the other flags override its fields",
+    )
     parser.add_argument("--jobs", type=int, metavar="N", help="number of jobs")
     parser.add_argument("--seed", type=int, metavar="S", help="random seed")
     parser.add_argument(
@@ -142,7 +148,10 @@ def _gen_agentic(args: argparse.Namespace, ctx: Context) -> int:
     if args.rate is not None:
         options["rate"] = parse_rate(args.rate)
     try:
-        config = AgenticConfig(**options)
+        if args.preset is not None:
+            config = AgenticConfig.from_preset(args.preset, **options)
+        else:
+            config = AgenticConfig(**options)
     except (TypeError, ValueError) as err:
         raise ConfigError(str(err), origin="kvframe gen agentic") from None
     if args.text is not None:

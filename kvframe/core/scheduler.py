@@ -50,7 +50,7 @@ from kvframe.core.scheduler_output import (
 from kvframe.request import Request, RequestQueue, RequestStatus
 
 if TYPE_CHECKING:
-    from kvframe.bases import EvictionPolicy, SchedulingPolicy
+    from kvframe.bases import EvictionPolicy, SchedulingPolicy, TierView
     from kvframe.executors.cost_model import CostModel
     from kvframe.offload.connector import SchedulerConnector
 
@@ -186,6 +186,10 @@ class Scheduler:
         # when it is promoted). Cleared when the request enters RUNNING.
         self._lookup_recorded: set[str] = set()
         self._now = 0.0
+        # The read-only tier view policies see (SchedulerContext.offload): only
+        # kvframe's OffloadingConnector offers one; other connectors give None.
+        make_view = getattr(connector, "tier_view", None)
+        self.tier_view: TierView | None = make_view() if make_view is not None else None
         self._decode_runs_allowed = _allows_decode_runs(policy)
         policy.attach(_SchedulerView(self))
 
@@ -1008,6 +1012,10 @@ class _SchedulerView:
     @property
     def retained(self) -> Mapping[str, Retention]:
         return MappingProxyType(self._scheduler.retained._by_id)
+
+    @property
+    def offload(self) -> TierView | None:
+        return self._scheduler.tier_view
 
     def release(self, request_id: str) -> None:
         if request_id not in self._scheduler.retained:

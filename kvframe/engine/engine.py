@@ -844,15 +844,18 @@ def _build_offload(
             f"offload tier {resolved.name!r}: its block of {manager.block_size} tokens is not "
             f"a whole number of {config.block_size}-token GPU blocks"
         )
+    cost_model = preset.cost_model
+    if config.offload_bandwidth is not None:
+        cost_model = attrs.evolve(cost_model, transfer_bytes_per_s=float(config.offload_bandwidth))
+    kv_bytes = context.kv_bytes_per_token
     connector = OffloadingConnector(
         manager,
         gpu_block_size=config.block_size,
         block_size_factor=factor,
         enable_prefix_caching=config.enable_prefix_caching,
+        # The tier view's load estimate is the sim transfer model's (what a load costs here).
+        load_time=lambda num_tokens: cost_model.transfer_time(num_tokens * kv_bytes),
     )
-    cost_model = preset.cost_model
-    if config.offload_bandwidth is not None:
-        cost_model = attrs.evolve(cost_model, transfer_bytes_per_s=float(config.offload_bandwidth))
     handler: Any = SimTransferHandler(cost_model, context.gpu_block_bytes)
     if real_bytes:
         from kvframe.executors.torch.executor import RealBytesTransferHandler

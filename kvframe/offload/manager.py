@@ -87,7 +87,9 @@ class SlotOffloadManager:
     lifecycle violations raise :class:`OffloadStateError` *before* changing
     anything (vLLM asserts midway), a hash repeated within one
     ``prepare_store`` batch is stored once (vLLM would allocate two slots and
-    leak one).
+    leak one), and a store needing more slots than are free or idle is refused
+    without asking the policy (which would have to refuse it: no victims
+    outside ``ref_cnt == 0``, and a refusal changes nothing).
     """
 
     def __init__(
@@ -220,20 +222,29 @@ class SlotOffloadManager:
 
     def prepare_store(self, block_hashes: Iterable[BlockHash]) -> PrepareStoreResult | None:
         requested = block_hashes if isinstance(block_hashes, list) else list(block_hashes)
-        get = self._blocks.get
+        blocks = self._blocks
         # A store needs a slot per new hash: free ones, then idle blocks the
         # policy evicts. With more new hashes than that, a policy keeping the
-        # contract must refuse; the policy is still asked (the conformance
-        # suite must see a policy that would not), and the count is kept in
+        # contract (it evicts idle blocks only, and a refusal changes nothing)
+        # must refuse, so the store is refused without asking it: that call
+        # walked every block the policy holds (most of a busy tier is being
+        # written) to find too few. The count is kept in
         # ``refused_new_blocks`` so that a caller retrying every step can skip
-        # retries bound to fail (see ``store_clock``).
-        room = self.num_free_blocks + self._num_idle
-        new = [h for h in dict.fromkeys(requested) if get(h) is None]
-        self.refused_new_blocks = len(new) if len(new) > room else 0
-        if not new:
+        # retries bound to fail as well (see ``store_clock``). The new hashes
+        # are counted with set operations in C: a refused store names every
+        # block its request has computed and not stored.
+        unique = dict.fromkeys(requested)
+        held = unique.keys() & blocks.keys()
+        num_new = len(unique) - len(held)
+        if num_new > self.num_free_blocks + self._num_idle:
+            self.refused_new_blocks = num_new
+            return None
+        self.refused_new_blocks = 0
+        if not num_new:
             return PrepareStoreResult((), (), ())
+        new = list(unique) if not held else [h for h in unique if h not in held]
         evicted: tuple[BlockHash, ...] = ()
-        num_to_evict = len(new) - self.num_free_blocks
+        num_to_evict = num_new - self.num_free_blocks
         if num_to_evict > 0:
             # The call's own hashes are protected: a block asked to be stored
             # that is already there must still be there afterwards.
@@ -241,21 +252,21 @@ class SlotOffloadManager:
             if victims is None:
                 return None
             self._num_idle -= len(victims)
-            evicted = tuple(cast(BlockHash, h) for h, _ in victims)
-            pop = self._blocks.pop
+            evicted = tuple([cast(BlockHash, h) for h, _ in victims])
+            pop = blocks.pop
             for block_hash in evicted:
                 pop(block_hash)
-            self._free_slots.extend(cast(OffloadBlock, block).slot_id for _, block in victims)
+            self._free_slots += [cast(OffloadBlock, block).slot_id for _, block in victims]
             if self._events is not None:
                 self._events.append(BlockRemoved(evicted, medium=self._medium))
-        blocks = self._allocate(len(new))
-        self._num_inserted += len(new)
+        slot_ids = self._allocate(num_new)
+        self._num_inserted += num_new
         insert = self.policy.insert
-        mirror = self._blocks
-        for block_hash, block in zip(new, blocks, strict=True):
+        for block_hash, slot_id in zip(new, slot_ids, strict=True):
+            block = OffloadBlock(slot_id)
             insert(block_hash, block)
-            mirror[block_hash] = block
-        return PrepareStoreResult(tuple(new), tuple(b.slot_id for b in blocks), evicted)
+            blocks[block_hash] = block
+        return PrepareStoreResult(tuple(new), tuple(slot_ids), evicted)
 
     def complete_store(self, block_hashes: Iterable[BlockHash], success: bool = True) -> None:
         get = self._blocks.get
@@ -287,15 +298,20 @@ class SlotOffloadManager:
 
     # -- slots ----------------------------------------------------------------
 
-    def _allocate(self, n: int) -> list[OffloadBlock]:
-        """``n`` new not-ready blocks: never-used slots first, then recently freed ones."""
+    def _allocate(self, n: int) -> list[int]:
+        """``n`` slots for new blocks: never-used ones first, then recently freed ones."""
         num_fresh = min(n, self.num_blocks - self._num_allocated)
         first = self._num_allocated
-        blocks = [OffloadBlock(slot_id) for slot_id in range(first, first + num_fresh)]
+        slot_ids = list(range(first, first + num_fresh))
         self._num_allocated += num_fresh
-        pop = self._free_slots.pop
-        blocks.extend(OffloadBlock(pop()) for _ in range(n - num_fresh))
-        return blocks
+        if n > num_fresh:
+            # Last-in first-out: the most recently freed slot first.
+            free_slots = self._free_slots
+            taken = free_slots[len(free_slots) - (n - num_fresh) :]
+            del free_slots[len(free_slots) - (n - num_fresh) :]
+            taken.reverse()
+            slot_ids += taken
+        return slot_ids
 
 
 class FilteredOffloadManager:

@@ -30,6 +30,11 @@ does. The rules it mirrors, because they decide hit counts:
   refused store (``None``) leaves the cursor, to be retried next step. The
   worker defers the copies to the start of the next step, when the step
   that computed those tokens has written them.
+* **Tier view** (:meth:`OffloadingConnector.tier_view`): scheduling policies
+  may ask, read-only, how much of a request's context the tier holds and
+  what loading it would take (:class:`~kvframe.bases.TierView`). The answer
+  uses the tier's ``lookup`` *behind* any reuse filter (a peek is not a
+  sighting) and never touches the eviction policy, so asking changes nothing.
 * **Completion**, as in vLLM 0.19: a request's stored blocks become ready
   (``complete_store``) when the worker reports the request in
   ``finished_sending`` -- after it finished and all its stores landed -- or
@@ -40,10 +45,12 @@ does. The rules it mirrors, because they decide hit counts:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import attrs
+
+from kvframe.offload.manager import FilteredOffloadManager
 
 if TYPE_CHECKING:
     from kvframe.core.block_pool import KVCacheBlock
@@ -52,7 +59,13 @@ if TYPE_CHECKING:
     from kvframe.offload.contract import OffloadManager
     from kvframe.request import Request
 
-__all__ = ["OffloadConnectorMetadata", "OffloadStats", "OffloadingConnector", "TransferSpec"]
+__all__ = [
+    "ConnectorTierView",
+    "OffloadConnectorMetadata",
+    "OffloadStats",
+    "OffloadingConnector",
+    "TransferSpec",
+]
 
 
 @attrs.define(slots=True)
@@ -110,6 +123,8 @@ class OffloadingConnector:
     :param enable_prefix_caching: whether the GPU prefix cache is on; only then
         are in-flight loads tracked to keep a second load of the same blocks
         from racing (vLLM's condition).
+    :param load_time: seconds a load of ``n`` tokens takes (the executor's
+        transfer model); without it the connector offers no :meth:`tier_view`.
     """
 
     def __init__(
@@ -119,6 +134,7 @@ class OffloadingConnector:
         gpu_block_size: int,
         block_size_factor: int = 1,
         enable_prefix_caching: bool = True,
+        load_time: Callable[[int], float] | None = None,
     ) -> None:
         if block_size_factor < 1:
             raise ValueError(f"block_size_factor must be >= 1, not {block_size_factor}")
@@ -128,6 +144,11 @@ class OffloadingConnector:
                 f"GPU blocks of {gpu_block_size} tokens"
             )
         self.manager = manager
+        # The tier view peeks behind the reuse filter: its lookups are sightings.
+        self._peek_manager = (
+            manager.backing if isinstance(manager, FilteredOffloadManager) else manager
+        )
+        self._load_time = load_time
         self.gpu_block_size = gpu_block_size
         self.block_size_factor = block_size_factor
         self.offloaded_block_size = gpu_block_size * block_size_factor
@@ -164,6 +185,40 @@ class OffloadingConnector:
     def busy(self) -> bool:
         """Transfers are planned or in flight, or a finished request's store is pending."""
         return bool(self._reqs_being_stored or self._reqs_being_loaded or self._reqs_to_load)
+
+    # -- the read-only tier view ----------------------------------------------
+
+    def tier_view(self) -> ConnectorTierView | None:
+        """The :class:`~kvframe.bases.TierView` policies get; ``None`` without a load-time model."""
+        return ConnectorTierView(self) if self._load_time is not None else None
+
+    def num_tier_tokens(self, request: Request) -> int:
+        """Leading tokens of ``request`` the tier holds or is storing for it (no side effects).
+
+        Ready blocks come from the tier's ``lookup`` behind any reuse filter;
+        blocks of this request whose store was accepted but has not landed
+        count too. Stops at the first block that is neither.
+        """
+        hashes = self._hashes(request)
+        pending = self._reqs_being_stored.get(request.request_id) or {}
+        lookup = self._peek_manager.lookup
+        held = 0
+        num_blocks = len(hashes)
+        while held < num_blocks:
+            if hashes[held] in pending:
+                held += 1
+                continue
+            hits = lookup(hashes[held:]) or 0  # None: not known yet, count nothing
+            if hits <= 0:
+                break
+            held += hits
+        return held * self.offloaded_block_size
+
+    def estimate_load_time(self, num_tokens: int) -> float:
+        """Seconds a load of ``num_tokens`` tokens takes, on the transfer model given."""
+        if num_tokens <= 0 or self._load_time is None:
+            return 0.0
+        return self._load_time(num_tokens)
 
     # -- SchedulerConnector ----------------------------------------------------
 
@@ -236,78 +291,101 @@ class OffloadingConnector:
 
     def _reqs_to_store(self, output: SchedulerOutput) -> dict[str, TransferSpec]:
         reqs_to_store: dict[str, TransferSpec] = {}
-        manager = self.manager
-        store_waits = self._store_waits
+        block_tables = self._request_block_ids
+        requests = self._requests
+        next_stored = self._next_stored_block_idx
+        num_scheduled = output.num_scheduled_tokens
         size = self.offloaded_block_size
-        factor = self.block_size_factor
         cached = output.scheduled_cached_reqs
         resumed = cached.resumed_req_ids
-        items: Iterable[tuple[str, list[int] | None, bool]] = (
-            *((r.req_id, r.block_ids, False) for r in output.scheduled_new_reqs),
-            *zip(
-                cached.req_ids,
-                cached.new_block_ids,
-                (r in resumed for r in cached.req_ids),
-                strict=True,
-            ),
-        )
-        for request_id, new_block_ids, preempted in items:
-            if preempted:
-                self._request_block_ids[request_id] = []
-            block_ids = self._request_block_ids[request_id]
+        for new_request in output.scheduled_new_reqs:
+            block_tables[new_request.req_id] += new_request.block_ids
+        for request_id, new_block_ids in zip(cached.req_ids, cached.new_block_ids, strict=True):
+            if request_id in resumed:
+                block_tables[request_id] = []
             if new_block_ids:
-                block_ids += new_block_ids
-            request = self._requests[request_id]
-            total_tokens = min(
-                request.num_computed_tokens + output.num_scheduled_tokens[request_id],
-                request.num_tokens,
-            )
-            num_blocks = total_tokens // size
-            start = self._next_stored_block_idx.get(request_id, 0)
-            if num_blocks - start <= 0:
+                block_tables[request_id] += new_block_ids
+        store_waits = self._store_waits
+        clock: int | None = None  # the manager's store_clock; only a store changes it here
+        # Every scheduled request, new ones first (vLLM's order). Most steps
+        # complete no offloaded block for most requests (a decode step adds
+        # one token): the first test rejects them before anything else.
+        for request_id in (
+            *(r.req_id for r in output.scheduled_new_reqs),
+            *cached.req_ids,
+        ):
+            request = requests[request_id]
+            start = next_stored.get(request_id, 0)
+            reached = request.num_computed_tokens + num_scheduled[request_id]
+            if reached < size * (start + 1):
+                continue
+            num_blocks = min(reached, request.num_tokens) // size
+            if num_blocks <= start:
                 continue
             wait = store_waits.get(request_id)
-            if (
-                wait is not None
-                and wait[0] == start
-                and num_blocks >= wait[1]
-                and manager.store_clock < wait[2]
-            ):
-                # Bound to be refused again (SlotOffloadManager.store_clock):
-                # the same outcome as asking, without walking the hashes.
-                self.stats.num_store_refused += 1
-                continue
-            new_hashes = self._hashes(request, start, num_blocks)
-            result = manager.prepare_store(new_hashes)
-            if result is None:
-                self.stats.num_store_refused += 1
-                refused = getattr(manager, "refused_new_blocks", 0)
-                if refused:
-                    store_waits[request_id] = (start, num_blocks, refused + manager.num_inserted)
-                continue
-            if wait is not None:
-                del store_waits[request_id]
-            self._next_stored_block_idx[request_id] = num_blocks
-            if result.evicted_block_hashes:
-                self.stats.num_evicted_blocks += len(result.evicted_block_hashes)
-            if not result.block_hashes_to_store:
-                continue
-            to_store = dict.fromkeys(result.block_hashes_to_store)
-            manager.touch(self._hashes(request, 0, num_blocks))
-            slot_of = dict(zip(result.block_hashes_to_store, result.slot_ids, strict=True))
-            gpu: list[int] = []
-            host: list[int] = []
+            if wait is not None and wait[0] == start and num_blocks >= wait[1]:
+                if clock is None:
+                    clock = self.manager.store_clock
+                if clock < wait[2]:
+                    # Bound to be refused again (SlotOffloadManager.store_clock):
+                    # the same outcome as asking, without walking the hashes.
+                    self.stats.num_store_refused += 1
+                    continue
+            self._store(request, start, num_blocks, reqs_to_store)
+            clock = None
+        return reqs_to_store
+
+    def _store(
+        self, request: Request, start: int, num_blocks: int, reqs_to_store: dict[str, TransferSpec]
+    ) -> None:
+        """Offer offloaded blocks ``start .. num_blocks - 1`` of ``request`` to the manager."""
+        request_id = request.request_id
+        manager = self.manager
+        wait = self._store_waits.get(request_id)
+        new_hashes = self._hashes(request, start, num_blocks)
+        result = manager.prepare_store(new_hashes)
+        if result is None:
+            self.stats.num_store_refused += 1
+            refused = getattr(manager, "refused_new_blocks", 0)
+            if refused:
+                self._store_waits[request_id] = (start, num_blocks, refused + manager.num_inserted)
+            return
+        if wait is not None:
+            del self._store_waits[request_id]
+        self._next_stored_block_idx[request_id] = num_blocks
+        if result.evicted_block_hashes:
+            self.stats.num_evicted_blocks += len(result.evicted_block_hashes)
+        stored = result.block_hashes_to_store
+        if not stored:
+            return
+        manager.touch(self._hashes(request, 0, num_blocks))
+        factor = self.block_size_factor
+        block_ids = self._request_block_ids[request_id]
+        slots = result.slot_ids
+        if len(stored) == len(new_hashes):
+            # Every offered block is new (the usual case): the stored hashes
+            # are ``new_hashes`` themselves, in order (a subsequence of the
+            # same length), so the GPU blocks are one slice.
+            gpu = block_ids[start * factor : num_blocks * factor]
+            if factor == 1:
+                host = list(slots)
+            else:
+                host = [slot * factor + j for slot in slots for j in range(factor)]
+        else:
+            slot_of = dict(zip(stored, slots, strict=True))
+            gpu = []
+            host = []
             for index, block_hash in enumerate(new_hashes):
-                if block_hash not in to_store:
+                slot = slot_of.get(block_hash)
+                if slot is None:
                     continue
                 first_gpu = (start + index) * factor
-                base = slot_of[block_hash] * factor
+                base = slot * factor
                 gpu.extend(block_ids[first_gpu : first_gpu + factor])
                 host.extend(range(base, base + factor))
-            reqs_to_store[request_id] = TransferSpec(gpu, host)
-            self._reqs_being_stored.setdefault(request_id, {}).update(to_store)
-            self.stats.num_stored_blocks += len(to_store)
-        return reqs_to_store
+        reqs_to_store[request_id] = TransferSpec(gpu, host)
+        self._reqs_being_stored.setdefault(request_id, {}).update(dict.fromkeys(stored))
+        self.stats.num_stored_blocks += len(stored)
 
     def build_connector_meta(self, scheduler_output: SchedulerOutput) -> OffloadConnectorMetadata:
         meta = OffloadConnectorMetadata(
@@ -348,3 +426,30 @@ class OffloadingConnector:
 
     def take_events(self) -> Iterable[KVEvent]:
         return self.manager.take_events()
+
+
+class ConnectorTierView:
+    """The :class:`~kvframe.bases.TierView` of an :class:`OffloadingConnector`.
+
+    A separate object so that a policy holding it can only ask, never call the
+    connector's scheduler-side methods.
+    """
+
+    __slots__ = ("_connector",)
+
+    def __init__(self, connector: OffloadingConnector) -> None:
+        self._connector = connector
+
+    @property
+    def medium(self) -> str:
+        return self._connector.manager.medium
+
+    @property
+    def block_size(self) -> int:
+        return self._connector.offloaded_block_size
+
+    def num_cached_tokens(self, request: Request) -> int:
+        return self._connector.num_tier_tokens(request)
+
+    def load_time(self, num_tokens: int) -> float:
+        return self._connector.estimate_load_time(num_tokens)

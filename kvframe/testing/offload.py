@@ -445,7 +445,14 @@ class OffloadSpecSuite(PluginSuite):
     def test_pinned_and_unwritten_blocks_are_never_evicted(
         self, kvframe_target: PluginTarget
     ) -> None:
-        """Fill the tier; with every block pinned, a store needing room is refused atomically."""
+        """Fill the tier; a store needing room evicts no pinned block, and none when all are.
+
+        First every ready block but the most recently stored one is pinned, so
+        a policy that ignores ``ref_cnt`` meets pinned blocks before the idle
+        one; the store may take only that one (or be refused). Then every
+        block is pinned: the store must be refused, whether or not the tier
+        asks its policy (the host's ledger does not, as there is no room).
+        """
         manager = self.create_manager(kvframe_target)
         log = OpLog(limit=16)
         model = _Model(manager, log)
@@ -470,7 +477,14 @@ class OffloadSpecSuite(PluginSuite):
                 "eviction"
             )
         ready = model.ready()
-        model.load(ready)
+        model.load(ready[:-1])
+        first = [b"first-newcomer"]
+        for _ in range(4):
+            model.lookup(first)
+        if model.store(first) is not None and model.writing():
+            model.complete_store(first, True)
+            ready = [h for h in ready if h in model.state] + first
+        model.load([h for h in ready if model.state[h][1] == 0])
         newcomer = [b"newcomer"]
         for _ in range(4):
             model.lookup(newcomer)

@@ -83,6 +83,7 @@ from kvframe.workloads.kvframe_jsonl import write_jsonl
 from kvframe.workloads.spec import RequestSpec, SyntheticPrompt
 
 __all__ = [
+    "PRESETS",
     "TOOL_MIXES",
     "AgenticConfig",
     "DurationDistribution",
@@ -327,6 +328,51 @@ median about 8 s). ``fast`` and ``slow`` are its two halves.
 TOOL_MIXES["fast"] = TOOL_MIXES["mixed"][:3]
 TOOL_MIXES["slow"] = TOOL_MIXES["mixed"][3:]
 
+# SWE-bench-style coding agent: the four duration tiers measured on 7,907 tool
+# calls of 300 SWE-smith trajectories (Whrlicht/vllm-continuum,
+# tool_call_time/runs/run_2902/paper_eval.md). Weights are the tiers' call
+# counts without ``submit`` (510 calls, 0 s), which ends a job: it is the final
+# turn here, which calls no tool. Each log-normal has the tier's measured
+# median, and the sigma that gives its measured mean (mean = median *
+# exp(sigma^2 / 2)). Result lengths are assumptions (docs/continuum.md).
+TOOL_MIXES["swe-bench"] = (
+    ToolSpec(
+        name="editor",  # view / str_replace / create: p50 = mean = 0.2 ms
+        weight=4294,
+        duration=LogNormalDuration(median=0.0002, sigma=0.3),
+        result_length=LogNormal(median=400, sigma=0.9, max=8192),
+    ),
+    ToolSpec(
+        name="light_bash",  # grep, find, ls, rm: p50 0.191 s, mean 0.199 s
+        weight=1036,
+        duration=LogNormalDuration(median=0.1906, sigma=0.29),
+        result_length=LogNormal(median=150, sigma=1.0, max=4096),
+    ),
+    ToolSpec(
+        name="normal_bash",  # p50 0.424 s, mean 0.726 s
+        weight=392,
+        duration=LogNormalDuration(median=0.4239, sigma=1.04, max=300.0),
+        result_length=LogNormal(median=200, sigma=1.0, max=4096),
+    ),
+    ToolSpec(
+        name="heavy_bash",  # python scripts, pytest, pip: p50 0.488 s, mean 4.95 s
+        weight=1675,
+        duration=LogNormalDuration(median=0.488, sigma=2.15, max=300.0),
+        result_length=LogNormal(median=400, sigma=1.0, max=8192),
+    ),
+)
+# BFCL v3 multi-turn: the tools are simulated Python APIs (file system, trading,
+# travel booking, ...) executed in the harness's process, so a call takes
+# milliseconds. No measured distribution is published: an assumption.
+TOOL_MIXES["bfcl"] = (
+    ToolSpec(
+        name="api_call",
+        weight=1.0,
+        duration=LogNormalDuration(median=0.002, sigma=1.0, max=1.0),
+        result_length=LogNormal(median=80, sigma=0.8, max=2048),
+    ),
+)
+
 
 def _as_tools(value: str | Iterable[ToolSpec | Mapping[str, Any]]) -> tuple[ToolSpec, ...]:
     if isinstance(value, str):
@@ -396,6 +442,19 @@ class AgenticConfig:
         if self.max_context_tokens < 2:
             raise ValueError("max_context_tokens must be >= 2 (a prompt and one output token)")
 
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> AgenticConfig:
+        """The config of preset ``name`` (:data:`PRESETS`), with ``overrides`` on top.
+
+        :raises ValueError: for an unknown name (with the known ones).
+        """
+        preset = PRESETS.get(name)
+        if preset is None:
+            close = difflib.get_close_matches(name, PRESETS, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(f"unknown preset {name!r}{hint} (known: {', '.join(PRESETS)})")
+        return cls(**{**preset, **overrides})
+
     def to_params(self) -> dict[str, Any]:
         """JSON-ready parameters; ``AgenticConfig(**params)`` rebuilds the config."""
         params: dict[str, Any] = {}
@@ -407,6 +466,40 @@ class AgenticConfig:
                 value = str(value)
             params[field.name] = value
         return params
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "swe-bench": {
+        # 7,907 tool calls in 300 trajectories: 26.4 calls, i.e. turns, per job
+        # (a mean of 26.6 here). The spread is an assumption, narrow enough
+        # that turns done predict turns left, as the Continuum paper's Figure 3
+        # shows for SWE-Bench (eta about 0.47 here).
+        "num_turns": LogNormal(median=25, sigma=0.35, min=3, max=100),
+        "num_system_prompts": 1,
+        "system_prompt_length": Fixed(1500),
+        # SWE-bench issue texts: mean 195 words, max 4,477 (SWE-bench, Table 1).
+        "task_length": LogNormal(median=260, sigma=0.8, max=6000),
+        "output_length": LogNormal(median=150, sigma=0.6, min=16, max=1024),
+        "tools": "swe-bench",
+        "max_context_tokens": 32768,
+    },
+    "bfcl": {
+        "num_turns": LogNormal(median=8, sigma=0.4, min=2, max=40),
+        "num_system_prompts": 8,
+        "system_prompt_length": Fixed(4000),
+        "task_length": LogNormal(median=120, sigma=0.6, max=2000),
+        "output_length": LogNormal(median=60, sigma=0.6, min=8, max=512),
+        "tools": "bfcl",
+        "max_context_tokens": 32768,
+    },
+}
+"""Workloads grounded in the Continuum paper's agent benchmarks, by name.
+
+Each is a set of :class:`AgenticConfig` fields (``AgenticConfig.from_preset``;
+``kvframe gen agentic --preset NAME``); arrival rate, job count and seed stay
+the caller's. Every number's source, or the assumption behind it, is in
+``docs/continuum.md`` (section *Workload presets*).
+"""
 
 
 def _job_streams(config: AgenticConfig) -> Callable[[str], random.Random]:

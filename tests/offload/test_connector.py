@@ -1,16 +1,26 @@
-"""The scheduler half of offloading against a scripted manager: vLLM's rules, call by call."""
+"""The scheduler half of offloading against a scripted manager: vLLM's rules, call by call.
+
+The last tests pin down the read-only tier view a scheduling policy gets
+(``SchedulerContext.offload``): it answers from the tier's state without
+changing it -- no touch, no sighting for a reuse filter, no pin.
+"""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
+from kvframe.core.scheduler import Scheduler, SchedulerConfig
 from kvframe.core.scheduler_output import (
     CachedRequestData,
     KVConnectorOutput,
     NewRequestData,
     SchedulerOutput,
 )
+from kvframe.executors.presets import get_preset
 from kvframe.offload.contract import PrepareStoreResult
+from kvframe.offload.manager import FilteredOffloadManager
 from kvframe.offload.offloading_connector import OffloadingConnector
 from kvframe.offload.worker import OffloadWorker
 
@@ -200,3 +210,97 @@ def test_a_request_without_stores_frees_at_once():
         _output(new=[NewRequestData("r", [], [1], 0)], scheduled={"r": 3})
     )
     assert connector.request_finished(request, [1]) is False
+
+
+# ---------------------------------------------------------------- tier view
+
+
+def _view(manager, **kwargs):
+    connector = OffloadingConnector(
+        manager, gpu_block_size=4, load_time=lambda n: 0.001 * n, **kwargs
+    )
+    view = connector.tier_view()
+    assert view is not None
+    return connector, view
+
+
+def test_no_view_without_a_load_time_model():
+    assert OffloadingConnector(ScriptedManager(4), gpu_block_size=4).tier_view() is None
+
+
+def test_cached_tokens_are_the_leading_ready_blocks_and_nothing_is_touched():
+    manager = ScriptedManager(block_size=4)
+    _, view = _view(manager)
+    request = _request("a", 22)  # 5 full blocks
+    hashes = request.block_hashes
+    manager.ready = {hashes[0]: 0, hashes[1]: 1, hashes[3]: 3}
+    assert view.num_cached_tokens(request) == 8  # blocks 0-1; block 2 missing stops it
+    assert view.medium == "CPU" and view.block_size == 4
+    assert {name for name, _ in manager.calls} == {"lookup"}  # no touch, no pin
+
+
+def test_blocks_whose_store_is_in_flight_count_as_held():
+    manager = ScriptedManager(block_size=4)
+    connector, view = _view(manager)
+    request = _request("r", 12)
+    connector.update_state_after_alloc(request, [], 0)
+    connector.build_connector_meta(
+        _output(new=[NewRequestData("r", [], [1, 2, 3], 0)], scheduled={"r": 12})
+    )
+    # The three blocks were accepted for storing; none is ready yet.
+    assert view.num_cached_tokens(request) == 12
+    manager.ready[request.block_hashes[0]] = 0  # mixed: ready, then pending
+    assert view.num_cached_tokens(request) == 12
+    assert view.num_cached_tokens(_request("other", 12)) == 0
+
+
+def test_a_peek_is_not_a_sighting_for_the_reuse_filter():
+    class CountingFilter:
+        def __init__(self):
+            self.sightings = 0
+
+        def on_lookup(self, hashes):
+            self.sightings += len(hashes)
+
+        def filter_store(self, hashes):
+            return hashes
+
+    backing = ScriptedManager(block_size=4)
+    reuse_filter = CountingFilter()
+    _, view = _view(FilteredOffloadManager(backing, reuse_filter))
+    request = _request("a", 8)
+    backing.ready = {h: i for i, h in enumerate(request.block_hashes)}
+    assert view.num_cached_tokens(request) == 8
+    assert reuse_filter.sightings == 0
+
+
+def test_load_time_is_the_connectors_estimate():
+    _, view = _view(ScriptedManager(block_size=4))
+    assert view.load_time(0) == 0.0
+    assert view.load_time(1000) == pytest.approx(1.0)
+
+
+class _Policy:
+    """Just enough of a scheduling policy to see what ``attach`` receives."""
+
+    def attach(self, context):
+        self.context = context
+
+    def create_queue(self):
+        from kvframe.request_queues import FIFORequestQueue
+
+        return FIFORequestQueue()
+
+
+def test_the_scheduler_context_offers_the_view_or_none():
+    config = SchedulerConfig(num_gpu_blocks=16, block_size=4, max_model_len=64)
+    policy = _Policy()
+    Scheduler(config, policy)  # type: ignore[arg-type]
+    assert policy.context.offload is None
+    transfer_time = get_preset("llama3.1-8b-h100").cost_model.transfer_time
+    connector = OffloadingConnector(
+        ScriptedManager(block_size=4), gpu_block_size=4, load_time=transfer_time
+    )
+    Scheduler(config, policy, connector=connector)  # type: ignore[arg-type]
+    assert policy.context.offload is not None
+    assert policy.context.offload.load_time(4) == transfer_time(4)

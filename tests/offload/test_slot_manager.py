@@ -138,6 +138,21 @@ def test_prepare_store_fails_atomically_when_too_little_is_evictable():
     assert m.prepare_store(h(4)) == PrepareStoreResult(tuple(h(4)), (1,), tuple(h(2)))
 
 
+def test_a_store_with_more_new_blocks_than_free_or_idle_slots_is_refused_unasked():
+    """The policy would have to refuse (it may evict idle blocks only), so it is not asked."""
+    m = manager(3)
+    stored(m, 1, 2)
+    m.prepare_store(h(3))
+    m.prepare_load(h(1))
+    asked: list[int] = []
+    evict = m.policy.evict
+    m.policy.evict = lambda n, protected: asked.append(n) or evict(n, protected)
+    assert m.prepare_store(h(4, 5)) is None  # 2 new, 0 free + 1 idle
+    assert asked == [] and m.refused_new_blocks == 2
+    assert m.prepare_store(h(4)) is not None  # 1 new, 1 idle: the policy chooses
+    assert asked == [1] and m.refused_new_blocks == 0
+
+
 def test_a_batch_larger_than_the_tier_cannot_be_stored():
     m = manager(2)
     assert m.prepare_store(h(1, 2, 3)) is None

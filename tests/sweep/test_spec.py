@@ -123,3 +123,19 @@ def test_sweep_and_compare_import_no_matplotlib_or_ray() -> None:
     loaded = set(json.loads(done.stdout))
     assert "kvframe.sweep.runner" in loaded
     assert loaded.isdisjoint({"matplotlib", "ray"}), loaded & {"matplotlib", "ray"}
+
+
+def test_the_continuum_paper_sweep_is_the_documented_grid() -> None:
+    # docs/continuum.md publishes this sweep's table: 2 presets x 3 seeds x
+    # (4 swe-bench + 3 bfcl loads) x 2 tiers x 3 schedulers.
+    root = Path(__file__).resolve().parents[2]
+    spec = load_sweep(root / "examples" / "agentic_continuum" / "paper" / "sweep.toml")
+    assert len(spec.cells) == 126
+    settings = [cell.settings for cell in spec.cells]
+    assert {s["scheduler"] for s in settings} == {"fcfs", "continuum", "continuum:ttl=fixed"}
+    assert {s.get("offload", "none") for s in settings} == {"none", "cpu:capacity=64GiB"}
+    scales = {}
+    for s in settings:
+        preset = Path(s["workload"]).stem.rsplit("-s", 1)[0]
+        scales.setdefault(preset, set()).add(s["rate_scale"])
+    assert scales == {"swe-bench": {1, 2, 4, 8}, "bfcl": {1, 4, 16}}

@@ -222,3 +222,61 @@ def test_bad_configs_are_rejected_with_a_reason() -> None:
         AgenticConfig(num_jobs=0)
     tools = AgenticConfig(tools=[{"name": "t", "duration": "fixed:value=0.5"}]).tools
     assert tools == (ToolSpec(name="t", duration=FixedDuration(0.5)),)
+
+
+# ---------------------------------------------------------------- presets
+
+
+def test_swe_bench_preset_reproduces_its_published_figures() -> None:
+    # The SWE-smith figures the preset is fitted to (docs/continuum.md):
+    # 26.4 tool calls per trajectory; tier medians and means of the call
+    # durations; call shares of the four tiers (submit excluded).
+    specs = generate_agentic(AgenticConfig.from_preset("swe-bench", num_jobs=400, seed=5))
+    jobs = by_job(specs)
+    assert statistics.mean(len(t) for t in jobs.values()) == pytest.approx(26.4, rel=0.05)
+    durations: dict[str, list[float]] = defaultdict(list)
+    for spec in specs:
+        if spec.tool_name is not None:
+            durations[spec.tool_name].append(spec.tool_duration)
+    calls = sum(len(d) for d in durations.values())
+    published = {  # tier: (calls, p50 s, mean s)
+        "editor": (4294, 0.0002, 0.0002),
+        "light_bash": (1036, 0.1906, 0.1988),
+        "normal_bash": (392, 0.4239, 0.7261),
+        "heavy_bash": (1675, 0.4880, 4.9471),
+    }
+    total = sum(n for n, _, _ in published.values())
+    for tool, (n, p50, mean) in published.items():
+        assert len(durations[tool]) / calls == pytest.approx(n / total, abs=0.01)
+        assert statistics.median(durations[tool]) == pytest.approx(p50, rel=0.1)
+        if tool != "heavy_bash":  # a sigma-2.15 tail: its sample mean is too noisy to pin
+            assert statistics.mean(durations[tool]) == pytest.approx(mean, rel=0.1)
+    # Every job runs on one agent's system prompt: shared across jobs.
+    assert {s.prompt.shared_prefix_id for s in specs} == {"s5-agent0"}
+
+
+def test_bfcl_preset_is_short_turns_with_millisecond_tools() -> None:
+    specs = generate_agentic(AgenticConfig.from_preset("bfcl", num_jobs=200, seed=2))
+    tools = [s for s in specs if s.tool_name is not None]
+    assert {s.tool_name for s in tools} == {"api_call"}
+    assert statistics.median(s.tool_duration for s in tools) == pytest.approx(0.002, rel=0.15)
+    assert max(s.tool_duration for s in tools) <= 1.0
+    assert statistics.median(len(t) for t in by_job(specs).values()) == pytest.approx(8, abs=1)
+
+
+def test_preset_fields_can_be_overridden_and_unknown_presets_are_named() -> None:
+    config = AgenticConfig.from_preset("swe-bench", num_jobs=7, rate=0.5, seed=1)
+    assert (config.num_jobs, config.rate, config.seed) == (7, 0.5, 1)
+    assert config.tools == TOOL_MIXES["swe-bench"]
+    assert AgenticConfig.from_preset("bfcl", tools="fast").tools == TOOL_MIXES["fast"]
+    with pytest.raises(ValueError, match=r"unknown preset 'swe-bnch'; did you mean 'swe-bench'\?"):
+        AgenticConfig.from_preset("swe-bnch")
+
+
+def test_cli_preset_writes_the_presets_config(tmp_path) -> None:
+    from kvframe.cli import main
+
+    out = tmp_path / "w.jsonl"
+    assert main(["gen", "agentic", "--preset", "bfcl", "--jobs", "3", "--out", str(out)]) == 0
+    params = load_workload(out).metadata["params"]
+    assert AgenticConfig(**params) == AgenticConfig.from_preset("bfcl", num_jobs=3)

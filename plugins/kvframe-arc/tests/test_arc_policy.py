@@ -49,6 +49,7 @@ def make(capacity: int = 4, variant: str = "vllm", **contents: str) -> ARCPolicy
         policy.b1[key] = False
     for key in contents.get("b2", ""):
         policy.b2[key] = False
+    policy.keys_held.update("".join(contents.values()))
     return policy
 
 
@@ -276,3 +277,107 @@ def test_rejects_unknown_variants_and_negative_capacities():
         ARCPolicy(4, variant="lru")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="capacity must be >= 0"):
         ARCPolicy(-1)
+
+
+def plain_touch(policy: ARCPolicy, keys: list) -> None:
+    """``touch`` key by key over all four lists, with no shortcut (the reference)."""
+    t1, t2, b1, b2 = policy.t1, policy.t2, policy.b1, policy.b2
+    for key in reversed(keys):
+        if key in t1:
+            block = t1.pop(key)
+            (t1 if block.ref_cnt < 0 else t2)[key] = block
+        elif key in t2:
+            t2.move_to_end(key)
+        elif policy.variant == "paper":
+            if key in b1 or key in b2:
+                policy._see_ghost(key)
+        elif key in b1:
+            policy.target_t1_size = min(
+                policy.target_t1_size + max(1, len(b2) / len(b1)), policy.capacity
+            )
+            b1.move_to_end(key)
+        elif key in b2:
+            policy.target_t1_size = max(policy.target_t1_size - max(1, len(b1) / len(b2)), 0)
+            b2.move_to_end(key)
+
+
+shortcut_operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("insert"), st.integers(0, 6), st.sampled_from([-1, -1, 0, 0, 1])),
+        st.tuples(st.just("touch"), st.lists(st.integers(0, 8), max_size=6)),
+        st.tuples(st.just("touch again")),
+        st.tuples(st.just("touch again")),
+        st.tuples(st.just("evict"), st.integers(0, 3), st.frozensets(st.integers(0, 6))),
+        st.tuples(st.just("remove"), st.integers(0, 6)),
+        st.tuples(st.just("ref"), st.integers(0, 6), st.sampled_from([-1, 0, 1])),
+    ),
+    max_size=60,
+)
+
+
+@pytest.mark.parametrize("variant", ["vllm", "paper"])
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(ops=shortcut_operations, capacity=st.integers(1, 6))
+def test_touch_shortcuts_end_in_the_state_a_plain_touch_gives(variant, ops, capacity):
+    """``keys_held`` and the skipped repeat touch change no outcome, whatever the tier did."""
+    fast = ARCPolicy(capacity, variant=variant)
+    plain = ARCPolicy(capacity, variant=variant)
+    resident: dict[int, Block] = {}
+    last_touch: list[int] = []
+    for op in ops:
+        if op[0] == "insert" and op[1] not in resident:
+            resident[op[1]] = Block(op[2])
+            fast.insert(op[1], resident[op[1]])
+            plain.insert(op[1], resident[op[1]])
+        elif op[0] in ("touch", "touch again"):
+            keys = list(op[1]) if op[0] == "touch" else last_touch
+            fast.touch(keys)
+            plain_touch(plain, keys)
+            last_touch = keys
+        elif op[0] == "evict":
+            result = fast.evict(op[1], op[2])
+            assert result == plain.evict(op[1], op[2])
+            for key, _ in result or ():
+                del resident[key]
+        elif op[0] == "remove" and op[1] in resident:
+            fast.remove(op[1])
+            plain.remove(op[1])
+            del resident[op[1]]
+        elif op[0] == "ref" and op[1] in resident:
+            resident[op[1]].ref_cnt = op[2]  # behind both policies' backs
+        assert state(fast) == state(plain)
+        assert fast.keys_held == set(fast.t1) | set(fast.t2) | set(fast.b1) | set(fast.b2)
+
+
+def test_a_repeated_touch_promotes_a_block_the_tier_made_ready_in_between():
+    policy = ARCPolicy(4)
+    block = Block(-1)
+    policy.insert("a", block)
+    keys = ["a"]
+    policy.touch(keys)
+    assert list(policy.t1) == ["a"]  # being written: not a second use
+    block.ref_cnt = 0  # the store completed, which the policy does not see
+    policy.touch(keys)
+    assert list(policy.t1) == [] and list(policy.t2) == ["a"]
+
+
+def test_a_repeated_touch_of_a_ghost_adapts_the_target_again():
+    policy = make(capacity=4, t1="a", b1="g")
+    keys = ["g"]
+    policy.touch(keys)
+    policy.touch(keys)
+    assert policy.target_t1_size == 2  # vLLM adapts on every touch of a ghost
+
+
+@pytest.mark.parametrize("ref_cnt", [0, -1])
+def test_a_key_repeated_in_one_touch_ends_where_its_last_use_puts_it(ref_cnt):
+    fast = ARCPolicy(8)
+    plain = ARCPolicy(8)
+    for key in "abc":
+        block = Block(ref_cnt)
+        fast.insert(key, block)
+        plain.insert(key, block)
+    fast.touch(["a", "b", "a", "c"])
+    plain_touch(plain, ["a", "b", "a", "c"])
+    assert state(fast) == state(plain)
+    assert lists(fast)[0 if ref_cnt < 0 else 1] == ["c", "b", "a"]

@@ -25,10 +25,14 @@ What it decides, and where:
 * **Preemption** (:meth:`ContinuumPolicy.choose_victim`,
   :meth:`ContinuumPolicy.reclaim_retained`): before a running request is
   preempted, pins that are only a bet (TTL passed, or nothing of the job
-  queued) are released, lowest expected saving first; then a running request
-  of a job without a pin is the victim, latest job first; only when there is
-  none are the remaining pins released (latest job first), and only when no
-  pin is left are pinned jobs' turns preempted.
+  queued) are released, lowest expected saving first; then the last running
+  request of a job without a pin is the victim (FCFS's tail among unpinned
+  jobs); only when there is none are the remaining pins released (latest job
+  first), and only when no pin is left are pinned jobs' turns preempted.
+* **Reload cost** (:meth:`ContinuumPolicy.reload_time`): what a hit saves is
+  priced from where the blocks would come back from -- the offload tier's load
+  time for the part it holds (the scheduler context's read-only tier view),
+  a prefill for the rest.
 
 What it learns, and from what:
 
@@ -54,6 +58,7 @@ from typing import TYPE_CHECKING, Literal
 import attrs
 
 import kvframe
+from kvframe.executors.cost_model import prefill_pairs
 from kvframe.executors.presets import get_preset
 from kvframe.request import RequestStatus
 from kvframe_continuum.queue import PINNED, PREEMPTED, UNPINNED, ContinuumQueue, Rank
@@ -69,7 +74,7 @@ from kvframe_continuum.ttl import (
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from kvframe.bases import Retention, SchedulerContext
+    from kvframe.bases import Retention, SchedulerContext, TierView
     from kvframe.executors.cost_model import CostModel
     from kvframe.request import Request, RequestQueue
 
@@ -250,6 +255,7 @@ class ContinuumPolicy(kvframe.SchedulingPolicy):
         self.last_decision: TTLDecision | None = None
 
         self._context: SchedulerContext | None = None
+        self._tier: TierView | None = None
         self._retained: Mapping[str, Retention] = {}
         self._jobs: dict[str, _Job] = {}
         self._job_order = itertools.count()
@@ -279,6 +285,9 @@ class ContinuumPolicy(kvframe.SchedulingPolicy):
     def attach(self, context: SchedulerContext) -> None:
         self._context = context
         self._retained = context.retained
+        # Read-only view of the offload tier (None without one): reload() prices
+        # the blocks the tier holds as a load, not a prefill.
+        self._tier = getattr(context, "offload", None)
         if not self._preset_given and context.cost_model is not None:
             self.cost_model = context.cost_model
 
@@ -426,36 +435,26 @@ class ContinuumPolicy(kvframe.SchedulingPolicy):
     # ------------------------------------------------------------------ preemption
 
     def choose_victim(self, running: Sequence[Request]) -> Request:
-        """A running request of a job without a pin, the latest-arrived job first.
+        """The last request in running order whose job holds no pin; else the last one.
 
-        Ties (same job, same arrival) go to the later one in running order, as
-        FCFS's tail victim. Only if every running request belongs to a pinned
-        job -- which :meth:`reclaim_retained` lets happen only once no pin is
-        left to release -- is the latest job among all chosen.
+        This is FCFS's tail victim restricted to unpinned jobs (the fork's rule):
+        the tail was admitted last, so it has computed the fewest tokens of the
+        running requests and its preemption recomputes the least. Only if every
+        running request belongs to a pinned job -- which :meth:`reclaim_retained`
+        lets happen only once no pin is left to release -- is the tail itself
+        chosen. (An earlier version took the latest *job* by first arrival; a
+        new job's long-running decode then went before a just-admitted turn,
+        recomputing more than FCFS would.)
         """
         jobs = self._jobs
         retained = self._retained
-        best: Request | None = None
-        best_key = (-math.inf, -math.inf)
-        for request in running:
+        for index in range(len(running) - 1, -1, -1):
+            request = running[index]
             job_id = request.job_id
             job = jobs.get(job_id) if job_id is not None else None
-            if job is not None and job.pin is not None and job.pin.request_id in retained:
-                continue
-            key = (job.first_arrival if job is not None else request.arrival_time,
-                   request.arrival_time)  # fmt: skip
-            if key >= best_key:
-                best, best_key = request, key
-        if best is not None:
-            return best
-        for request in running:
-            job = jobs.get(request.job_id) if request.job_id is not None else None
-            key = (job.first_arrival if job is not None else request.arrival_time,
-                   request.arrival_time)  # fmt: skip
-            if key >= best_key:
-                best, best_key = request, key
-        assert best is not None  # running is non-empty
-        return best
+            if job is None or job.pin is None or job.pin.request_id not in retained:
+                return request
+        return running[-1]
 
     def reclaim_retained(self, num_blocks_needed: int) -> bool:
         """Release pins when an allocation fails, cheapest first.
@@ -664,8 +663,26 @@ class ContinuumPolicy(kvframe.SchedulingPolicy):
     # ------------------------------------------------------------------ TTL
 
     def reload_time(self, request: Request) -> float:
-        """Seconds to prefill the request's whole context again, on the cost model."""
-        return self.cost_model.step_time(request.num_tokens, 0, 0)
+        """Seconds to get the request's context back if its blocks are freed now.
+
+        ``load_time(cached) + prefill(rest)``: the tokens the offload tier holds
+        (the scheduler context's read-only :class:`~kvframe.bases.TierView`,
+        ``offload``) are loaded, the rest is prefilled on the cost model. With
+        no tier (or a tier that holds nothing of it), the whole context is
+        prefilled again.
+        """
+        num_tokens = request.num_tokens
+        tier = self._tier
+        cached = min(tier.num_cached_tokens(request), num_tokens) if tier is not None else 0
+        rest = num_tokens - cached
+        prefill = (
+            self.cost_model.step_time(
+                rest, 0, 0, num_prefill_seqs=1, num_prefill_pairs=prefill_pairs(rest, cached)
+            )
+            if rest > 0
+            else 0.0
+        )
+        return (tier.load_time(cached) if cached else 0.0) + prefill
 
     def _choose_ttl(self, request: Request) -> float:
         tool = request.tool_name

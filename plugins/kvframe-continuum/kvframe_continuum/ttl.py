@@ -10,8 +10,9 @@ the job's tool call returns within ``tau``. The rule (arXiv 2511.02230) picks
   next turn arrives while the pin still stands;
 * ``T * eta + reload(r)`` -- what a hit saves: the queueing delay a turn suffers
   when its pin is gone (``T``, a sliding mean, see :class:`SlidingMean`),
-  weighted by ``eta`` (see :class:`TurnCorrelation`), plus the time to
-  prefill the turn's context again (``reload``, from a cost model);
+  weighted by ``eta`` (see :class:`TurnCorrelation`), plus the time to get
+  the turn's context back (``reload``: the offload tier's load time for what
+  it holds, a prefill on the cost model for the rest; the policy computes it);
 * ``- tau`` -- what the pin costs: memory held for ``tau`` seconds, measured in
   the same seconds.
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 from kvframe_continuum import ContinuumPolicy, choose_ttl
@@ -465,3 +466,89 @@ def test_reload_is_priced_with_the_schedulers_cost_model_unless_a_preset_is_give
     standalone = ContinuumPolicy()
     Scheduler(config, standalone)
     assert standalone.reload_time(request) > 0
+
+
+class _Tier:
+    """A tier view that holds the first ``held`` tokens of every request."""
+
+    medium = "CPU"
+    block_size = 4
+
+    def __init__(self, held: int) -> None:
+        self.held = held
+
+    def num_cached_tokens(self, request: Request) -> int:
+        return self.held
+
+    def load_time(self, num_tokens: int) -> float:
+        return 0.01 * num_tokens
+
+
+def test_reload_loads_what_the_tier_holds_and_prefills_the_rest():
+    model = CostModel(
+        per_step_s=0.5,
+        per_prefill_token_s=0.25,
+        per_decode_seq_s=0.0,
+        per_context_token_s=0.0,
+        transfer_bytes_per_s=1.0,
+    )
+    request = Request("r", list(range(12)), 1)
+    for held, expected in ((0, 0.5 + 0.25 * 12), (8, 0.01 * 8 + 0.5 + 0.25 * 4), (12, 0.12)):
+        policy = ContinuumPolicy()
+        policy.attach(SimpleNamespace(retained={}, cost_model=model, offload=_Tier(held)))
+        assert policy.reload_time(request) == pytest.approx(expected)
+    # The tier may hold more than the request's tokens (its output's blocks): capped.
+    policy = ContinuumPolicy()
+    policy.attach(SimpleNamespace(retained={}, cost_model=model, offload=_Tier(100)))
+    assert policy.reload_time(request) == pytest.approx(0.12)
+
+
+def test_with_the_cpu_tier_a_cheap_reload_shortens_the_ttl():
+    # Same durations, same T and eta: the tier makes a hit worth less, so the
+    # rule pins for less (here: not at all) where a full re-prefill pays.
+    model = CostModel(
+        per_step_s=0.0,
+        per_prefill_token_s=0.1,
+        per_decode_seq_s=0.0,
+        per_context_token_s=0.0,
+        transfer_bytes_per_s=1.0,
+    )
+    ttls = {}
+    for held in (0, 20):
+        policy = ContinuumPolicy(eta=0.0, min_samples=1)
+        policy.attach(SimpleNamespace(retained={}, cost_model=model, offload=_Tier(held), now=0.0))
+        for d in (0.5, 1.0, 1.5):
+            policy.durations.add("grep", d)
+        request = Request(
+            "J-t0", list(range(20)), 1, job_id="J", turn=0, is_last_turn=False, tool_name="grep"
+        )
+        policy.on_arrival(request)
+        ttls[held] = policy.on_finish(request)
+        assert policy.last_decision is not None
+    assert policy.last_decision.reload == pytest.approx(0.2)
+    assert ttls[20] is None  # reload 0.2 s from the tier: no duration pays
+    assert ttls[0] is not None  # reload 2 s as a prefill: pin
+
+
+def test_a_pin_never_starves_an_admission_beyond_its_ttl():
+    # A running request of an unpinned job holds part of the pool and job A's
+    # pin the rest; X cannot be admitted. Admissions wait for pins, but only
+    # until the pin's TTL: A's tool call never returns, and at the first step
+    # at or after the TTL the pin goes and X is admitted.
+    policy = ContinuumPolicy(ttl="fixed", fixed_ttl=5.0)
+    s = make_scheduler(policy, num_gpu_blocks=13, max_num_batched_tokens=64)  # 12 usable
+    add(s, "A-t0", context_tokens("A", 24), job="A")
+    step(s, 0.0)
+    assert set(s.retained) == {"A-t0"}  # 6 blocks pinned
+    add(s, "U", context_tokens("U", 16), max_tokens=200)  # 4 blocks, then grows
+    add(s, "X", context_tokens("X", 16))  # 4 more blocks: does not fit beside the pin
+    admitted_at = None
+    now = 0.0
+    while admitted_at is None and now < 20.0:
+        now += 0.5
+        output, _ = step(s, now)
+        if "X" in output.num_scheduled_tokens:
+            admitted_at = now
+    assert admitted_at == 5.0
+    assert policy.stats.released_expired == 1
+    assert s.requests["U"].num_preemptions == 0

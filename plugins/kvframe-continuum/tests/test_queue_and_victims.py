@@ -216,21 +216,22 @@ def test_select_queue_takes_the_better_head():
 # ---------------------------------------------------------------- victims
 
 
-def test_victim_is_the_latest_job_without_a_pin():
+def test_victim_is_the_running_tail_without_a_pin():
     policy, context = make_policy()
     pin(policy, context, turn("B", 0, 5.0))
-    running = [turn("A", 0, 0.0), turn("B", 1, 5.5), turn(None, 0, 3.0), turn("D", 0, 4.0)]
+    running = [turn("A", 0, 0.0), turn("D", 0, 4.0), turn(None, 0, 3.0), turn("B", 1, 5.5)]
     for request in running:
-        if request.request_id != "B-t1":
-            policy.on_arrival(request)
-    policy.on_arrival(running[1])
-    assert policy.choose_victim(running).request_id == "D-t0"
-    assert policy.choose_victim(running[:3]).request_id == "solo-3.0"
-    # Only pinned jobs run: the latest job among them.
-    assert policy.choose_victim([running[1]]).request_id == "B-t1"
+        policy.on_arrival(request)
+    # B holds a pin: the last request in running order of a job without one.
+    assert policy.choose_victim(running).request_id == "solo-3.0"
+    assert policy.choose_victim(running[:2]).request_id == "D-t0"
+    # Only pinned jobs run: the tail itself.
+    assert policy.choose_victim([running[3]]).request_id == "B-t1"
 
 
-def test_job_first_arrival_beats_turn_arrival_for_victims():
+def test_victim_is_fcfs_tail_not_the_latest_job():
+    # The tail was admitted last and has computed the least; a later job's
+    # older request (a long decode) is not preferred over it.
     policy, context = make_policy()
     a0, b0 = turn("A", 0, 0.0), turn("B", 0, 1.0)
     for request in (a0, b0):
@@ -240,8 +241,8 @@ def test_job_first_arrival_beats_turn_arrival_for_victims():
     a1, b1 = turn("A", 1, 10.0), turn("B", 1, 2.0)
     policy.on_arrival(a1)
     policy.on_arrival(b1)
-    # A's turn arrived last, but job B started later: B's turn is the victim.
-    assert policy.choose_victim([b1, a1]) is b1
+    assert policy.choose_victim([b1, a1]) is a1
+    assert policy.choose_victim([a1, b1]) is b1
 
 
 def admitting(policy: ContinuumPolicy) -> None:

@@ -23,15 +23,13 @@ Semantics pinned to vLLM (``vllm/v1/kv_offload/cpu/policies/lru.py``):
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Hashable, Iterable, Set
+from collections import OrderedDict, deque
+from collections.abc import Hashable, Iterable, Sequence, Set
 
 import kvframe
 from kvframe.bases import EvictableBlock
 
 __all__ = ["LRUPolicy"]
-
-_SEQUENCES = (list, tuple)
 
 
 class LRUPolicy(kvframe.EvictionPolicy):
@@ -43,7 +41,16 @@ class LRUPolicy(kvframe.EvictionPolicy):
     def __init__(self, capacity: int) -> None:
         super().__init__(capacity)
         self.blocks: OrderedDict[Hashable, EvictableBlock] = OrderedDict()
-        """Front = least recently used. The only state the policy has."""
+        """Front = least recently used: the eviction order."""
+        self._touched: Sequence[Hashable] | None = None
+        """The keys of the last touch while nothing has changed the order since.
+
+        Touching the same keys again then changes nothing (they already are
+        the most recent blocks, in the touch's order), so it is skipped. A
+        waiting request is looked up, and so touched, on every step it waits:
+        in the Mooncake runs more than half the touched keys were such
+        repeats. ``ref_cnt`` plays no part in a touch, so the tier changing
+        it does not matter."""
 
     def __len__(self) -> int:
         return len(self.blocks)
@@ -53,17 +60,33 @@ class LRUPolicy(kvframe.EvictionPolicy):
 
     def insert(self, key: Hashable, block: EvictableBlock) -> None:
         self.blocks[key] = block
+        self._touched = None
 
     def remove(self, key: Hashable) -> None:
         del self.blocks[key]
+        self._touched = None
 
     def touch(self, keys: Iterable[Hashable]) -> None:
+        if type(keys) is list:
+            if keys == self._touched:
+                return
+            keys = keys.copy()  # the caller may change its list afterwards
+        elif type(keys) is not tuple:
+            keys = list(keys)
         blocks = self.blocks
-        move_to_end = blocks.move_to_end
-        # Reverse so the first key ends last, i.e. most recent of the batch.
-        for key in reversed(keys if isinstance(keys, _SEQUENCES) else list(keys)):
-            if key in blocks:
-                move_to_end(key)
+        if len(keys) == 1:
+            # The GPU prefix cache touches one block at a time.
+            if keys[0] in blocks:
+                blocks.move_to_end(keys[0])
+        else:
+            # Reverse so the first key ends last, i.e. most recent of the
+            # batch. The loop runs in C (a zero-length deque drains the
+            # iterator): the connector touches every full block of a request
+            # on each lookup and after each store, most of them absent, and a
+            # Python loop over them was a third of a tier run's policy time.
+            moves = map(blocks.move_to_end, filter(blocks.__contains__, reversed(keys)))
+            deque(moves, maxlen=0)
+        self._touched = keys
 
     def evict(
         self, n: int, protected: Set[Hashable]
@@ -83,4 +106,5 @@ class LRUPolicy(kvframe.EvictionPolicy):
         blocks = self.blocks
         for key, _ in victims:
             del blocks[key]
+        self._touched = None
         return victims

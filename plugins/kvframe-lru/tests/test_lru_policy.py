@@ -90,6 +90,18 @@ def test_get_changes_no_order_and_remove_forgets():
     assert policy.get("a") is None and len(policy) == 1
 
 
+def test_touching_the_same_keys_again_after_a_change_moves_them_again():
+    policy, _ = filled("a", "b", "c")
+    keys = ["a"]
+    policy.touch(keys)
+    policy.insert("d", Block())
+    policy.touch(keys)  # not skipped: "d" came after the first touch
+    assert order(policy) == ["b", "c", "d", "a"]
+    keys.append("b")  # the policy kept its own copy of the last touch
+    policy.touch(keys)
+    assert order(policy) == ["c", "d", "b", "a"]
+
+
 def test_a_block_being_stored_is_ordered_like_any_other():
     policy = LRUPolicy(4)
     policy.insert("old", Block())
@@ -102,6 +114,7 @@ ops = st.lists(
     st.one_of(
         st.tuples(st.just("insert"), st.integers(0, 9), st.sampled_from([-1, 0, 0, 1])),
         st.tuples(st.just("touch"), st.lists(st.integers(0, 12), max_size=4)),
+        st.tuples(st.just("touch again")),
         st.tuples(st.just("evict"), st.integers(0, 4), st.frozensets(st.integers(0, 9))),
         st.tuples(st.just("remove"), st.integers(0, 9)),
         st.tuples(st.just("ref"), st.integers(0, 9), st.sampled_from([-1, 0, 1])),
@@ -113,18 +126,22 @@ ops = st.lists(
 @settings(max_examples=200, deadline=None, derandomize=True)
 @given(ops)
 def test_matches_a_plain_ordered_dict_model(operations):
+    """Every operation, repeated touches included (a repeat with nothing changed is skipped)."""
     policy = LRUPolicy(10)
     model: OrderedDict[int, Block] = OrderedDict()
+    last_touch: list[int] = []
     for op in operations:
         if op[0] == "insert" and op[1] not in model:
             block = Block(op[2])
             policy.insert(op[1], block)
             model[op[1]] = block
-        elif op[0] == "touch":
-            policy.touch(op[1])
-            for key in reversed(op[1]):
+        elif op[0] in ("touch", "touch again"):
+            keys = list(op[1]) if op[0] == "touch" else last_touch
+            policy.touch(keys)
+            for key in reversed(keys):
                 if key in model:
                     model.move_to_end(key)
+            last_touch = keys
         elif op[0] == "evict":
             n, protected = op[1], op[2]
             before = list(model.items())
