@@ -5,6 +5,8 @@
     .venv/bin/python benchmarks/whole_trace.py --trace mooncake:synthetic
     .venv/bin/python benchmarks/whole_trace.py --trace chat.jsonl      # e.g. from kvframe gen chat
     .venv/bin/python benchmarks/whole_trace.py --modes fast,step,eager
+    git worktree add /tmp/kvframe-before eb26949                      # an older kvframe ...
+    .venv/bin/python benchmarks/whole_trace.py --modes fast,step,tree --tree /tmp/kvframe-before
 
 Each run is a fresh subprocess (so its peak RSS is its own, read from
 ``getrusage``) that loads the trace and replays it through
@@ -18,6 +20,9 @@ interleaved per size:
 * ``eager`` -- step by step *and* every prompt materialised as a list of ints
   (with ``all_token_ids`` a copy), the request representation before lazy
   prompts: the memory reference.
+* ``tree`` -- another checkout of kvframe (``--tree DIR``, e.g. a ``git
+  worktree`` of an older commit) imported first through ``PYTHONPATH``, run as
+  that version runs it: a before/after comparison in one run, on one machine.
 
 Printed per size and mode: wall seconds, CPU seconds, peak RSS, engine steps,
 and each mode's ratio to ``fast``; then which summary counters differ between
@@ -35,7 +40,7 @@ import sys
 import time
 
 _EXCLUDED = {"wall_clock_seconds", "simulated_requests_per_wall_second"}
-MODES = ("fast", "step", "eager")
+MODES = ("fast", "step", "eager", "tree")
 
 
 def _child(trace: str, limit: int, mode: str, offload: str | None) -> None:
@@ -49,7 +54,10 @@ def _child(trace: str, limit: int, mode: str, offload: str | None) -> None:
         engine_module.PromptTokens = lambda prompt: prompt.token_ids()  # type: ignore[assignment]
     wall0, cpu0 = time.perf_counter(), time.process_time()
     workload = load_workload(trace, limit=limit or None)
-    config = EngineConfig(offload=offload, step_by_step=mode != "fast")
+    if mode == "tree":
+        config = EngineConfig(offload=offload)  # that version's default path
+    else:
+        config = EngineConfig(offload=offload, step_by_step=mode != "fast")
     engine = Engine.from_config(config)
     result = engine.run(workload)
     row = {
@@ -58,18 +66,21 @@ def _child(trace: str, limit: int, mode: str, offload: str | None) -> None:
         "wall_seconds": time.perf_counter() - wall0,
         "cpu_seconds": time.process_time() - cpu0,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "run_steps": engine.num_decode_run_steps,
+        "run_steps": getattr(engine, "num_decode_run_steps", 0),
         "counters": {k: v for k, v in result.counters.items() if k not in _EXCLUDED},
     }
     print("ROW " + json.dumps(row))
 
 
-def _run(trace: str, limit: int, mode: str, offload: str | None) -> dict:
+def _run(trace: str, limit: int, mode: str, offload: str | None, tree: str | None) -> dict:
     command = [sys.executable, __file__, "--child", mode, "--trace", trace,
                "--sizes", str(limit)]  # fmt: skip
     if offload:
         command += ["--offload", offload]
-    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    env = dict(os.environ)
+    if mode == "tree":
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [tree, env.get("PYTHONPATH")]))
+    out = subprocess.run(command, capture_output=True, text=True, check=True, env=env).stdout
     line = next(line for line in out.splitlines() if line.startswith("ROW "))
     return json.loads(line[4:])
 
@@ -82,6 +93,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="0", help="request counts, 0 = the whole trace")
     parser.add_argument("--offload", help="an offload tier, e.g. cpu:capacity=8GiB")
     parser.add_argument("--modes", default="fast,step", help=f"of {', '.join(MODES)}")
+    parser.add_argument("--tree", help="for mode 'tree': a kvframe checkout to compare with")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -92,6 +104,8 @@ def main() -> None:
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         parser.error(f"unknown mode(s) {', '.join(unknown)}; choose from {', '.join(MODES)}")
+    if "tree" in modes and not (args.tree and os.path.isdir(os.path.join(args.tree, "kvframe"))):
+        parser.error("mode 'tree' needs --tree DIR, a checkout with a kvframe/ package")
     print(f"trace {args.trace}, tier {args.offload or 'none'}, "
           f"load average {os.getloadavg()[0]:.1f} at start")  # fmt: skip
     header = (
@@ -103,7 +117,7 @@ def main() -> None:
     for size in (int(s) for s in args.sizes.split(",")):
         rows = {}
         for mode in modes:
-            row = rows[mode] = _run(args.trace, size, mode, args.offload)
+            row = rows[mode] = _run(args.trace, size, mode, args.offload, args.tree)
             base = rows.get("fast")
             cpu_ratio = f"{row['cpu_seconds'] / base['cpu_seconds']:.2f}" if base else ""
             mb_ratio = f"{row['peak_rss_mb'] / base['peak_rss_mb']:.2f}" if base else ""
