@@ -181,7 +181,7 @@ def _calibrate(args: argparse.Namespace, ctx: Any) -> int:
     c = plan.config
     element = plan.kv_bytes_per_token() // (c.num_layers * 2 * c.num_kv_heads * c.head_dim)
     shape = ModelShape(
-        name=f"torch-{options.preset if options.checkpoint is None else 'checkpoint'}",
+        name=f"torch-{_model_name(options)}",
         num_layers=c.num_layers,
         num_kv_heads=c.num_kv_heads,
         head_dim=c.head_dim,
@@ -237,6 +237,13 @@ def _calibrate(args: argparse.Namespace, ctx: Any) -> int:
         print(json.dumps({"held_out": check}, indent=2))
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
+
+
+def _model_name(options: Any) -> str:
+    """What was timed, for the preset's name: the named model, a file's stem, or the preset."""
+    if options.model is not None:
+        return Path(options.model).stem if "/" in options.model else options.model
+    return options.preset if options.checkpoint is None else "checkpoint"
 
 
 def _asdict(value: Any) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from kvframe.executors.presets import (
     derive_cost_model,
     kv_memory_for,
     llama_num_params,
+    preset_names,
 )
 
 GiB = 1024**3
@@ -127,12 +128,22 @@ def test_presets_are_found_by_name() -> None:
     assert described["sources"]
 
 
+def test_the_shipped_calibrated_preset_is_a_preset() -> None:
+    """``smollm2-135m-cpu`` is ``kvframe calibrate``'s file for SmolLM2 on CPU, shipped as data."""
+    preset = get_preset("smollm2-135m-cpu")
+    assert preset.name == "smollm2-135m-cpu"
+    # SmolLM2-135M in float32: 30 layers x K and V x 3 KV heads x 64 x 4 bytes.
+    assert preset.shape.kv_bytes_per_token == 46_080
+    assert preset.cost_model.per_prefill_token_s > 0
+    assert "smollm2-135m-cpu" in preset_names()
+
+
 def test_unknown_preset_lists_presets_and_suggests_the_closest() -> None:
     with pytest.raises(ValueError) as info:
         get_preset("llama-8b-h100")
     assert str(info.value) == (
         "unknown cost-model preset 'llama-8b-h100'; did you mean 'llama3.1-8b-h100'? "
-        "(available: llama3.1-70b-4xh100, llama3.1-8b-h100)"
+        "(available: llama3.1-70b-4xh100, llama3.1-8b-h100, smollm2-135m-cpu)"
     )
     with pytest.raises(ValueError, match=r"^unknown cost-model preset 'gpt2' \(available: "):
         get_preset("gpt2")

@@ -45,6 +45,7 @@ def add_chat_generator(generators: Any) -> None:
         "--prefix-popularity", type=float, metavar="S", help="Zipf exponent over system prompts"
     )
     parser.add_argument("--start-time", type=float, metavar="T", help="first arrival, seconds")
+    _add_text_option(parser)
     parser.set_defaults(handler=_gen_chat)
 
 
@@ -84,11 +85,52 @@ def add_agentic_generator(generators: Any) -> None:
         "--tool-time-scale", type=float, metavar="X", help="multiply every tool duration by X"
     )
     parser.add_argument("--max-context-tokens", type=int, metavar="N")
+    _add_text_option(parser)
     parser.set_defaults(handler=_gen_agentic)
 
 
+def _add_text_option(parser: Any) -> None:
+    parser.add_argument(
+        "--text",
+        metavar="MODEL",
+        help="make the prompts English text tokenized with MODEL's tokenizer (smollm2 or a "
+        "GGUF file), for --executor torch:model=MODEL; same lengths and sharing",
+    )
+
+
+def _text_writer(
+    model: str, name: str, generate: Callable[[Any], Any]
+) -> Callable[[Any, Any], int]:
+    """A writer whose prompts are text tokens (kvframe.workloads.text), checked before writing."""
+    from kvframe.executors.torch.models import resolve_model
+    from kvframe.executors.torch.tokenizer import tokenizer_from_gguf
+    from kvframe.workloads.kvframe_jsonl import write_jsonl
+    from kvframe.workloads.text import with_text_prompts
+
+    try:
+        path = resolve_model(model)
+        if path.is_dir():
+            raise ValueError(f"{path} is a checkpoint directory; --text needs a GGUF file")
+        tokenizer = tokenizer_from_gguf(path)
+    except ValueError as err:
+        raise ConfigError(str(err), origin="--text") from None
+
+    def write(out: Any, config: Any) -> int:
+        specs = with_text_prompts(generate(config), tokenizer.encode)
+        return write_jsonl(
+            specs,
+            out,
+            name=name,
+            generator=name,
+            params=config.to_params(),
+            description=f"prompts are English text tokenized for {model}",
+        )
+
+    return write
+
+
 def _gen_agentic(args: argparse.Namespace, ctx: Context) -> int:
-    from kvframe.workloads.agentic import AgenticConfig, write_agentic_jsonl
+    from kvframe.workloads.agentic import AgenticConfig, generate_agentic, write_agentic_jsonl
 
     options: dict[str, Any] = {
         "num_jobs": args.jobs,
@@ -112,6 +154,9 @@ def _gen_agentic(args: argparse.Namespace, ctx: Context) -> int:
             config = AgenticConfig(**options)
     except (TypeError, ValueError) as err:
         raise ConfigError(str(err), origin="kvframe gen agentic") from None
+    if args.text is not None:
+        write = _text_writer(args.text, "agentic", generate_agentic)
+        return write_generated(args.out, config, write, ctx)
     return write_generated(args.out, config, write_agentic_jsonl, ctx)
 
 
@@ -131,7 +176,7 @@ def add_gen_command(subparsers: Any) -> None:
 
 
 def _gen_chat(args: argparse.Namespace, ctx: Context) -> int:
-    from kvframe.workloads.chat import ChatConfig, write_chat_jsonl
+    from kvframe.workloads.chat import ChatConfig, generate_chat, write_chat_jsonl
 
     options: dict[str, Any] = {
         "num_requests": args.requests,
@@ -151,6 +196,10 @@ def _gen_chat(args: argparse.Namespace, ctx: Context) -> int:
         config = ChatConfig(**options)
     except (TypeError, ValueError) as err:
         raise ConfigError(str(err), origin="kvframe gen chat") from None
+    if args.text is not None:
+        return write_generated(
+            args.out, config, _text_writer(args.text, "chat", generate_chat), ctx
+        )
     return write_generated(args.out, config, write_chat_jsonl, ctx)
 
 

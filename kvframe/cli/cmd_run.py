@@ -264,7 +264,7 @@ def _write_executor_outputs(engine: Any, out_dir: Path) -> None:
         return
     from kvframe.executors.torch.outputs import OUTPUTS_FILE, write_outputs
 
-    write_outputs(out_dir / OUTPUTS_FILE, outputs)
+    write_outputs(out_dir / OUTPUTS_FILE, outputs, engine.executor.decoded_outputs())
     with (out_dir / "steps.csv").open("w") as f:
         f.write(
             "step,prefill_tokens,decode_seqs,context_tokens,virtual_s,wall_s,"

@@ -207,7 +207,8 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         "--executor",
         metavar="SPEC",
         help="sim (default: cost model, no tensors) or torch[:preset=tiny,dtype=float32,"
-        "device=cpu,...]: a real Llama decoder on paged KV; writes outputs.jsonl",
+        "device=cpu,...]: a real Llama decoder on paged KV, random weights or a real model "
+        "(model=smollm2, model=FILE.gguf); writes outputs.jsonl",
     )
     engine.add_argument(
         "--cost-model",

@@ -271,10 +271,11 @@ class Engine:
                 model,
                 preset.cost_model,
                 clock=torch_options.clock,
-                stop_token_ids=() if eos is None else (eos,),
+                stop_token_ids=() if eos is None or eos < 0 else (eos,),
                 offload_worker=worker,
                 transfer_handler=handler,
                 description=plan.describe(),
+                tokenizer=plan.tokenizer,
             )
         else:
             executor = SimExecutor(

@@ -28,6 +28,7 @@ absolute latencies, fit the coefficients to your own server's step timings.
 from __future__ import annotations
 
 import difflib
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -42,6 +43,7 @@ __all__ = [
     "Efficiency",
     "GpuSpec",
     "Preset",
+    "calibrated_preset_names",
     "derive_cost_model",
     "get_preset",
     "kv_memory_for",
@@ -345,8 +347,17 @@ PRESETS: dict[str, Preset] = {
 """Built-in presets by name."""
 
 
+CALIBRATED_DIR = Path(__file__).resolve().parents[1] / "data" / "cost_models"
+"""Cost-model files shipped with kvframe (``kvframe calibrate`` output), one preset each:
+measured on a real executor rather than derived. ``--preset NAME`` loads ``NAME.json``."""
+
+
+def calibrated_preset_names() -> list[str]:
+    return sorted(path.stem for path in CALIBRATED_DIR.glob("*.json"))
+
+
 def preset_names() -> list[str]:
-    return sorted(PRESETS)
+    return sorted({*PRESETS, *calibrated_preset_names()})
 
 
 def get_preset(name: str) -> Preset:
@@ -357,6 +368,10 @@ def get_preset(name: str) -> Preset:
     key = name.strip().lower()
     if key in PRESETS:
         return PRESETS[key]
+    if key in calibrated_preset_names():
+        from kvframe.executors.cost_model_file import load_cost_model_file
+
+        return attrs.evolve(load_cost_model_file(CALIBRATED_DIR / f"{key}.json"), name=key)
     names = preset_names()
     close = difflib.get_close_matches(key, names, n=1, cutoff=0.4)
     hint = f"; did you mean {close[0]!r}?" if close else ""

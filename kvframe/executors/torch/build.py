@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 import torch
@@ -22,6 +23,9 @@ from kvframe.executors.torch.model import (
 )
 from kvframe.executors.torch.options import TorchOptions
 
+if TYPE_CHECKING:
+    from kvframe.executors.torch.tokenizer import TextTokenizer
+
 __all__ = ["ModelPlan", "available_memory", "plan_model"]
 
 
@@ -34,6 +38,16 @@ class ModelPlan:
     dtype: torch.dtype
     device: torch.device
     options: TorchOptions
+    source: Path | None = None
+    """The GGUF file or checkpoint directory the weights came from (``None``: random)."""
+
+    def tokenizer(self) -> TextTokenizer | None:
+        """The model's own tokenizer (GGUF files carry one); ``None`` when it has none."""
+        if self.source is None or self.source.is_dir():
+            return None
+        from kvframe.executors.torch.tokenizer import tokenizer_from_gguf
+
+        return tokenizer_from_gguf(self.source)
 
     def kv_bytes_per_token(self) -> int:
         return self.config.kv_bytes_per_token(self.dtype)
@@ -45,8 +59,12 @@ class ModelPlan:
         c = self.config
         return {
             "executor": "torch",
+            "model": self.options.model,
+            "model_path": None if self.source is None else str(self.source),
             "checkpoint": self.options.checkpoint,
-            "preset": None if self.options.checkpoint else self.options.preset,
+            "preset": (
+                None if self.options.checkpoint or self.options.model else self.options.preset
+            ),
             "dtype": str(self.dtype).removeprefix("torch."),
             "device": str(self.device),
             "seed": self.options.seed,
@@ -138,19 +156,31 @@ def plan_model(options: TorchOptions) -> ModelPlan:
         raise ValueError(f"torch executor: threads must be >= 0, got {options.threads}")
     if options.threads and device.type == "cpu":
         torch.set_num_threads(options.threads)
-    if options.checkpoint is not None:
+    source: Path | None = None
+    if options.checkpoint is not None or options.model is not None:
         from kvframe.executors.torch.checkpoint import load_checkpoint
 
         if options.arch:
             raise ValueError(
-                "torch executor: architecture options come from the checkpoint's config.json; "
+                "torch executor: architecture options come from the model file; "
                 "drop " + ", ".join(k for k, _ in options.arch)
             )
-        config, weights = load_checkpoint(Path(options.checkpoint))
+        if options.model is not None:
+            from kvframe.executors.torch.models import resolve_model
+
+            source = resolve_model(options.model)
+        else:
+            source = Path(options.checkpoint)  # type: ignore[arg-type]
+        if source.is_dir():
+            config, weights = load_checkpoint(source)
+        else:
+            from kvframe.executors.torch.gguf_file import load_gguf
+
+            config, weights = load_gguf(source, dtype)
     else:
         overrides = options.architecture_overrides()
         if "head_dim" not in overrides and ({"hidden_size", "num_heads"} & set(overrides)):
             overrides["head_dim"] = 0  # derive it again from the new hidden size / heads
         config = attrs.evolve(MODEL_PRESETS[options.preset], **overrides)
         weights = random_weights(config, options.seed, dtype)
-    return ModelPlan(config, weights, dtype, device, options)
+    return ModelPlan(config, weights, dtype, device, options, source)

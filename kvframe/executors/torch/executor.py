@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -47,14 +47,18 @@ from kvframe.executors.cost_model import prefill_pairs
 from kvframe.executors.sim import StepResult
 from kvframe.executors.torch.model import LlamaModel, StepChunk
 from kvframe.executors.torch.options import CLOCKS, check_cpu_clock
+from kvframe.log import get_logger
 
 if TYPE_CHECKING:
     from kvframe.core.scheduler_output import SchedulerOutput
     from kvframe.executors.cost_model import CostModel
+    from kvframe.executors.torch.tokenizer import TextTokenizer
     from kvframe.offload.worker import OffloadWorker, SimTransferHandler
     from kvframe.request import Request
 
 __all__ = ["RealBytesTransferHandler", "StepTiming", "TorchExecutor"]
+
+log = get_logger(__name__)
 
 
 class StepTiming:
@@ -156,6 +160,8 @@ class TorchExecutor:
     :param cost_model: the virtual clock's step times (and offload timing).
     :param clock: ``"virtual"``, ``"wall"`` or ``"cpu"`` (see the module docstring).
     :param stop_token_ids: given to every request the engine creates (EOS).
+    :param tokenizer: makes the model's tokenizer when the outputs are decoded
+        (lazily: a run that writes no outputs never builds it).
     """
 
     def __init__(
@@ -168,6 +174,7 @@ class TorchExecutor:
         offload_worker: OffloadWorker | None = None,
         transfer_handler: Any = None,
         description: Mapping[str, Any] | None = None,
+        tokenizer: Callable[[], TextTokenizer | None] | None = None,
     ) -> None:
         if clock not in CLOCKS:
             raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, not {clock!r}")
@@ -182,6 +189,7 @@ class TorchExecutor:
         self.offload_worker = offload_worker
         self.transfer_handler = transfer_handler
         self.description = dict(description or {})
+        self._tokenizer = tokenizer
         self.block_tables: dict[str, list[int]] = {}
         """Worker-side block table of every request the worker holds."""
         self.steps: list[StepTiming] = []
@@ -308,6 +316,23 @@ class TorchExecutor:
         logits = self.logits.get(request.request_id)
         if logits is not None and len(logits) > request.num_output_tokens:
             del logits[request.num_output_tokens :]
+
+    def decoded_outputs(self) -> dict[str, str] | None:
+        """Every finished request's generated text, special tokens left out.
+
+        ``None`` when the model has no tokenizer (random weights, a safetensors
+        directory) or the ``tokenizers`` package is missing (logged).
+        """
+        if self._tokenizer is None:
+            return None
+        try:
+            tokenizer = self._tokenizer()
+        except ValueError as err:
+            log.warning("outputs_not_decoded", reason=str(err))
+            return None
+        if tokenizer is None:
+            return None
+        return {rid: tokenizer.decode(tokens) for rid, tokens in self.outputs.items()}
 
     def counters(self) -> dict[str, float | int]:
         """Measured step times for the run's summary, next to the virtual clock's."""

@@ -16,12 +16,15 @@ __all__ = [
     "CLOCKS",
     "DTYPE_NAMES",
     "EXECUTOR_NAMES",
+    "NO_EOS",
     "TorchOptions",
     "check_cpu_clock",
     "parse_executor",
 ]
 
 EXECUTOR_NAMES = ("sim", "torch")
+NO_EOS = -1
+"""``eos=none``: no stop token at all, not even the model's."""
 DTYPE_NAMES = ("bfloat16", "float16", "float32", "float64")
 MODEL_PRESET_NAMES = ("tiny", "small")
 CLOCKS = ("virtual", "wall", "cpu")
@@ -89,6 +92,9 @@ class TorchOptions:
     """What ``torch:...`` may say. Architecture keys override the preset's fields."""
 
     preset: str = "tiny"
+    model: str | None = None
+    """A named model (``smollm2``), a Llama ``.gguf`` file, or a checkpoint directory;
+    replaces preset/arch keys (see :mod:`kvframe.executors.torch.models`)."""
     checkpoint: str | None = None
     """A Llama checkpoint directory (config.json + *.safetensors); replaces preset/arch keys."""
     dtype: str = "float32"
@@ -103,8 +109,10 @@ class TorchOptions:
     matmuls gain nothing from threads, and on a shared machine oversubscribed
     threads made steps ~50x slower in our measurements."""
     eos: int | None = None
-    """A stop token for every request (default: the checkpoint's eos_token_id; none
-    for random weights, whose outputs would otherwise end at random)."""
+    """A stop token for every request (default: the model file's eos_token_id; none
+    for random weights, whose outputs would otherwise end at random). ``eos=none``
+    (stored as :data:`NO_EOS`) turns the model's own off: every request then
+    generates exactly ``max_tokens`` (benchmarks, the reference test)."""
     arch: tuple[tuple[str, int], ...] = ()
 
     def architecture_overrides(self) -> dict[str, int]:
@@ -141,6 +149,9 @@ def parse_executor(text: str) -> tuple[str, TorchOptions | None]:
                 f"unknown torch executor option {key!r}{hint}; options: {', '.join(known)}"
             )
         try:
+            if key == "eos" and value.lower() == "none":
+                values[key] = NO_EOS
+                continue
             if key in _ARCH_KEYS or key in ("seed", "eos", "threads"):
                 number = int(value)
                 if key in _ARCH_KEYS:
@@ -173,5 +184,10 @@ def parse_executor(text: str) -> tuple[str, TorchOptions | None]:
         raise ValueError(
             f"torch executor: unknown model preset {preset!r}; "
             f"choose one of {', '.join(MODEL_PRESET_NAMES)}"
+        )
+    if "model" in values and "checkpoint" in values:
+        raise ValueError(
+            "torch executor: give model= or checkpoint=, not both (model= also takes a "
+            "checkpoint directory)"
         )
     return "torch", TorchOptions(**values, arch=tuple(arch))

@@ -2,7 +2,8 @@
 
 Torch-free: ``kvframe outputs-diff RUN_A RUN_B`` and the invariance tests use it.
 One JSON object per line, ``{"request_id": ..., "output_token_ids": [...]}``,
-in the order requests finished.
+in the order requests finished; a model with a tokenizer (a GGUF file) adds
+``"text"``, the decoded output without special tokens.
 """
 
 from __future__ import annotations
@@ -18,10 +19,18 @@ __all__ = ["OUTPUTS_FILE", "Difference", "first_difference", "read_outputs", "wr
 OUTPUTS_FILE = "outputs.jsonl"
 
 
-def write_outputs(path: str | Path, outputs: Mapping[str, Sequence[int]]) -> None:
+def write_outputs(
+    path: str | Path,
+    outputs: Mapping[str, Sequence[int]],
+    texts: Mapping[str, str] | None = None,
+) -> None:
+    """One record per request; with ``texts`` (a model with a tokenizer) a ``"text"`` field."""
     with Path(path).open("w") as f:
         for request_id, tokens in outputs.items():
-            f.write(json.dumps({"request_id": request_id, "output_token_ids": list(tokens)}))
+            record: dict[str, object] = {"request_id": request_id, "output_token_ids": list(tokens)}
+            if texts is not None and request_id in texts:
+                record["text"] = texts[request_id]
+            f.write(json.dumps(record, ensure_ascii=False))
             f.write("\n")
 
 
