@@ -10,4 +10,4 @@ scripts/bootstrap
   || .venv/bin/python -m pip install -q --no-deps --no-build-isolation -e examples/third_party_policy
 .venv/bin/kvframe sweep examples/eviction_comparison/sweep.toml
 .venv/bin/kvframe compare runs/eviction-comparison/results.sqlite \
-  --plots runs/eviction-comparison/report --title "Eviction policies on Mooncake (first 200 requests)"
+  --plots runs/eviction-comparison/report --title "Eviction policies on Mooncake (first 2,000 requests)"
