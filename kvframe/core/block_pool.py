@@ -414,12 +414,19 @@ class BlockPool:
             if block.block_hash is not None:
                 raise AssertionError(f"block {block.block_id} is already cached")
             block.block_hash = block_hash
+        num_indexed = len(index)
         if index.keys().isdisjoint(new_hashes):
             # The common case, at C speed: no hash is cached yet.
             index.update(zip(new_hashes, new_blocks, strict=True))
-        else:
-            for block, block_hash in zip(new_blocks, new_hashes, strict=True):
-                index_map.insert(block_hash, block)  # some are duplicates: rare
+            if len(index) == num_indexed + len(new_hashes):
+                new_hashes = []  # done
+            else:
+                # A hash repeats within the range (only a hasher that is not a
+                # chain can do that): undo, and insert block by block below.
+                for block_hash in new_hashes:
+                    index.pop(block_hash, None)
+        for block, block_hash in zip(new_blocks[: len(new_hashes)], new_hashes, strict=True):
+            index_map.insert(block_hash, block)  # some are duplicates: rare
         self.num_cached_blocks += num_full_blocks - num_cached_blocks
         if self.enable_kv_cache_events:
             self.kv_event_queue.append(

@@ -166,6 +166,21 @@ def test_hash_mapped_to_two_blocks() -> None:
     assert a.block_hashes[0] not in pool.cached_block_hash_to_block
 
 
+def test_a_hash_repeated_within_one_range_is_cached_in_both_blocks() -> None:
+    # Only a hasher that is not a chain repeats a hash inside one request; the
+    # range is then cached block by block, as a hash shared by two requests is.
+    def flat_hasher(req: Request) -> list[bytes]:
+        return [b"h" * 16] * (req.num_tokens // BLOCK - len(req.block_hashes))
+
+    pool = BlockPool(8)
+    r = Request("r", list(range(2 * BLOCK)), 1, block_hasher=flat_hasher)
+    blocks = pool.get_new_blocks(2)
+    pool.cache_full_blocks(r, blocks, 0, 2, BLOCK)
+    assert pool.num_cached_blocks == 2
+    assert pool.cached_block_hash_to_block.get_all_blocks(b"h" * 16) == blocks
+    assert pool.get_cached_block(b"h" * 16) is blocks[0]
+
+
 def test_block_hash_map_pop_edge_cases() -> None:
     index = BlockHashToBlockMap()
     blocks = [KVCacheBlock(i) for i in range(4)]
