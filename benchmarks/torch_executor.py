@@ -20,8 +20,9 @@ Four measurements, each against a baseline taken in the same run:
    errors), once with the extended cost-model form and once with the linear
    one. ``--clock`` is passed through (default ``auto``: CPU time on CPU).
 
-``--device cuda`` runs the same code on a GPU (untested here: the development
-machine has none).
+``--device cuda`` runs the same code on a GPU, and ``--model`` replaces
+``preset=small`` with any torch executor options (e.g. a 1B shape in bfloat16);
+figures from an H200 are in benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def throughput(executor: str, requests: int) -> None:
     forward = sum(s.wall_s for s in steps)
     generated = result.counters["generation_tokens_total"]
     computed = sum(s.prefill + s.decode for s in steps)
-    print("== 1. throughput (torch:preset=small, float32)")
+    print(f"== 1. throughput ({executor})")
     print(f"  {requests} requests, {len(steps)} steps, {generated} generated tokens")
     print(
         f"  generated tokens/s: {generated / forward:8.1f} of forward time, "
@@ -79,16 +80,17 @@ def contiguous_decode(model: LlamaModel, token_ids, caches, lengths) -> torch.Te
     config = model.config
     nh, nkv, hd = config.num_heads, config.num_kv_heads, config.head_dim
     q_size, kv_size = nh * hd, nkv * hd
-    positions = torch.tensor(lengths)
+    device = model.embed.device
+    positions = torch.tensor(lengths, device=device)
     cos, sin = model._rope(positions)
-    x = model.embed[torch.tensor(token_ids) % config.vocab_size]
+    x = model.embed[torch.tensor(token_ids, device=device) % config.vocab_size]
     for layer, (ln1, w_qkv, w_o, ln2, w_gate_up, w_down) in enumerate(model.layers):
         h = model._rms_norm(x, ln1)
         qkv = h @ w_qkv
         q = model._rotate(qkv[:, :q_size].view(-1, nh, hd), cos, sin)
         k = model._rotate(qkv[:, q_size : q_size + kv_size].view(-1, nkv, hd), cos, sin)
         v = qkv[:, q_size + kv_size :].view(-1, nkv, hd)
-        attn = torch.empty((x.shape[0], q_size), dtype=x.dtype)
+        attn = torch.empty((x.shape[0], q_size), dtype=x.dtype, device=device)
         for i, length in enumerate(lengths):
             cache = caches[layer][i]  # [max_len, 2, nkv, hd]
             cache[length, 0] = k[i]
@@ -101,6 +103,12 @@ def contiguous_decode(model: LlamaModel, token_ids, caches, lengths) -> torch.Te
         gate, up = (h @ w_gate_up).chunk(2, dim=-1)
         x = x + (torch.nn.functional.silu(gate) * up) @ w_down
     return model._rms_norm(x, model.norm) @ model.lm_head.t()
+
+
+def synchronize(model: LlamaModel) -> None:
+    """Wait for the GPU's queued kernels, so a timer reads the work and not its launch."""
+    if model.embed.device.type == "cuda":
+        torch.cuda.synchronize(model.embed.device)
 
 
 def paging_cost(executor: str, repeats: int) -> None:
@@ -123,6 +131,7 @@ def paging_cost(executor: str, repeats: int) -> None:
                 torch.zeros(
                     (length + 1, 2, model.config.num_kv_heads, model.config.head_dim),
                     dtype=model.dtype,
+                    device=model.embed.device,
                 )
                 for _ in range(batch)
             ]
@@ -136,9 +145,11 @@ def paging_cost(executor: str, repeats: int) -> None:
             for _ in range(repeats):
                 t = time.perf_counter()
                 model.forward(chunks)
+                synchronize(model)
                 paged.append(time.perf_counter() - t)
                 t = time.perf_counter()
                 contiguous_decode(model, tokens, caches, lengths)
+                synchronize(model)
                 contiguous.append(time.perf_counter() - t)
         p, c = statistics.median(paged), statistics.median(contiguous)
         print(f"  {batch:5d} {length:7d} {p * 1e3:9.2f} {c * 1e3:9.2f} {p / c:6.2f}")
@@ -210,6 +221,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument(
+        "--model",
+        default="preset=small",
+        help="torch executor options for the model (default preset=small), e.g. "
+        "layers=16,hidden=2048,heads=32,kv_heads=8,intermediate=8192,vocab=32000,dtype=bfloat16",
+    )
     parser.add_argument("--skip-calibration", action="store_true")
     parser.add_argument("--only-calibration", action="store_true")
     parser.add_argument(
@@ -217,7 +234,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     quiet_logs()
-    executor = f"torch:preset=small,device={args.device}"
+    executor = f"torch:{args.model},device={args.device}"
     requests = 16 if args.quick else 40
     repeats = 3 if args.quick else 9
     if args.only_calibration:

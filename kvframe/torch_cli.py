@@ -240,10 +240,13 @@ def _calibrate(args: argparse.Namespace, ctx: Any) -> int:
 
 
 def _model_name(options: Any) -> str:
-    """What was timed, for the preset's name: the named model, a file's stem, or the preset."""
+    """What was timed, for the preset's name: the named model, a file's stem, or the preset
+    (``custom`` when architecture keys changed it: the preset's name would say the wrong size)."""
     if options.model is not None:
         return Path(options.model).stem if "/" in options.model else options.model
-    return options.preset if options.checkpoint is None else "checkpoint"
+    if options.checkpoint is not None:
+        return "checkpoint"
+    return "custom" if options.arch else options.preset
 
 
 def _asdict(value: Any) -> dict[str, Any]:

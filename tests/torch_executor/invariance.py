@@ -8,6 +8,7 @@ in one pass. Every other configuration must generate the same tokens.
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,10 @@ from kvframe.workloads.spec import RequestSpec
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 EXECUTOR = "torch:preset=tiny,dtype=float64,seed=1"
+DEVICE = os.environ.get("KVFRAME_TEST_DEVICE", "")
+"""Run every invariance test on this torch device (e.g. ``cuda``) instead of the
+executor's default, CPU. Set on a machine with a GPU:
+``KVFRAME_TEST_DEVICE=cuda pytest tests/torch_executor``."""
 LOGIT_TOLERANCE = 1e-9
 """float64: the winning logits agree to this absolute tolerance. Not bit-identical:
 the same token's hidden state comes out of matmuls of different batch shapes
@@ -71,8 +76,15 @@ class Run:
     engine: Engine
 
 
+def on_test_device(executor: str) -> str:
+    """``executor`` on ``KVFRAME_TEST_DEVICE`` when that is set and it names no device."""
+    if DEVICE and "device=" not in executor:
+        return f"{executor},device={DEVICE}"
+    return executor
+
+
 def run(specs: list[RequestSpec], executor: str = EXECUTOR, **settings: Any) -> Run:
-    config = EngineConfig(executor=executor, **settings)
+    config = EngineConfig(executor=on_test_device(executor), **settings)
     engine = Engine.from_config(config)
     result = engine.run(specs)
     assert not result.partial

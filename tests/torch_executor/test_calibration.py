@@ -346,3 +346,19 @@ def test_compare_refuses_no_replays():
 def test_measurement_rounds_refuse_zero_runs():
     with pytest.raises(ValueError, match="runs and repeats must be >= 1"):
         measure_interleaved(None, [], "torch:preset=tiny", [], None, runs=0, repeats=5, clock="cpu")
+
+
+@pytest.mark.parametrize(
+    ("executor", "name"),
+    [
+        ("torch:preset=small", "small"),
+        ("torch:layers=16,hidden=2048", "custom"),
+        ("torch:preset=small,heads=16", "custom"),
+        ("torch:checkpoint=/ckpt", "checkpoint"),
+        ("torch:model=/models/llama-1b.gguf", "llama-1b"),
+    ],
+)
+def test_calibrated_preset_is_named_after_what_was_timed(executor, name):
+    from kvframe.torch_cli import _model_name
+
+    assert _model_name(parse_executor(executor)[1]) == name
