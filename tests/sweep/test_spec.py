@@ -139,3 +139,17 @@ def test_the_continuum_paper_sweep_is_the_documented_grid() -> None:
         preset = Path(s["workload"]).stem.rsplit("-s", 1)[0]
         scales.setdefault(preset, set()).add(s["rate_scale"])
     assert scales == {"swe-bench": {1, 2, 4, 8}, "bfcl": {1, 4, 16}}
+
+
+def test_the_contended_bfcl_sweep_is_the_documented_grid() -> None:
+    # docs/continuum.md, "bfcl when the KV pool is contended": 3 seeds x 3 loads
+    # x 2 tiers x 3 schedulers, every cell with 16 GiB of KV.
+    root = Path(__file__).resolve().parents[2]
+    spec = load_sweep(root / "examples" / "agentic_continuum" / "paper" / "sweep_bfcl_16gib.toml")
+    assert len(spec.cells) == 54
+    settings = [cell.settings for cell in spec.cells]
+    assert {s["kv_memory"] for s in settings} == {"16GiB"}
+    assert {s.get("offload", "none") for s in settings} == {"none", "cpu:capacity=64GiB"}
+    assert {(Path(s["workload"]).stem, s["rate_scale"]) for s in settings} == {
+        (f"bfcl-s{seed}", scale) for seed in range(3) for scale in (1, 4, 16)
+    }

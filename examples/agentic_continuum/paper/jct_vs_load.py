@@ -44,6 +44,8 @@ def load_runs(db: Path) -> dict[tuple[str, str, str, float], dict[int, float]]:
         config = json.loads(config_text)
         params = _workload_params(config["workload"], headers)
         preset = Path(config["workload"]).stem.rsplit("-s", 1)[0]
+        if config.get("kv_memory"):  # a pool other than the preset's (sweep_bfcl_16gib.toml)
+            preset += f", {config['kv_memory']} KV"
         rate = round(params["rate"] * float(config.get("rate_scale", 1)), 6)
         tier = config.get("offload", "none")
         runs[preset, tier, config["scheduler"], rate][params["seed"]] = float(value)
