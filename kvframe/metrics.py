@@ -326,20 +326,31 @@ class MetricsSummary:
     # -- the text table --------------------------------------------------------
 
     def render_table(self) -> str:
-        """A plain-text summary for a terminal: counters, then latency percentiles."""
+        """The summary as plain text: what ``kvframe run`` prints when stdout is not a terminal."""
+        from kvframe.console import render_text
+
+        return render_text(*self.tables()).rstrip("\n")
+
+    def tables(self) -> list[Any]:
+        """The summary as rich renderables: counters, a blank line, latency percentiles.
+
+        ``kvframe run`` prints them with :func:`kvframe.console.emit` (rich on a
+        terminal, plain text elsewhere); :meth:`render_table` is the plain text.
+        """
+        from kvframe.console import new_table
+
         c = self.counters
-        lines: list[str] = []
         title = "kvframe run summary"
         if self.partial:
             title += " (PARTIAL: the run was interrupted)"
-        lines += [title, "=" * len(title)]
+        counters = new_table("metric", "value", title=title, numeric_from=1)
 
         def row(label: str, value: str) -> None:
-            lines.append(f"{label:<38}{value:>18}")
+            counters.add_row(label, value)
 
         row(
             "requests finished / arrived",
-            f"{c.get('num_requests_finished', 0)} / {c.get('num_requests', 0)}",
+            f"{c.get('num_requests_finished', 0):,} / {c.get('num_requests', 0):,}",
         )
         if c.get("num_requests_ignored"):
             row("requests ignored (never ran)", f"{c['num_requests_ignored']:,}")
@@ -363,31 +374,32 @@ class MetricsSummary:
                 )
                 row(f"{prefix}_hit_rate", f"{rate:.2%}")
         for key, fmt in (
-            ("simulated_duration_seconds", "{:.3f}"),
-            ("output_throughput_tokens_per_second", "{:.1f}"),
+            ("simulated_duration_seconds", "{:,.3f}"),
+            ("output_throughput_tokens_per_second", "{:,.1f}"),
             ("request_throughput_per_second", "{:.3f}"),
-            ("wall_clock_seconds", "{:.3f}"),
-            ("simulated_requests_per_wall_second", "{:.1f}"),
+            ("wall_clock_seconds", "{:,.3f}"),
+            ("simulated_requests_per_wall_second", "{:,.1f}"),
         ):
             if c.get(key) is not None:
                 row(key, fmt.format(c[key]))
+        out: list[Any] = [counters]
 
         shown = [(name, dist) for name, dist in self.distributions.items() if dist is not None]
         if shown:
-            lines.append("")
-            header = f"{'latency (seconds)':<32}{'count':>7}" + "".join(
-                f"{label:>10}" for label in ("mean", "p50", "p90", "p99", "max")
+            latency = new_table(
+                "latency (seconds)", "count", "mean", "p50", "p90", "p99", "max", numeric_from=1
             )
-            lines += [header, "-" * len(header)]
             for name, dist in shown:
-                lines.append(
-                    f"{name:<32}{dist.count:>7}"
-                    + "".join(
-                        f"{value:>10.4f}"
+                latency.add_row(
+                    name,
+                    f"{dist.count:,}",
+                    *(
+                        f"{value:.4f}"
                         for value in (dist.mean, dist.p50, dist.p90, dist.p99, dist.max)
-                    )
+                    ),
                 )
-        return "\n".join(lines)
+            out += ["", latency]
+        return out
 
 
 class MetricsCollector:

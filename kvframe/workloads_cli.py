@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from kvframe.cli import Context
 
-__all__ = ["add_workloads_command", "format_workload_table"]
+__all__ = ["add_workloads_command", "format_workload_table", "workload_table"]
 
 
 def add_workloads_command(subparsers: Any) -> None:
@@ -42,21 +42,24 @@ def _rows() -> list[dict[str, Any]]:
     ]
 
 
+def workload_table(rows: list[dict[str, Any]]) -> Any:
+    """One row per workload: name, requests, compressed size, description."""
+    from kvframe.console import new_table
+
+    table = new_table("name", "requests", "size", "description", numeric_from=1)
+    table.columns[-1].justify = "left"
+    for r in rows:
+        table.add_row(
+            r["name"], f"{r['requests']:,}", f"{r['size_bytes'] / 1e6:.2f} MB", r["description"]
+        )
+    return table
+
+
 def format_workload_table(rows: list[dict[str, Any]]) -> str:
-    """One line per workload: name, requests, compressed size, description."""
-    header = ("name", "requests", "size", "description")
-    cells = [
-        (r["name"], f"{r['requests']:,}", f"{r['size_bytes'] / 1e6:.2f} MB", r["description"])
-        for r in rows
-    ]
-    widths = [max(len(row[i]) for row in [header, *cells]) for i in range(3)]
+    """The listing as plain text, as ``kvframe workloads`` prints it into a pipe or a file."""
+    from kvframe.console import render_text
 
-    def line(row: tuple[str, ...]) -> str:
-        return (
-            f"{row[0]:<{widths[0]}}  {row[1]:>{widths[1]}}  {row[2]:>{widths[2]}}  {row[3]}"
-        ).rstrip()
-
-    return "\n".join([line(header), *(line(c) for c in cells)])
+    return render_text(workload_table(rows)).rstrip("\n")
 
 
 def _run_workloads(args: argparse.Namespace, ctx: Context) -> int:
@@ -64,5 +67,7 @@ def _run_workloads(args: argparse.Namespace, ctx: Context) -> int:
     if args.json:
         ctx.print(json.dumps({"workloads": rows}, indent=2))
     else:
-        ctx.print(format_workload_table(rows))
+        from kvframe.console import emit
+
+        emit(ctx.stdout, workload_table(rows))
     return 0

@@ -1,4 +1,4 @@
-"""``import kvframe`` stays light: no torch, no entry-point scan, no plugin host.
+"""``import kvframe`` stays light: no torch, no rich, no entry-point scan, no plugin host.
 
 Each check runs in a fresh interpreter, because this one has imported everything.
 """
@@ -28,6 +28,8 @@ def test_import_kvframe_loads_no_torch_no_entry_points_and_no_plugin_host() -> N
     assert loaded.isdisjoint(HEAVY), loaded & set(HEAVY)
     assert "kvframe.plugins" not in loaded
     assert "kvframe.config" not in loaded
+    # The CLI's tables and progress display import rich where they draw.
+    assert "rich" not in loaded and "kvframe.console" not in loaded
 
 
 def test_building_a_registry_does_not_scan_until_asked() -> None:

@@ -104,15 +104,23 @@ def _run_check(args: argparse.Namespace, ctx: Context) -> int:
             )
         )
         return EXIT_OK
+    from kvframe.console import emit, new_table
+
+    out: list[Any] = []
     if source is not None:
-        ctx.print(f"{'config file':<13} {source}")
-    if not resolved:
-        ctx.print("no plugins selected")
-    for role, r in resolved:
-        options = ", ".join(f"{k}={value_text(v)}" for k, v in r.effective_options().items())
-        ctx.print(f"{role:<13} {r.name}  ({r.cls.__module__}:{r.cls.__qualname__})")
-        if options:
-            ctx.print(f"{'':<13} {options}")
-    for key, value in engine.items():
-        ctx.print(f"{'engine':<13} {key} = {value!r}")
+        out += [f"config file: {source}", ""]
+    if resolved:
+        plugins = new_table("role", "plugin", "class", "options", wrap_last_at=80)
+        for role, r in resolved:
+            options = ", ".join(f"{k}={value_text(v)}" for k, v in r.effective_options().items())
+            plugins.add_row(role, r.name, f"{r.cls.__module__}:{r.cls.__qualname__}", options)
+        out.append(plugins)
+    else:
+        out.append("no plugins selected")
+    if engine:
+        settings = new_table("engine setting", "value")
+        for key, value in engine.items():
+            settings.add_row(key, repr(value))
+        out += ["", settings]
+    emit(ctx.stdout, *out)
     return EXIT_OK

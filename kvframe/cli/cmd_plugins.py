@@ -12,9 +12,11 @@ from kvframe.cli.common import EXIT_OK, Context
 from kvframe.config import KINDS
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from kvframe.plugins import PluginEntry
 
-__all__ = ["add_plugins_command", "format_plugin_table"]
+__all__ = ["add_plugins_command", "format_plugin_table", "plugin_count", "plugin_table"]
 
 
 def add_plugins_command(subparsers: Any) -> None:
@@ -42,39 +44,51 @@ def _run_plugins(args: argparse.Namespace, ctx: Context) -> int:
             )
         )
         return EXIT_OK
-    ctx.print(format_plugin_table(entries))
+    if not entries:
+        ctx.print("no kvframe plugins installed")
+        return EXIT_OK
+    from kvframe.console import emit
+
+    emit(ctx.stdout, plugin_table(entries), "", plugin_count(entries))
     return EXIT_OK
 
 
-def format_plugin_table(entries: Sequence[PluginEntry]) -> str:
-    """The human-readable listing: one row per name, options and problems under it."""
-    if not entries:
-        return "no kvframe plugins installed"
-    header = ("KIND", "NAME", "DISTRIBUTION", "VERSION", "DESCRIPTION")
-    rows: list[tuple[str, ...]] = []
-    details: list[list[str]] = []
+def plugin_table(entries: Sequence[PluginEntry]) -> Table:
+    """One row per name; its options (and, for a conflict, its class path) under the description.
+
+    The extra lines go inside the description cell, not in rows of their own,
+    so that on a narrow terminal they wrap with the description they belong to.
+    """
+    from kvframe.console import new_table
+
+    table = new_table("KIND", "NAME", "DISTRIBUTION", "VERSION", "DESCRIPTION", wrap_last_at=100)
     for e in entries:
         description = e.description if e.status == "ok" else f"{e.status.upper()}: {e.error}"
-        dist, version = e.source.distribution or "-", e.source.version or "-"
-        rows.append((e.kind or "?", e.name, dist, version, description))
-        extra = []
+        lines = [description]
         if e.options:
-            extra.append("options: " + ", ".join(o.describe() for o in e.options))
+            lines.append("options: " + ", ".join(o.describe() for o in e.options))
         if e.status == "conflict" and e.class_path:
-            extra.append(f"select by path: {e.class_path}")
-        details.append(extra)
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
-    indent = " " * (widths[0] + 2)
+            lines.append(f"select by path: {e.class_path}")
+        table.add_row(
+            e.kind or "?",
+            e.name,
+            e.source.distribution or "-",
+            e.source.version or "-",
+            "\n".join(lines),
+        )
+    return table
 
-    def line(cells: tuple[str, ...]) -> str:
-        return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=False)) + "  " + cells[-1]
 
-    out = [line(header)]
-    for row, extra in zip(rows, details, strict=True):
-        out.append(line(row).rstrip())
-        out.extend(indent + text for text in extra)
+def plugin_count(entries: Sequence[PluginEntry]) -> str:
+    """``3 usable, 1 with problems``: the line under the table."""
     broken = sum(e.status != "ok" for e in entries)
-    usable = len(entries) - broken
-    out.append("")
-    out.append(f"{usable} usable, {broken} with problems")
-    return "\n".join(out)
+    return f"{len(entries) - broken} usable, {broken} with problems"
+
+
+def format_plugin_table(entries: Sequence[PluginEntry]) -> str:
+    """The listing as plain text, as ``kvframe plugins`` prints it into a pipe or a file."""
+    if not entries:
+        return "no kvframe plugins installed"
+    from kvframe.console import render_text
+
+    return render_text(plugin_table(entries), "", plugin_count(entries)).rstrip("\n")

@@ -330,7 +330,9 @@ def _report(
         if where:
             print(where, file=sys.stderr)
         return
-    ctx.print(summary.render_table())
+    from kvframe.console import emit
+
+    emit(ctx.stdout, *summary.tables())
     ctx.print("")
     for line in describe_configuration(summary.metadata.get("engine", {}), config_source):
         ctx.print(line)

@@ -73,22 +73,22 @@ def _cell(value: Any) -> str:
 
 
 def render_table(entries: Sequence[Entry], out: IO[str], *, title: str | None = None) -> None:
-    """Print the table with rich (plain text when ``out`` is not a terminal)."""
-    from rich.console import Console
-    from rich.table import Table
+    """Print the table (rich on a terminal, plain text elsewhere: :mod:`kvframe.console`)."""
+    from kvframe.console import emit, new_table
 
     headings, rows = table_rows(entries)
-    table = Table(title=title)
-    for i, heading in enumerate(headings):
-        numeric = i >= headings.index("status") + 1
-        table.add_column(heading, justify="right" if numeric else "left")
+    table = new_table(*headings, title=title, numeric_from=headings.index("status") + 1)
     for row in rows:
         table.add_row(*row)
-    Console(file=out, width=max(100, 14 * len(headings))).print(table)
     failed = [e for e in entries if e.status == "failed"]
-    for entry in failed:
-        first = (entry.error or "").splitlines()[0] if entry.error else "?"
-        print(f"failed {entry.name}: {first}", file=out)
+    emit(
+        out,
+        table,
+        *(
+            f"failed {e.name}: {(e.error or '?').splitlines()[0] if e.error else '?'}"
+            for e in failed
+        ),
+    )
 
 
 def _records(entries: Sequence[Entry]) -> list[dict[str, Any]]:

@@ -18,7 +18,14 @@ import attrs
 
 from kvframe.sweep.spec import WORKLOAD_KEYS
 
-__all__ = ["CellOutcome", "build_engine_config", "load_cell_workload", "run_cell"]
+__all__ = [
+    "CellOutcome",
+    "build_engine_config",
+    "load_cell_workload",
+    "read_workload",
+    "run_cell",
+    "workload_key",
+]
 
 
 @attrs.frozen(slots=True)
@@ -57,16 +64,39 @@ def build_engine_config(settings: Mapping[str, Any]) -> Any:
     return EngineConfig.from_settings(selection.engine, origins=selection.origins, **fields)
 
 
-def load_cell_workload(settings: Mapping[str, Any]) -> Any:
-    """The cell's workload; ``rate_scale`` divides every arrival time (open-loop load)."""
-    from kvframe.workloads import Workload, load_workload
+def workload_key(settings: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What identifies a cell's workload as read from disk (before ``rate_scale``).
 
-    workload = load_workload(
+    Cells with equal keys read the same requests, so a worker process may read
+    them once for all of them (:class:`~kvframe.sweep.runner.LocalBackend` does).
+    """
+    return (
         settings["workload"],
-        format=settings.get("format", "auto"),
-        limit=settings.get("limit"),
-        skip_bad_lines=settings.get("skip_bad_lines", False),
+        settings.get("format", "auto"),
+        settings.get("limit"),
+        settings.get("skip_bad_lines", False),
     )
+
+
+def read_workload(settings: Mapping[str, Any]) -> Any:
+    """The cell's workload as stored (no ``rate_scale``): see :func:`workload_key`."""
+    from kvframe.workloads import load_workload
+
+    name, format, limit, skip_bad_lines = workload_key(settings)
+    return load_workload(name, format=format, limit=limit, skip_bad_lines=skip_bad_lines)
+
+
+def load_cell_workload(settings: Mapping[str, Any], workload: Any = None) -> Any:
+    """The cell's workload; ``rate_scale`` divides every arrival time (open-loop load).
+
+    :param workload: :func:`read_workload` of these settings, already read (a
+        worker shares one between cells); read here when ``None``. It is not
+        modified: a scaled copy is returned.
+    """
+    from kvframe.workloads import Workload
+
+    if workload is None:
+        workload = read_workload(settings)
     scale = settings.get("rate_scale")
     if scale is None or scale == 1:
         return workload
@@ -82,8 +112,11 @@ def load_cell_workload(settings: Mapping[str, Any]) -> Any:
     )
 
 
-def run_cell(key: str, settings: Mapping[str, Any]) -> CellOutcome:
-    """Run one cell to completion; any exception becomes a failed outcome with its traceback."""
+def run_cell(key: str, settings: Mapping[str, Any], workload: Any = None) -> CellOutcome:
+    """Run one cell to completion; any exception becomes a failed outcome with its traceback.
+
+    :param workload: the cell's :func:`read_workload`, when the caller already has it.
+    """
     started = time.time()
     clock = time.perf_counter()
     try:
@@ -91,8 +124,7 @@ def run_cell(key: str, settings: Mapping[str, Any]) -> CellOutcome:
         from kvframe.metrics import CSV_COLUMNS
 
         config = build_engine_config(settings)
-        workload = load_cell_workload(settings)
-        result = Engine.from_config(config).run(workload)
+        result = Engine.from_config(config).run(load_cell_workload(settings, workload))
         summary = result.summary
         metrics = summary.to_dict()
         metrics.setdefault("metadata", {})["sweep_cell"] = dict(settings)

@@ -59,16 +59,17 @@ def add_sweep_command(subparsers: Any) -> None:
 
 
 def _dry_run(spec: Any, done: set[str], ctx: Context) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from kvframe.console import emit, new_table
 
-    table = Table(title=f"sweep {spec.name}: {len(spec.cells)} cells -> {spec.db}")
-    table.add_column("#", justify="right")
-    table.add_column("key")
-    table.add_column("stored")
     shown = spec.varying or ("workload",)
-    for key in shown:
-        table.add_column(key)
+    table = new_table(
+        "#",
+        "key",
+        "stored",
+        *shown,
+        title=f"sweep {spec.name}: {len(spec.cells)} cells -> {spec.db}",
+    )
+    table.columns[0].justify = "right"
     for cell in spec.cells:
         table.add_row(
             str(cell.index + 1),
@@ -76,7 +77,7 @@ def _dry_run(spec: Any, done: set[str], ctx: Context) -> None:
             "yes" if cell.key in done else "",
             *(str(cell.settings.get(k, "-")) for k in shown),
         )
-    Console(file=ctx.stdout, width=200).print(table)
+    emit(ctx.stdout, table)
 
 
 def sweep_command(args: argparse.Namespace, ctx: Context) -> int:

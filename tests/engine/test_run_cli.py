@@ -215,9 +215,10 @@ def test_progress_line_draws_only_on_a_terminal():
         for _ in range(ProgressLine.check_every):
             line(Progress())  # type: ignore[arg-type]
         line.close()
-    assert quiet.text == ""
+    assert quiet.text == ""  # off a terminal: plain lines, and the first only after 10 s
     assert "4/10 requests" in loud.text and "sim 12.5 s" in loud.text
-    assert loud.text.endswith("\r")
+    assert "\u2501" in loud.text  # rich's bar
+    assert loud.text.endswith("\x1b[2K")  # closing erased the line: what follows starts clean
 
 
 def test_gen_chat_writes_a_workload_that_runs(capsys: pytest.CaptureFixture[str]):

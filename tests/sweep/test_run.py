@@ -210,3 +210,128 @@ def test_the_same_sweep_runs_on_a_local_ray_instance(write_sweep) -> None:
                 == (local_cell["metrics"]["counters"]["num_steps"])
             )
             assert ray_cell["metrics"]["distributions"] == local_cell["metrics"]["distributions"]
+
+
+SHARED = """
+[sweep]
+db = "shared.sqlite"
+[base]
+workload = "chat.jsonl"
+[grid]
+num_gpu_blocks = [48, 96]
+rate_scale = [1, 2]
+"""
+
+
+def test_cells_reading_the_same_workload_share_one_read_in_the_parent(
+    write_sweep, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The parent reads a workload once for all its cells, and sharing changes no result."""
+    import kvframe.sweep.runner as runner
+
+    reads: list[tuple[object, ...]] = []
+    real_read = runner.read_workload
+
+    def counting_read(settings):  # type: ignore[no-untyped-def]
+        reads.append(runner.workload_key(settings))
+        return real_read(settings)
+
+    monkeypatch.setattr(runner, "read_workload", counting_read)
+    spec = load_sweep(write_sweep(SHARED))
+    store = ResultStore(spec.db)
+    report = run_sweep(spec, store, LocalBackend(jobs=1))
+    stored = {c["key"]: c for c in store.cells()}
+    store.close()
+    assert report.done == 4 and report.failed == 0
+    assert len(reads) == 1  # four cells, one read (forked cells cannot add to this list)
+
+    from kvframe.engine import Engine
+
+    for cell in spec.cells:  # rate_scale still applies per cell, on a copy
+        bare = Engine.from_config(build_engine_config(cell.settings)).run(
+            load_cell_workload(cell.settings)
+        )
+        counters = stored[cell.key]["metrics"]["counters"]
+        assert counters["num_steps"] == bare.summary.counters["num_steps"]
+        assert counters["simulated_duration_seconds"] == pytest.approx(
+            bare.summary.counters["simulated_duration_seconds"]
+        )
+
+    reads.clear()
+    store = ResultStore(Path(spec.db).with_name("unshared.sqlite"))
+    assert run_sweep(spec, store, LocalBackend(jobs=1, share_workloads=0)).done == 4
+    store.close()
+    assert reads == []  # each cell read its own, in its own process
+
+
+def test_a_workload_the_parent_cannot_read_fails_only_its_cells(write_sweep, capsys) -> None:
+    path = write_sweep(SHARED.replace('workload = "chat.jsonl"', 'workload = "gone.jsonl"'))
+    (path.parent / "gone.jsonl").write_text('{"not": "a request"}\n', encoding="utf-8")
+    spec = load_sweep(path)
+    (path.parent / "gone.jsonl").unlink()  # vanishes between the check and the run
+    store = ResultStore(spec.db)
+    report = run_sweep(spec, store, LocalBackend(jobs=2))
+    cells = store.cells()
+    store.close()
+    assert report.failed == 4 and report.done == 0
+    assert all("gone.jsonl" in (c["error"] or "") for c in cells)
+
+
+def test_the_parent_scans_the_plugins_once_before_forking(
+    write_sweep, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each forked cell inherits the entry-point scan instead of repeating it (~50 ms)."""
+    import kvframe.plugins as plugins
+
+    calls: list[int] = []
+    real = plugins.get_registry
+
+    def spy():  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return real()
+
+    monkeypatch.setattr(plugins, "get_registry", spy)
+    spec = load_sweep(write_sweep(SHARED))
+    store = ResultStore(spec.db)
+    assert run_sweep(spec, store, LocalBackend(jobs=2)).done == 4
+    store.close()
+    assert len(calls) == 1  # in this process: once, before the first fork
+
+
+def test_the_next_cell_starts_before_a_finished_one_is_stored(write_sweep) -> None:
+    """Storing a cell (its SQLite transaction) overlaps the next cell's run."""
+    from kvframe.sweep import CellOutcome
+
+    events: list[str] = []
+
+    class Instant:
+        jobs = 1
+
+        def __init__(self) -> None:
+            self._running: list[str] = []
+
+        def submit(self, cell) -> None:  # type: ignore[no-untyped-def]
+            events.append(f"start {cell.index}")
+            self._running.append(cell.key)
+
+        def wait(self, timeout: float) -> list[CellOutcome]:
+            done, self._running = self._running, []
+            return [CellOutcome(key, "failed", 0.0, 0.0, error="x") for key in done]
+
+        def running(self) -> int:
+            return len(self._running)
+
+        def stop(self) -> None:
+            pass
+
+    class Logged(ResultStore):
+        def record(self, index, config, outcome) -> None:  # type: ignore[no-untyped-def]
+            events.append(f"store {index}")
+            super().record(index, config, outcome)
+
+    spec = load_sweep(write_sweep(SHARED))
+    store = Logged(spec.db)
+    run_sweep(spec, store, Instant())
+    store.close()
+    assert events == ["start 0", "start 1", "store 0", "start 2", "store 1", "start 3", "store 2",
+                      "store 3"]  # fmt: skip

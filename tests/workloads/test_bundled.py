@@ -102,4 +102,7 @@ def test_workloads_lists_names_sizes_and_request_counts(
     assert main(["workloads"]) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[0].split() == ["name", "requests", "size", "description"]
-    assert [line.split()[0] for line in table[1:]] == list(BUNDLED_WORKLOADS)
+    assert set(table[1]) == {"-"}
+    assert [line.split()[0] for line in table[2:]] == list(BUNDLED_WORKLOADS)
+    counts = {r["name"]: f"{r['requests']:,}" for r in rows}
+    assert all(line.split()[1] == counts[line.split()[0]] for line in table[2:])
