@@ -136,6 +136,15 @@ class SlotOffloadManager:
         :meth:`prepare_store` answer a store that cannot fit without walking
         all its hashes or asking the policy (see there)."""
         self._events: list[KVEvent] | None = [] if enable_events else None
+        track_idle = getattr(policy, "track_idle", None)
+        self._on_idle = policy.on_idle if track_idle is not None and track_idle() else None
+        """``policy.on_idle`` if the policy accepted idle tracking, else ``None``.
+
+        Why: every ``ref_cnt`` change happens here, so the manager can tell the
+        policy which blocks became idle and the policy's ``evict`` can skip the
+        blocks being written (most of a busy tier) without walking them (see
+        :meth:`kvframe.EvictionPolicy.track_idle`). A policy without the
+        method (a duck-typed one) is simply not told."""
 
     # -- geometry -------------------------------------------------------------
 
@@ -204,7 +213,7 @@ class SlotOffloadManager:
         self.policy.touch(block_hashes)
 
     def complete_load(self, block_hashes: Iterable[BlockHash]) -> None:
-        blocks = []
+        pinned = []
         get = self._blocks.get
         for block_hash in block_hashes:
             block = get(block_hash)
@@ -214,11 +223,16 @@ class SlotOffloadManager:
                 raise OffloadStateError(
                     f"cannot complete load of {block_hash!r}: it is not being loaded"
                 )
-            blocks.append(block)
-        for block in blocks:
+            pinned.append((block_hash, block))
+        idle = []
+        for block_hash, block in pinned:
             block.ref_cnt -= 1
             if block.ref_cnt == 0:
-                self._num_idle += 1
+                idle.append(block_hash)
+        if idle:
+            self._num_idle += len(idle)
+            if self._on_idle is not None:
+                self._on_idle(idle)
 
     def prepare_store(self, block_hashes: Iterable[BlockHash]) -> PrepareStoreResult | None:
         requested = block_hashes if isinstance(block_hashes, list) else list(block_hashes)
@@ -278,10 +292,13 @@ class SlotOffloadManager:
                     block.ref_cnt = 0
                     self._num_idle += 1
                     stored.append(block_hash)
-            if stored and self._events is not None:
-                self._events.append(
-                    BlockStored(tuple(stored), None, self._block_size, medium=self._medium)
-                )
+            if stored:
+                if self._on_idle is not None:
+                    self._on_idle(stored)
+                if self._events is not None:
+                    self._events.append(
+                        BlockStored(tuple(stored), None, self._block_size, medium=self._medium)
+                    )
             return
         for block_hash in block_hashes:
             block = get(block_hash)
