@@ -33,6 +33,8 @@ DEFAULT_CONFIGS = (
     "cpu:capacity=8GiB,block_size_factor=2",
     "cpu:capacity=8GiB|threshold",
     "cpu:capacity=8GiB,eviction=arc|threshold",
+    "cpu:capacity=2GiB",
+    "cpu:capacity=2GiB,eviction=arc",
 )
 METHODS = (
     "lookup",

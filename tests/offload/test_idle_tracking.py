@@ -134,13 +134,16 @@ def _check_index(policy: Any) -> None:
     the list.
     """
     if hasattr(policy, "t1"):
-        pairs = [(policy._idle_t1, policy.t1), (policy._idle_t2, policy.t2)]
+        pairs = [
+            (policy._idle_t1, policy.t1, policy._stale_t1),
+            (policy._idle_t2, policy.t2, policy._stale_t2),
+        ]
     else:
-        pairs = [(policy._idle, policy.blocks)]
-    for index, order in pairs:
+        pairs = [(policy._idle, policy.blocks, policy._stale)]
+    for index, order, stale in pairs:
         assert list(index) == [key for key in order if key in index]
         assert all(order.get(key) is block for key, block in index.items())
-        if not policy._stale:
+        if not stale:
             assert {key for key, block in order.items() if block.ref_cnt == 0} <= index.keys()
 
 

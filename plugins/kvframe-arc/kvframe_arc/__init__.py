@@ -41,6 +41,7 @@ from typing import Literal
 
 import kvframe
 from kvframe.bases import EvictableBlock
+from kvframe.policy_support import TouchWalkCache
 
 __all__ = ["ARCPolicy"]
 
@@ -118,20 +119,31 @@ class ARCPolicy(kvframe.EvictionPolicy):
         self._touched: Sequence[Hashable] | None = None
         """The keys of the last touch while touching them again would change
         nothing (see :meth:`touch`); ``None`` otherwise."""
+        self._walks = TouchWalkCache(capacity)
+        """The held keys (``keys_held``) of recently touched lists: a waiting
+        request's blocks are touched on every step it waits, most of them in
+        none of the lists. Every key added to ``keys_held`` is logged to it."""
         self._tracking = False
         """Whether the tier reports blocks becoming idle (:meth:`track_idle`)."""
         self._idle_t1: OrderedDict[Hashable, EvictableBlock] = OrderedDict()
-        """With tracking, and unless ``_stale``: a subsequence of ``t1`` (same
-        order) holding every idle block of ``t1``, perhaps with blocks a load
-        pinned since (``evict`` checks ``ref_cnt`` anyway)."""
+        """With tracking: a subsequence of ``t1`` (same order) and, unless
+        ``_stale_t1``, one holding every idle block of ``t1``, perhaps with
+        blocks a load pinned since (``evict`` checks ``ref_cnt`` anyway)."""
         self._idle_t2: OrderedDict[Hashable, EvictableBlock] = OrderedDict()
         """The same for ``t2``."""
-        self._stale = False
-        """A block became idle that the indexes lack: rebuild them before the next walk.
+        self._stale_t1 = False
+        """A block of ``t1`` became idle that its index lacks: rebuild it before the next walk.
 
         Only a walk of its list finds where a block becoming idle belongs; one
         rebuild (in C) per batch of such blocks (a request's, when it
-        finishes) replaces walking both lists on every ``evict``."""
+        finishes: all in T1, where blocks being written stay) replaces
+        walking the list on every ``evict``."""
+        self._stale_t2 = False
+        """The same for ``t2`` (a block a load had pinned, or one promoted from
+        ``t1`` while it was in ``_unindexed``)."""
+        self._unindexed: set[Hashable] = set()
+        """Blocks of ``t1`` made idle that ``_idle_t1`` lacks (until the rebuild):
+        a touch that promotes one to ``t2`` makes ``t2``'s index stale too."""
 
     def __len__(self) -> int:
         return len(self.t1) + len(self.t2)
@@ -140,21 +152,29 @@ class ARCPolicy(kvframe.EvictionPolicy):
 
     def track_idle(self) -> bool:
         self._tracking = True
-        self._stale = True
+        self._stale_t1 = self._stale_t2 = True
         return True
 
     def on_idle(self, keys: Iterable[Hashable]) -> None:
-        if not self._stale:
-            idle_t1, idle_t2 = self._idle_t1, self._idle_t2
-            for key in keys:
-                if key not in idle_t1 and key not in idle_t2:
-                    self._stale = True
-                    return
+        t1, t2, idle_t1, idle_t2 = self.t1, self.t2, self._idle_t1, self._idle_t2
+        for key in keys:
+            if key in t1:
+                if key not in idle_t1:
+                    self._stale_t1 = True
+                    self._unindexed.add(key)
+            elif key in t2 and key not in idle_t2:
+                self._stale_t2 = True
 
     def _rebuild_idle(self) -> None:
-        self._idle_t1 = _idle_of(self.t1)
-        self._idle_t2 = _idle_of(self.t2)
-        self._stale = False
+        # Every unindexed block is in a stale list: in t1, or in t2 after a
+        # promotion marked t2 stale. So the rebuild indexes them all.
+        if self._stale_t1:
+            self._idle_t1 = _idle_of(self.t1)
+            self._stale_t1 = False
+        if self._stale_t2:
+            self._idle_t2 = _idle_of(self.t2)
+            self._stale_t2 = False
+        self._unindexed.clear()
 
     def __repr__(self) -> str:
         return (
@@ -178,6 +198,7 @@ class ARCPolicy(kvframe.EvictionPolicy):
             if self._tracking:
                 self._idle_t1.pop(key, None)
                 self._idle_t2.pop(key, None)
+                self._unindexed.discard(key)
 
     # -- insert -------------------------------------------------------------
 
@@ -193,6 +214,7 @@ class ARCPolicy(kvframe.EvictionPolicy):
         self.b1.pop(key, None)
         self.b2.pop(key, None)
         self.keys_held.add(key)
+        self._walks.inserted(key)
         self._touched = None
 
     def _insert_paper(self, key: Hashable, block: EvictableBlock) -> None:
@@ -219,6 +241,7 @@ class ARCPolicy(kvframe.EvictionPolicy):
             self._idle_t1[key] = block
         keys_held = self.keys_held
         keys_held.add(key)
+        self._walks.inserted(key)
         c = self.capacity
         if len(self.t1) + len(self.b1) > c:
             if self.b1:
@@ -254,7 +277,7 @@ class ARCPolicy(kvframe.EvictionPolicy):
         # with the touched keys it holds in the order of their last
         # occurrence in the walk, and the target sees the ghost hits in walk
         # order. ``plain_touch`` in the tests is the key-by-key walk.
-        walk = list(filter(self.keys_held.__contains__, reversed(keys)))
+        walk = self._walks.walk(keys, self.keys_held.__contains__)  # type: ignore[arg-type]
         if not walk:
             self._touched = keys
             return
@@ -275,6 +298,8 @@ class ARCPolicy(kvframe.EvictionPolicy):
                 # Promoted idle blocks enter T2's index in the order T2 got them.
                 moved = list(filter(idle_t1.__contains__, ready))
                 idle_t2.update(zip(moved, map(idle_t1.pop, moved), strict=True))
+            if self._unindexed and not self._unindexed.isdisjoint(ready):
+                self._stale_t2 = True  # an idle block T2's index lacks
             if len(ready) < len(in_t1):
                 settled = False
                 if len(in_t1) == len(walk_t1):
@@ -340,6 +365,8 @@ class ARCPolicy(kvframe.EvictionPolicy):
             self.t2[key] = block
             if key in idle_t1:
                 self._idle_t2[key] = idle_t1.pop(key)
+            elif key in self._unindexed:
+                self._stale_t2 = True  # an idle block T2's index lacks
         elif key in self.t2:
             self.t2.move_to_end(key)
             if key in self._idle_t2:
@@ -394,7 +421,7 @@ class ARCPolicy(kvframe.EvictionPolicy):
         # victims come first.
         walk_t1, walk_t2 = t1, t2
         if self._tracking:
-            if self._stale:
+            if self._stale_t1 or self._stale_t2:
                 self._rebuild_idle()
             walk_t1, walk_t2 = self._idle_t1, self._idle_t2
         from_t1: list[Victim] = []
@@ -466,7 +493,7 @@ class ARCPolicy(kvframe.EvictionPolicy):
         incoming_from_b2 = not b2.keys().isdisjoint(protected)
         chosen: list[tuple[Hashable, EvictableBlock, bool]] = []
         if self._tracking:
-            if self._stale:
+            if self._stale_t1 or self._stale_t2:
                 self._rebuild_idle()
             t1_candidates = _evictable(self._idle_t1, protected)
             t2_candidates = _evictable(self._idle_t2, protected)
