@@ -292,8 +292,11 @@ class ARCPolicy(kvframe.EvictionPolicy):
             # written (inserted by this very store, not a second use) stays
             # in T1 as its most recent entry.
             ready_flags = list(map(ge, map(_ref_cnt, map(t1.__getitem__, in_t1)), repeat(0)))
-            ready = list(compress(in_t1, ready_flags))
-            t2.update(zip(ready, map(t1.pop, ready), strict=True))
+            # Usually none is ready (the touch after a store names the request's
+            # blocks, being written): then nothing is promoted.
+            ready = list(compress(in_t1, ready_flags)) if any(ready_flags) else []
+            if ready:
+                t2.update(zip(ready, map(t1.pop, ready), strict=True))
             if idle_t1 and ready:
                 # Promoted idle blocks enter T2's index in the order T2 got them.
                 moved = list(filter(idle_t1.__contains__, ready))
@@ -304,7 +307,7 @@ class ARCPolicy(kvframe.EvictionPolicy):
                 settled = False
                 if len(in_t1) == len(walk_t1):
                     # No key repeated: the blocks being written, in walk order.
-                    writing = list(compress(in_t1, map(not_, ready_flags)))
+                    writing = list(compress(in_t1, map(not_, ready_flags))) if ready else in_t1
                 else:
                     writing = list(filter(t1.__contains__, walk))
                 deque(map(t1.move_to_end, writing), maxlen=0)
