@@ -28,13 +28,24 @@ class TouchWalkCache:
 
     Costs: a hit compares the lists (in C, the elements are usually the same
     objects) and checks the keys inserted since against a set of the list's
-    keys, built once per list; a miss is the plain filter. Memory stays
+    keys, built once per list; a miss is the plain filter. A list is cached
+    the second time it is walked. Memory stays
     bounded by a multiple of ``capacity`` (the eviction contract): at most
-    ``8 * capacity + 256`` cached keys and ``2 * capacity + 64`` logged
-    inserts; past either, it forgets everything and starts again.
+    ``8 * capacity + 256`` cached keys, ``2 * capacity + 64`` logged inserts
+    and ``capacity + 64`` signatures of lists seen once; past a bound, it
+    forgets what that bound limits and starts again.
     """
 
-    __slots__ = ("_entries", "_num_cached", "log", "max_cached", "max_log", "min_length")
+    __slots__ = (
+        "_entries",
+        "_num_cached",
+        "_seen",
+        "log",
+        "max_cached",
+        "max_log",
+        "max_seen",
+        "min_length",
+    )
 
     def __init__(self, capacity: int, *, min_length: int = 32) -> None:
         self.min_length = min_length
@@ -42,6 +53,9 @@ class TouchWalkCache:
         self.max_cached = 8 * capacity + 256
         self.max_log = 2 * capacity + 64
         self._num_cached = 0
+        self.max_seen = capacity + 64
+        self._seen: set[tuple[int, Hashable, Hashable]] = set()
+        """Signatures of lists walked once (a list is cached when it comes again)."""
         self.log: list[Hashable] = []
         """Keys inserted since the cache last forgot everything (:meth:`inserted` adds)."""
         self._entries: dict[
@@ -59,6 +73,7 @@ class TouchWalkCache:
     def clear(self) -> None:
         self._entries.clear()
         self._num_cached = 0
+        self._seen.clear()
         self.log.clear()
 
     def walk(self, keys: list[Hashable], holds: Callable[[Hashable], bool]) -> list[Hashable]:
@@ -85,6 +100,14 @@ class TouchWalkCache:
                 entries[signature] = (cached, held, len(log), key_set)
                 return held
         held = list(filter(holds, reversed(keys)))
+        if entry is None and signature not in self._seen:
+            # Cached from the second sighting on: the touch after each store
+            # names a list one block longer every time, and would push out
+            # the lists that do repeat (a waiting request's).
+            if len(self._seen) >= self.max_seen:
+                self._seen.clear()
+            self._seen.add(signature)
+            return held
         replaced = entries.get(signature)
         self._num_cached += len(keys) - (len(replaced[0]) if replaced is not None else 0)
         if self._num_cached > self.max_cached:

@@ -246,9 +246,11 @@ class SlotOffloadManager:
         # ``refused_new_blocks`` so that a caller retrying every step can skip
         # retries bound to fail as well (see ``store_clock``). The new hashes
         # are counted with set operations in C: a refused store names every
-        # block its request has computed and not stored.
-        unique = dict.fromkeys(requested)
-        held = unique.keys() & blocks.keys()
+        # block its request has computed and not stored (800 on average at
+        # 2,000 Mooncake requests), so the refusal builds only a set; the
+        # ordered list of new hashes is made once the store is accepted.
+        unique = set(requested)
+        held = unique & blocks.keys()
         num_new = len(unique) - len(held)
         if num_new > self.num_free_blocks + self._num_idle:
             self.refused_new_blocks = num_new
@@ -256,13 +258,12 @@ class SlotOffloadManager:
         self.refused_new_blocks = 0
         if not num_new:
             return PrepareStoreResult((), (), ())
-        new = list(unique) if not held else [h for h in unique if h not in held]
         evicted: tuple[BlockHash, ...] = ()
         num_to_evict = num_new - self.num_free_blocks
         if num_to_evict > 0:
             # The call's own hashes are protected: a block asked to be stored
             # that is already there must still be there afterwards.
-            victims = self.policy.evict(num_to_evict, set(requested))
+            victims = self.policy.evict(num_to_evict, unique)
             if victims is None:
                 return None
             self._num_idle -= len(victims)
@@ -273,6 +274,10 @@ class SlotOffloadManager:
             self._free_slots += [cast(OffloadBlock, block).slot_id for _, block in victims]
             if self._events is not None:
                 self._events.append(BlockRemoved(evicted, medium=self._medium))
+        # Only now the ordered new hashes (a policy may refuse: arc does, and
+        # the store is then retried every step).
+        ordered = dict.fromkeys(requested)  # first occurrences, in request order
+        new = list(ordered) if not held else [h for h in ordered if h not in held]
         slot_ids = self._allocate(num_new)
         self._num_inserted += num_new
         insert = self.policy.insert
