@@ -375,6 +375,11 @@ class EvictionPolicy(PluginBase):
     * Deterministic: the same calls give the same victims.
     * Memory stays bounded by a multiple of ``capacity`` however many keys pass
       through, by eviction or by ``remove``.
+
+    Optional, for speed (:meth:`track_idle` / :meth:`on_idle`): a tier may
+    promise to report every block that becomes idle, so that ``evict`` can
+    walk an index of idle blocks instead of every block it orders. The
+    victims must stay exactly those of the full walk; the suite checks it.
     """
 
     kind: ClassVar[str] = "eviction"
@@ -423,6 +428,41 @@ class EvictionPolicy(PluginBase):
 
         ``None`` is allowed only when fewer than ``n`` idle, unprotected blocks are
         held, or when the policy declares :attr:`may_refuse`.
+        """
+
+    # -- optional: idle tracking ----------------------------------------------
+
+    def track_idle(self) -> bool:
+        """Offer to be told when blocks become idle; ``True`` accepts (the default declines).
+
+        Called by a tier, at most once, before it calls :meth:`on_idle`. A
+        tier that gets ``True`` promises to call :meth:`on_idle` with every
+        held block whose ``ref_cnt`` it sets to ``0`` from another value, right
+        after setting it. A tier that never calls this (vLLM's own offloading
+        manager driving a kvframe policy in the bridge, the GPU prefix cache)
+        keeps the contract above unchanged: ``ref_cnt`` changes behind the
+        policy's back.
+
+        Why: in a busy offload tier most blocks are being written (``ref_cnt
+        -1`` until their request finishes) or loaded, and an ``evict`` that
+        walks its order from the least valuable end passes all of them on
+        every call. Told when a block becomes idle, a policy can keep its idle
+        blocks in an index in the same order and walk only that. Only the
+        change *to* idle needs a report: a block that leaves the idle state
+        (a load pins it) stays in the index until ``evict`` meets it and checks
+        ``ref_cnt`` as always.
+
+        .. note:: Accepting must not change a single victim: ``evict`` returns
+           exactly what the full walk would return. A policy may accept while
+           it already holds blocks (it must then index them itself).
+        """
+        return False
+
+    def on_idle(self, keys: Iterable[Hashable]) -> None:
+        """The tier has just set the ``ref_cnt`` of these held blocks to ``0``.
+
+        Called only after :meth:`track_idle` returned ``True``; never called
+        otherwise, so a policy that declines need not implement it.
         """
 
 

@@ -17,6 +17,9 @@ model (a plain dict of what the tier has inserted and not yet removed):
 * the same calls on a fresh policy give the same victims (determinism);
 * memory stays bounded by the capacity however many keys pass through, by
   eviction or by ``remove``;
+* (optional, :meth:`kvframe.EvictionPolicy.track_idle`) a policy that accepts
+  idle tracking, told of every block that becomes idle, evicts exactly what it
+  evicts untold;
 * every short call sequence, exhaustively, with the calls that must not change
   the eviction order checked by draining the policy
   (:mod:`kvframe.testing.eviction_sequences`);
@@ -89,7 +92,14 @@ class _Run:
     atomicity comparisons); ``outcomes`` records every evict's victim keys.
     """
 
-    def __init__(self, target: PluginTarget, capacity: int, *, check: bool = True) -> None:
+    def __init__(
+        self,
+        target: PluginTarget,
+        capacity: int,
+        *,
+        check: bool = True,
+        track_idle_at: int | None = None,
+    ) -> None:
         self.target = target
         self.capacity = capacity
         self.check = check
@@ -109,6 +119,16 @@ class _Run:
         self.outcomes: list[tuple[Hashable, ...] | None] = []
         self.has_len = hasattr(type(self.policy), "__len__")
         self.may_refuse = bool(getattr(self.policy, "may_refuse", False))
+        self.track_idle_at = track_idle_at
+        """Before which call (by index) to call ``track_idle``; ``None``: never."""
+        self.tracking = False
+        """``track_idle`` returned True: every block made idle is reported with ``on_idle``."""
+
+    def _start_tracking(self) -> None:
+        __tracebackhide__ = True
+        accepted = call_plugin(self.log, "track_idle()", self.policy.track_idle)
+        self.log.add(f"track_idle() -> {accepted!r}")
+        self.tracking = bool(accepted)
 
     # -- keys ---------------------------------------------------------------
 
@@ -128,6 +148,8 @@ class _Run:
     def do(self, op: Op) -> tuple[Hashable, ...] | None:
         """Make one call on the policy, check it, and record it."""
         __tracebackhide__ = True
+        if self.track_idle_at == len(self.ops):
+            self._start_tracking()
         self.ops.append(op)
         kind = op[0]
         text = _describe(op)
@@ -162,7 +184,12 @@ class _Run:
             text += f" -> {fmt(list(result)) if result is not None else 'None'}"
         else:  # the tier changes a block's ref_cnt in place
             _, key, ref = op
-            self.blocks[key].ref_cnt = ref
+            block = self.blocks[key]
+            was, block.ref_cnt = block.ref_cnt, ref
+            if self.tracking and ref == 0 and was != 0 and self.model.get(key) is block:
+                # A tier that accepted idle tracking reports it, right after.
+                call_plugin(self.log, f"on_idle([{fmt(key)}])", self.policy.on_idle, [key])
+                text += f", on_idle([{fmt(key)}])"
         for key in self.model:
             self.known[key] = ""
         self.log.add(text)
@@ -384,6 +411,61 @@ def _refusal_steps() -> Any:
     )
 
 
+def _idle_steps() -> Any:
+    """Abstract steps for the idle-tracking test, in an offload tier's pattern (see
+    :func:`_drive_idle`): blocks stored busy and made idle later, pins, touches, evictions."""
+    from hypothesis import strategies as st
+
+    picks = st.lists(st.integers(0, 23), min_size=1, max_size=4)
+    return st.lists(
+        st.one_of(
+            st.tuples(st.just("store"), st.integers(1, 4)),
+            st.tuples(st.just("ready"), picks),
+            st.tuples(st.just("ready"), picks),
+            st.tuples(st.just("pin"), st.integers(0, 23), st.sampled_from((1, 1, -1))),
+            st.tuples(st.just("touch"), picks),
+            st.tuples(
+                st.just("evict"), st.integers(1, 3), st.lists(st.integers(0, 23), max_size=2)
+            ),
+            st.tuples(st.just("remove"), st.integers(0, 23)),
+        ),
+        min_size=12,  # a defect shows only after an evict, a block made idle, an evict
+        max_size=40,
+    )
+
+
+def _drive_idle(run: _Run, abstract: Sequence[tuple[Any, ...]]) -> None:
+    """An offload tier's use of a policy: stores insert blocks being written (``ref_cnt
+    -1``), evicting first when full with the batch protected; they become idle later
+    (``ready``: what ``on_idle`` reports), are pinned by loads and released."""
+    capacity = run.capacity
+    for step in abstract:
+        kind = step[0]
+        present = run.present()
+        if kind == "store":
+            batch = [run.fresh_key() for _ in range(min(step[1], capacity))]
+            excess = len(run.model) + len(batch) - capacity
+            if excess > 0 and run.do(("evict", excess, frozenset(batch))) is None:
+                continue
+            for key in batch:
+                run.do(("insert", key, -1))
+        elif kind == "ready" and present:
+            for pick in step[1]:
+                key = present[pick % len(present)]
+                if run.model[key].ref_cnt != 0:
+                    run.do(("ref", key, 0))
+        elif kind == "pin" and present:
+            key = present[step[1] % len(present)]
+            run.do(("ref", key, step[2] if run.model[key].ref_cnt != 0 else 1))
+        elif kind == "touch":
+            run.do(("touch", tuple(dict.fromkeys(_pick(run, v) for v in step[1]))))
+        elif kind == "evict":
+            _, n, keys = step
+            run.do(("evict", n, frozenset(_pick(run, v) for v in keys)))
+        elif kind == "remove" and present:
+            run.do(("remove", present[step[1] % len(present)]))
+
+
 def _capacities() -> Any:
     from hypothesis import strategies as st
 
@@ -501,6 +583,44 @@ class EvictionPolicySuite(PluginSuite):
                 raise ContractViolation(
                     f"not deterministic: given the same calls, {call} returned {_shown(a)} the "
                     f"first time and {_shown(b)} on a fresh policy\ncalls: {history}"
+                )
+
+        run()
+
+    # -- optional: idle tracking ------------------------------------------------
+
+    def test_idle_tracking_changes_no_victim(self, kvframe_target: PluginTarget) -> None:
+        """A policy that accepts ``track_idle`` and is told of every block becoming idle
+        evicts exactly what the same policy evicts untold (whenever it accepts)."""
+        from hypothesis import given
+        from hypothesis import strategies as st
+
+        track_idle = getattr(kvframe_target.create(4), "track_idle", None)
+        if track_idle is None or not track_idle():
+            pytest.skip("the policy declines idle tracking (track_idle returns False)")
+
+        @suite_settings(self.examples())
+        @given(capacity=_capacities(), steps=_idle_steps(), start=st.integers(0, 6))
+        def run(capacity: int, steps: list[tuple[Any, ...]], start: int) -> None:
+            __tracebackhide__ = True
+            told = _Run(kvframe_target, capacity, track_idle_at=start)
+            _drive_idle(told, steps)
+            untold, error = _replay(kvframe_target, capacity, told.ops)
+            history = told.log.text()
+            if error is not None:
+                raise ContractViolation(
+                    f"without idle tracking, the same calls raise {type(error).__name__}: "
+                    f"{error}\ncalls: {history}"
+                )
+            diff = _first_difference(told.outcomes, untold.outcomes)
+            if diff is not None:
+                position, a, b = diff
+                call = _describe(_nth_evict(told.ops, position))
+                raise ContractViolation(
+                    f"rule: idle tracking changes no victim (kvframe.EvictionPolicy.track_idle)"
+                    f"\nwith idle tracking (on_idle after every block made idle), {call} "
+                    f"returned {_shown(a)}; the same calls without it: {_shown(b)}"
+                    f"\ncalls: {history}"
                 )
 
         run()

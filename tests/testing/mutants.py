@@ -209,6 +209,19 @@ class LRUEvictsWriting(LRUPolicy):
         return victims
 
 
+class LRUIdleTrackingIgnoresOnIdle(LRUPolicy):
+    """Accepts idle tracking but never reindexes a block the tier reports idle.
+
+    Breaks: idle tracking changes no victim (``track_idle`` / ``on_idle``): a
+    block that became idle after it was inserted is never evicted.
+    """
+
+    name = "mutant-lru-idle-tracking-ignores-on-idle"
+
+    def on_idle(self, keys: Iterable[Hashable]) -> None:
+        pass
+
+
 # ==========================================================================
 # arc
 # ==========================================================================
@@ -571,6 +584,12 @@ MUTANTS: tuple[tuple[type, str, str, tuple[str, ...]], ...] = (
     (LRUCachesIdleness, "eviction", "every_short", ("whose block has ref_cnt", "after ")),
     (LRURemoveLeaks, "eviction", "remove_churn", ("rule: memory stays bounded",)),
     (LRUEvictsWriting, "eviction", "every_short", ("being written", "after ")),
+    (
+        LRUIdleTrackingIgnoresOnIdle,
+        "eviction",
+        "idle_tracking",
+        ("track_idle() -> True", "on_idle(["),
+    ),
     (ARCGetPromotes, "eviction", "every_short", ("rule: get changes no order",)),
     (ARCRemoveLeavesGhost, "eviction", "remove_churn", ("rule: memory stays bounded",)),
     (ARCTouchNeedsSequence, "eviction", "every_short", ("touch accepts any iterable",)),

@@ -23,6 +23,12 @@ Costs. ``get``/``insert``/``remove`` and a touch of one key are O(1).
 victim), so it costs ``n`` plus the blocks it must skip (protected or in
 use). The vLLM variant trims the ghost lists after each eviction (amortised
 O(1) per evicted block); the paper variant trims at most one ghost per insert.
+
+Idle tracking (:meth:`kvframe.EvictionPolicy.track_idle`): with a tier that
+reports blocks becoming idle, ``t1`` and ``t2`` each get an index of their idle
+blocks in the same order (every move in a list is made in its index too), and
+``evict`` walks the indexes: it skips the blocks being written without
+visiting them, and chooses the same victims.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from typing import Literal
 
 import kvframe
 from kvframe.bases import EvictableBlock
+from kvframe.policy_support import TouchWalkCache
 
 __all__ = ["ARCPolicy"]
 
@@ -54,6 +61,24 @@ def _evictable(
     for key, block in blocks.items():
         if block.ref_cnt == 0 and key not in protected:
             yield key, block
+
+
+def _idle_of(
+    blocks: OrderedDict[Hashable, EvictableBlock],
+) -> OrderedDict[Hashable, EvictableBlock]:
+    """The idle blocks of one list, in its order (built in C)."""
+    return OrderedDict(compress(blocks.items(), map(not_, map(_ref_cnt, blocks.values()))))
+
+
+def _mirror_moves(index: OrderedDict[Hashable, EvictableBlock], keys: list[Hashable]) -> None:
+    """Make in an idle index the ``move_to_end`` calls just made in its list."""
+    deque(map(index.move_to_end, filter(index.__contains__, keys)), maxlen=0)
+
+
+def _drop(index: OrderedDict[Hashable, EvictableBlock], victims: list[Victim]) -> None:
+    """Take evicted blocks out of an idle index (they were chosen from it)."""
+    for key, _ in victims:
+        del index[key]
 
 
 class ARCPolicy(kvframe.EvictionPolicy):
@@ -94,9 +119,62 @@ class ARCPolicy(kvframe.EvictionPolicy):
         self._touched: Sequence[Hashable] | None = None
         """The keys of the last touch while touching them again would change
         nothing (see :meth:`touch`); ``None`` otherwise."""
+        self._walks = TouchWalkCache(capacity)
+        """The held keys (``keys_held``) of recently touched lists: a waiting
+        request's blocks are touched on every step it waits, most of them in
+        none of the lists. Every key added to ``keys_held`` is logged to it."""
+        self._tracking = False
+        """Whether the tier reports blocks becoming idle (:meth:`track_idle`)."""
+        self._idle_t1: OrderedDict[Hashable, EvictableBlock] = OrderedDict()
+        """With tracking: a subsequence of ``t1`` (same order) and, unless
+        ``_stale_t1``, one holding every idle block of ``t1``, perhaps with
+        blocks a load pinned since (``evict`` checks ``ref_cnt`` anyway)."""
+        self._idle_t2: OrderedDict[Hashable, EvictableBlock] = OrderedDict()
+        """The same for ``t2``."""
+        self._stale_t1 = False
+        """A block of ``t1`` became idle that its index lacks: rebuild it before the next walk.
+
+        Only a walk of its list finds where a block becoming idle belongs; one
+        rebuild (in C) per batch of such blocks (a request's, when it
+        finishes: all in T1, where blocks being written stay) replaces
+        walking the list on every ``evict``."""
+        self._stale_t2 = False
+        """The same for ``t2`` (a block a load had pinned, or one promoted from
+        ``t1`` while it was in ``_unindexed``)."""
+        self._unindexed: set[Hashable] = set()
+        """Blocks of ``t1`` made idle that ``_idle_t1`` lacks (until the rebuild):
+        a touch that promotes one to ``t2`` makes ``t2``'s index stale too."""
 
     def __len__(self) -> int:
         return len(self.t1) + len(self.t2)
+
+    # -- idle tracking --------------------------------------------------------
+
+    def track_idle(self) -> bool:
+        self._tracking = True
+        self._stale_t1 = self._stale_t2 = True
+        return True
+
+    def on_idle(self, keys: Iterable[Hashable]) -> None:
+        t1, t2, idle_t1, idle_t2 = self.t1, self.t2, self._idle_t1, self._idle_t2
+        for key in keys:
+            if key in t1:
+                if key not in idle_t1:
+                    self._stale_t1 = True
+                    self._unindexed.add(key)
+            elif key in t2 and key not in idle_t2:
+                self._stale_t2 = True
+
+    def _rebuild_idle(self) -> None:
+        # Every unindexed block is in a stale list: in t1, or in t2 after a
+        # promotion marked t2 stale. So the rebuild indexes them all.
+        if self._stale_t1:
+            self._idle_t1 = _idle_of(self.t1)
+            self._stale_t1 = False
+        if self._stale_t2:
+            self._idle_t2 = _idle_of(self.t2)
+            self._stale_t2 = False
+        self._unindexed.clear()
 
     def __repr__(self) -> str:
         return (
@@ -117,6 +195,10 @@ class ARCPolicy(kvframe.EvictionPolicy):
         if self.t1.pop(key, None) is not None or self.t2.pop(key, None) is not None:
             self.keys_held.discard(key)
             self._touched = None
+            if self._tracking:
+                self._idle_t1.pop(key, None)
+                self._idle_t2.pop(key, None)
+                self._unindexed.discard(key)
 
     # -- insert -------------------------------------------------------------
 
@@ -127,9 +209,12 @@ class ARCPolicy(kvframe.EvictionPolicy):
         # vLLM: a new block always starts in T1, even after a ghost hit, and
         # leaves the ghost lists.
         self.t1[key] = block
+        if self._tracking and block.ref_cnt == 0:
+            self._idle_t1[key] = block
         self.b1.pop(key, None)
         self.b2.pop(key, None)
         self.keys_held.add(key)
+        self._walks.inserted(key)
         self._touched = None
 
     def _insert_paper(self, key: Hashable, block: EvictableBlock) -> None:
@@ -140,6 +225,8 @@ class ARCPolicy(kvframe.EvictionPolicy):
             self.b1.pop(key, None)
             self.b2.pop(key, None)
             self.t2[key] = block
+            if self._tracking and block.ref_cnt == 0:
+                self._idle_t2[key] = block
             return
         # Case IV: a brand-new key enters T1. The paper first drops the LRU
         # ghost of B1 when |T1|+|B1| == c (case A), else that of B2 when the
@@ -150,8 +237,11 @@ class ARCPolicy(kvframe.EvictionPolicy):
         # without a ghost, falls out too: that block entered the empty B1 in
         # ``evict`` and is the ghost dropped here.)
         self.t1[key] = block
+        if self._tracking and block.ref_cnt == 0:
+            self._idle_t1[key] = block
         keys_held = self.keys_held
         keys_held.add(key)
+        self._walks.inserted(key)
         c = self.capacity
         if len(self.t1) + len(self.b1) > c:
             if self.b1:
@@ -187,12 +277,14 @@ class ARCPolicy(kvframe.EvictionPolicy):
         # with the touched keys it holds in the order of their last
         # occurrence in the walk, and the target sees the ghost hits in walk
         # order. ``plain_touch`` in the tests is the key-by-key walk.
-        walk = list(filter(self.keys_held.__contains__, reversed(keys)))
+        walk = self._walks.walk(keys, self.keys_held.__contains__)  # type: ignore[arg-type]
         if not walk:
             self._touched = keys
             return
         t1, t2, b1, b2 = self.t1, self.t2, self.b1, self.b2
+        idle_t1, idle_t2 = self._idle_t1, self._idle_t2
         settled = True
+        ready: list[Hashable] = []
         walk_t1 = list(filter(t1.__contains__, walk)) if t1 else []
         if walk_t1:
             in_t1 = list(dict.fromkeys(walk_t1))
@@ -200,16 +292,27 @@ class ARCPolicy(kvframe.EvictionPolicy):
             # written (inserted by this very store, not a second use) stays
             # in T1 as its most recent entry.
             ready_flags = list(map(ge, map(_ref_cnt, map(t1.__getitem__, in_t1)), repeat(0)))
-            ready = list(compress(in_t1, ready_flags))
-            t2.update(zip(ready, map(t1.pop, ready), strict=True))
+            # Usually none is ready (the touch after a store names the request's
+            # blocks, being written): then nothing is promoted.
+            ready = list(compress(in_t1, ready_flags)) if any(ready_flags) else []
+            if ready:
+                t2.update(zip(ready, map(t1.pop, ready), strict=True))
+            if idle_t1 and ready:
+                # Promoted idle blocks enter T2's index in the order T2 got them.
+                moved = list(filter(idle_t1.__contains__, ready))
+                idle_t2.update(zip(moved, map(idle_t1.pop, moved), strict=True))
+            if self._unindexed and not self._unindexed.isdisjoint(ready):
+                self._stale_t2 = True  # an idle block T2's index lacks
             if len(ready) < len(in_t1):
                 settled = False
                 if len(in_t1) == len(walk_t1):
                     # No key repeated: the blocks being written, in walk order.
-                    writing = compress(in_t1, map(not_, ready_flags))
+                    writing = list(compress(in_t1, map(not_, ready_flags))) if ready else in_t1
                 else:
-                    writing = filter(t1.__contains__, walk)
+                    writing = list(filter(t1.__contains__, walk))
                 deque(map(t1.move_to_end, writing), maxlen=0)
+                if idle_t1:
+                    _mirror_moves(idle_t1, writing)
         if len(walk_t1) == len(walk):
             # Every touched key was in T1 (a request's blocks right after their
             # store, most of them still being written): T2 only gained the
@@ -217,11 +320,17 @@ class ARCPolicy(kvframe.EvictionPolicy):
             # no ghost was touched.
             if ready and len(in_t1) < len(walk_t1):
                 # A repeated key ends where its last occurrence puts it.
-                deque(map(t2.move_to_end, filter(t2.__contains__, walk)), maxlen=0)
+                in_t2 = list(filter(t2.__contains__, walk))
+                deque(map(t2.move_to_end, in_t2), maxlen=0)
+                if idle_t2:
+                    _mirror_moves(idle_t2, in_t2)
             self._touched = keys if settled else None
             return
         if t2:
-            deque(map(t2.move_to_end, filter(t2.__contains__, walk)), maxlen=0)
+            in_t2 = list(filter(t2.__contains__, walk))
+            deque(map(t2.move_to_end, in_t2), maxlen=0)
+            if idle_t2:
+                _mirror_moves(idle_t2, in_t2)
         if not (b1 or b2):
             self._touched = keys if settled else None
             return
@@ -250,12 +359,21 @@ class ARCPolicy(kvframe.EvictionPolicy):
         t1 = self.t1
         if key in t1:
             block = t1.pop(key)
+            idle_t1 = self._idle_t1
             if block.ref_cnt < 0:
                 t1[key] = block  # being written: not a second use
+                if key in idle_t1:
+                    idle_t1.move_to_end(key)
                 return False
             self.t2[key] = block
+            if key in idle_t1:
+                self._idle_t2[key] = idle_t1.pop(key)
+            elif key in self._unindexed:
+                self._stale_t2 = True  # an idle block T2's index lacks
         elif key in self.t2:
             self.t2.move_to_end(key)
+            if key in self._idle_t2:
+                self._idle_t2.move_to_end(key)
         elif key not in self.keys_held:
             pass
         elif self._paper:
@@ -301,10 +419,18 @@ class ARCPolicy(kvframe.EvictionPolicy):
         # them, then a run of T2 blocks. Choosing the two runs directly gives
         # the same victims in the same order without per-victim bookkeeping.
         t1, t2 = self.t1, self.t2
+        # With idle tracking, the walks go over the idle indexes: every idle
+        # block of a list is in its index, in the list's order, so the same
+        # victims come first.
+        walk_t1, walk_t2 = t1, t2
+        if self._tracking:
+            if self._stale_t1 or self._stale_t2:
+                self._rebuild_idle()
+            walk_t1, walk_t2 = self._idle_t1, self._idle_t2
         from_t1: list[Victim] = []
         room = min(n, len(t1) - int(self.target_t1_size) + 1)
         if room > 0:
-            for key, block in t1.items():
+            for key, block in walk_t1.items():
                 if block.ref_cnt == 0 and key not in protected:
                     from_t1.append((key, block))
                     if len(from_t1) == room:
@@ -314,7 +440,7 @@ class ARCPolicy(kvframe.EvictionPolicy):
         if rest:
             # No fallback from T2 to T1: with T1 below target and nothing
             # evictable in T2, vLLM's eviction fails.
-            for key, block in t2.items():
+            for key, block in walk_t2.items():
                 if block.ref_cnt == 0 and key not in protected:
                     from_t2.append((key, block))
                     if len(from_t2) == rest:
@@ -329,6 +455,9 @@ class ARCPolicy(kvframe.EvictionPolicy):
         for key, _ in from_t2:
             del t2[key]
             b2[key] = False
+        if self._tracking:
+            _drop(self._idle_t1, from_t1)
+            _drop(self._idle_t2, from_t2)
         # vLLM bounds each ghost list by the capacity on its own, only here.
         capacity = self.capacity
         discard = self.keys_held.discard
@@ -366,8 +495,14 @@ class ARCPolicy(kvframe.EvictionPolicy):
         # incoming key is a B2 ghost. The incoming keys are the protected ones.
         incoming_from_b2 = not b2.keys().isdisjoint(protected)
         chosen: list[tuple[Hashable, EvictableBlock, bool]] = []
-        t1_candidates = _evictable(self.t1, protected)
-        t2_candidates = _evictable(self.t2, protected)
+        if self._tracking:
+            if self._stale_t1 or self._stale_t2:
+                self._rebuild_idle()
+            t1_candidates = _evictable(self._idle_t1, protected)
+            t2_candidates = _evictable(self._idle_t2, protected)
+        else:
+            t1_candidates = _evictable(self.t1, protected)
+            t2_candidates = _evictable(self.t2, protected)
         virtual_t1_size = len(self.t1)
         for _ in range(n):
             from_t1 = virtual_t1_size >= 1 and (
@@ -408,4 +543,8 @@ class ARCPolicy(kvframe.EvictionPolicy):
                 del t2[key]
                 b2[key] = False
             victims.append((key, block))
+        if self._tracking:
+            for key, _ in victims:
+                self._idle_t1.pop(key, None)
+                self._idle_t2.pop(key, None)
         return victims

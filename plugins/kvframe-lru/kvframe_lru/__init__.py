@@ -19,17 +19,28 @@ Semantics pinned to vLLM (``vllm/v1/kv_offload/cpu/policies/lru.py``):
   returns ``None`` and nothing has changed. ``n == 0`` returns ``[]``.
 * ``capacity`` is accepted for a uniform constructor but not used: the tier,
   not the policy, decides when to evict.
+
+Idle tracking (:meth:`kvframe.EvictionPolicy.track_idle`): with a tier that
+reports blocks becoming idle, a second ``OrderedDict`` holds the idle blocks in
+the same order, and ``evict`` walks that instead of every block. In a busy
+offload tier most blocks are being written, so this turns a walk of the whole
+tier into one of about ``n`` blocks; the victims are the same.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Hashable, Iterable, Sequence, Set
+from itertools import compress
+from operator import attrgetter, not_
 
 import kvframe
 from kvframe.bases import EvictableBlock
+from kvframe.policy_support import TouchWalkCache
 
 __all__ = ["LRUPolicy"]
+
+_ref_cnt = attrgetter("ref_cnt")
 
 
 class LRUPolicy(kvframe.EvictionPolicy):
@@ -51,6 +62,43 @@ class LRUPolicy(kvframe.EvictionPolicy):
         in the Mooncake runs more than half the touched keys were such
         repeats. ``ref_cnt`` plays no part in a touch, so the tier changing
         it does not matter."""
+        self._walks = TouchWalkCache(capacity)
+        """The held keys of recently touched lists: a waiting request's blocks are
+        touched on every step it waits, most of them not in the tier."""
+        self._tracking = False
+        """Whether the tier reports blocks becoming idle (:meth:`track_idle`)."""
+        self._idle: OrderedDict[Hashable, EvictableBlock] = OrderedDict()
+        """With tracking, and unless ``_stale``: a subsequence of ``blocks`` (same
+        order) holding every idle block, and perhaps blocks a load has pinned
+        since (``evict`` checks ``ref_cnt`` anyway). Every order change of
+        ``blocks`` is mirrored here, so walking it finds the victims the walk
+        of ``blocks`` finds."""
+        self._stale = False
+        """A block became idle that ``_idle`` lacks: rebuild it before the next walk.
+
+        A block becoming idle has to enter ``_idle`` at its place in the
+        order, which only a walk of ``blocks`` finds; one rebuild (in C) per
+        batch of such blocks (a request's blocks, when it finishes) replaces
+        a walk of every block on every ``evict``."""
+
+    def track_idle(self) -> bool:
+        self._tracking = True
+        self._stale = True
+        return True
+
+    def on_idle(self, keys: Iterable[Hashable]) -> None:
+        if not self._stale:
+            idle = self._idle
+            for key in keys:
+                if key not in idle:
+                    self._stale = True
+                    return
+
+    def _rebuild_idle(self) -> None:
+        blocks = self.blocks
+        flags = map(not_, map(_ref_cnt, blocks.values()))
+        self._idle = OrderedDict(compress(blocks.items(), flags))
+        self._stale = False
 
     def __len__(self) -> int:
         return len(self.blocks)
@@ -61,10 +109,15 @@ class LRUPolicy(kvframe.EvictionPolicy):
     def insert(self, key: Hashable, block: EvictableBlock) -> None:
         self.blocks[key] = block
         self._touched = None
+        self._walks.inserted(key)
+        if self._tracking and block.ref_cnt == 0:
+            self._idle[key] = block
 
     def remove(self, key: Hashable) -> None:
         del self.blocks[key]
         self._touched = None
+        if self._idle:
+            self._idle.pop(key, None)
 
     def touch(self, keys: Iterable[Hashable]) -> None:
         if type(keys) is list:
@@ -74,18 +127,25 @@ class LRUPolicy(kvframe.EvictionPolicy):
         elif type(keys) is not tuple:
             keys = list(keys)
         blocks = self.blocks
+        idle = self._idle
         if len(keys) == 1:
             # The GPU prefix cache touches one block at a time.
             if keys[0] in blocks:
                 blocks.move_to_end(keys[0])
+                if keys[0] in idle:
+                    idle.move_to_end(keys[0])
         else:
             # Reverse so the first key ends last, i.e. most recent of the
             # batch. The loop runs in C (a zero-length deque drains the
             # iterator): the connector touches every full block of a request
             # on each lookup and after each store, most of them absent, and a
             # Python loop over them was a third of a tier run's policy time.
-            moves = map(blocks.move_to_end, filter(blocks.__contains__, reversed(keys)))
-            deque(moves, maxlen=0)
+            # The held keys of a list touched before come from the cache.
+            held = self._walks.walk(keys, blocks.__contains__)  # type: ignore[arg-type]
+            deque(map(blocks.move_to_end, held), maxlen=0)
+            if idle:
+                # The same moves on the idle index keep it in the same order.
+                deque(map(idle.move_to_end, filter(idle.__contains__, held)), maxlen=0)
         self._touched = keys
 
     def evict(
@@ -93,10 +153,18 @@ class LRUPolicy(kvframe.EvictionPolicy):
     ) -> list[tuple[Hashable, EvictableBlock]] | None:
         if n == 0:
             return []
+        if self._tracking:
+            if self._stale:
+                self._rebuild_idle()
+            # Every idle block is in the index, in the same order: walking it
+            # finds the same victims as walking ``blocks``.
+            candidates = self._idle
+        else:
+            candidates = self.blocks
         victims: list[tuple[Hashable, EvictableBlock]] = []
         # Choose first, remove after: an eviction that cannot be completed must
         # leave the order untouched (the caller then refuses the whole store).
-        for key, block in self.blocks.items():
+        for key, block in candidates.items():
             if block.ref_cnt == 0 and key not in protected:
                 victims.append((key, block))
                 if len(victims) == n:
@@ -106,5 +174,9 @@ class LRUPolicy(kvframe.EvictionPolicy):
         blocks = self.blocks
         for key, _ in victims:
             del blocks[key]
+        if self._tracking:
+            idle = self._idle
+            for key, _ in victims:
+                del idle[key]
         self._touched = None
         return victims
