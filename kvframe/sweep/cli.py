@@ -11,6 +11,7 @@ import argparse
 import importlib.util
 import os
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,7 +54,8 @@ def add_sweep_command(subparsers: Any) -> None:
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="live progress on stderr (default: when stderr is a terminal)",
+        help="live progress on stderr (default: when stderr is a terminal; otherwise a plain "
+        "line every 10 s)",
     )
     parser.set_defaults(handler=sweep_command)
 
@@ -116,8 +118,11 @@ def sweep_command(args: argparse.Namespace, ctx: Context) -> int:
             backend: Any = RayBackend(args.ray or None, jobs)
         else:
             backend = LocalBackend(jobs or os.cpu_count() or 1)
-        show = sys.stderr.isatty() if args.progress is None else args.progress
-        with _Display(show, len(spec.cells)) as display:
+        if args.progress is None:
+            mode = "live" if sys.stderr.isatty() else "lines"
+        else:
+            mode = "live" if args.progress else "off"
+        with _Display(mode, len(spec.cells)) as display:
             report = run_sweep(spec, store, backend, on_update=display.update)
         if args.ray is not None:
             backend.stop()
@@ -137,20 +142,28 @@ def sweep_command(args: argparse.Namespace, ctx: Context) -> int:
 
 
 class _Display:
-    """A rich progress bar on stderr: cells done / running / failed and an ETA.
+    """Progress on stderr: cells done / running / failed and an ETA.
 
-    Refreshed by the sweep loop (no refresh thread), so that forking workers
-    never copies a thread mid-write.
+    ``mode`` ``live``: a rich progress bar, refreshed by the sweep loop (no
+    refresh thread, so that forking workers never copies a thread mid-write).
+    ``lines``: a plain line every :attr:`log_interval` seconds, for logs and CI,
+    where a sweep of many minutes would otherwise print nothing until its end
+    (the same rule as ``kvframe run``'s progress). ``off``: nothing.
     """
 
-    def __init__(self, enabled: bool, total: int) -> None:
-        self.enabled = enabled
+    log_interval = 10.0
+
+    def __init__(self, mode: str, total: int, stream: Any = None) -> None:
+        self.mode = mode
+        self._stream = stream if stream is not None else sys.stderr
         self._progress: Any = None
         self._task: Any = None
         self._total = total
+        self._started = time.perf_counter()
+        self._last_line = self._started
 
     def __enter__(self) -> _Display:
-        if self.enabled:
+        if self.mode == "live":
             from rich.console import Console
             from rich.progress import (
                 BarColumn,
@@ -177,6 +190,13 @@ class _Display:
         return self
 
     def update(self, counts: dict[str, Any]) -> None:
+        if self.mode == "lines":
+            now = time.perf_counter()
+            if now - self._last_line >= self.log_interval:
+                self._last_line = now
+                self._stream.write(self.line(counts, now - self._started) + "\n")
+                self._stream.flush()
+            return
         if self._progress is None:
             return
         finished = counts["done"] + counts["failed"]
@@ -187,6 +207,19 @@ class _Display:
             detail=f"running {counts['running']}, failed {counts['failed']}",
         )
         self._progress.refresh()
+
+    @staticmethod
+    def line(counts: dict[str, Any], elapsed: float) -> str:
+        """``sweep: 12/54 cells  running 2  failed 0  0:00:35  ETA 0:02:03``."""
+        from kvframe.progress import eta_text, format_duration
+
+        finished = counts["done"] + counts["failed"]
+        total = counts["total"]
+        return (
+            f"sweep: {finished:,}/{total:,} cells  running {counts['running']}  "
+            f"failed {counts['failed']}  {format_duration(elapsed)}  "
+            f"ETA {eta_text(finished, total, elapsed)}"
+        )
 
     def __exit__(self, *exc: object) -> None:
         if self._progress is not None:

@@ -335,3 +335,29 @@ def test_the_next_cell_starts_before_a_finished_one_is_stored(write_sweep) -> No
     store.close()
     assert events == ["start 0", "start 1", "store 0", "start 2", "store 1", "start 3", "store 2",
                       "store 3"]  # fmt: skip
+
+
+def test_off_a_terminal_the_sweep_prints_plain_progress_lines(write_sweep, capsys, monkeypatch):
+    # CI logs and pipes: no live bar, but a line every log_interval seconds
+    # (here every update), so a long sweep is not silent until its end.
+    from kvframe.sweep.cli import _Display
+
+    monkeypatch.setattr(_Display, "log_interval", 0.0)
+    path = write_sweep(SWEEP)
+    total = len(load_sweep(path).cells)
+    assert main(["sweep", str(path), "--jobs", "1"]) == 1  # capsys: stderr is no terminal
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("sweep: ")]
+    assert lines, "no progress line"
+    assert lines[-1].startswith(f"sweep: {total}/{total} cells  running 0  failed 2  ")
+    assert "\x1b[" not in "".join(lines)
+    assert main(["sweep", str(path), "--retry-failed", "--no-progress"]) == 1
+    assert "sweep: " not in capsys.readouterr().err
+
+
+def test_progress_line_text() -> None:
+    from kvframe.sweep.cli import _Display
+
+    counts = {"done": 3, "failed": 1, "running": 2, "todo": 4, "total": 8}
+    assert _Display.line(counts, 40.0) == (
+        "sweep: 4/8 cells  running 2  failed 1  0:00:40  ETA 0:00:40"
+    )
