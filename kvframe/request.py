@@ -321,17 +321,20 @@ class TokenView(Sequence[int]):
     hasher reads (uint32 little-endian).
     """
 
-    __slots__ = ("_outputs", "_prompt")
+    __slots__ = ("_num_prompt", "_outputs", "_prompt")
 
     def __init__(self, prompt: Sequence[int], outputs: list[int]) -> None:
         self._prompt = prompt
         self._outputs = outputs
+        # Kept: a lazy prompt's len() is a chain of Python calls, and the block
+        # hasher asks for it with every generated block.
+        self._num_prompt = len(prompt)
 
     def __len__(self) -> int:
-        return len(self._prompt) + len(self._outputs)
+        return self._num_prompt + len(self._outputs)
 
     def __getitem__(self, index: Any) -> Any:
-        num_prompt = len(self._prompt)
+        num_prompt = self._num_prompt
         if isinstance(index, slice):
             start, stop, stride = index.indices(len(self))
             if stride != 1:
@@ -363,18 +366,35 @@ class TokenView(Sequence[int]):
 
     def token_bytes(self, start: int, end: int) -> bytes:
         """Tokens ``start .. end - 1`` as uint32 little-endian bytes (for hashing)."""
-        num_prompt = len(self._prompt)
+        num_prompt = self._num_prompt
         if end <= num_prompt:
             return self._prompt.token_bytes(start, end)  # type: ignore[attr-defined]
-        from kvframe.core.hashing import token_bytes  # here: kvframe.core imports this module
-
-        out = token_bytes(self._outputs[max(start, num_prompt) - num_prompt : end - num_prompt])
+        encode = _encode_tokens or _load_token_encoder()
+        out = encode(self._outputs[max(start, num_prompt) - num_prompt : end - num_prompt])
         if start < num_prompt:
             return self._prompt.token_bytes(start, num_prompt) + out  # type: ignore[attr-defined]
         return out
 
     def __repr__(self) -> str:
-        return f"TokenView(<{len(self._prompt)} prompt + {len(self._outputs)} output tokens>)"
+        return f"TokenView(<{self._num_prompt} prompt + {len(self._outputs)} output tokens>)"
+
+
+_encode_tokens: Callable[[Sequence[int]], bytes] | None = None
+""":func:`kvframe.core.hashing.token_bytes`, once :func:`_load_token_encoder` has run."""
+
+
+def _load_token_encoder() -> Callable[[Sequence[int]], bytes]:
+    """Import the hasher's token encoding on first use, once.
+
+    Not at module level: ``kvframe.core`` imports this module. Not inside
+    :meth:`TokenView.token_bytes` either: an import statement costs about a
+    microsecond, and that method runs once per generated block.
+    """
+    global _encode_tokens
+    from kvframe.core.hashing import token_bytes
+
+    _encode_tokens = token_bytes
+    return token_bytes
 
 
 class RequestQueue(Protocol):

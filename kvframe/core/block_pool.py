@@ -407,37 +407,54 @@ class BlockPool:
                 f"{num_full_blocks} needed: was it built with a block hasher?"
             )
         index_map = self.cached_block_hash_to_block
-        index = index_map._index
+        if num_full_blocks - num_cached_blocks == 1:
+            # One block (a decode step filled it; half of all calls): no slices, no maps.
+            block = blocks[num_cached_blocks]
+            block_hash = block_hashes[num_cached_blocks]
+            if block.block_hash is not None:
+                raise AssertionError(f"block {block.block_id} is already cached")
+            block.block_hash = block_hash
+            if index_map._index.setdefault(block_hash, block) is not block:
+                index_map.insert(block_hash, block)  # a duplicate: rare
+            self.num_cached_blocks += 1
+            if self.enable_kv_cache_events:
+                self._record_stored(block_hashes, num_cached_blocks, num_full_blocks, block_size)
+            return
         new_blocks = blocks[num_cached_blocks:num_full_blocks]
         new_hashes = block_hashes[num_cached_blocks:num_full_blocks]
         for block, block_hash in zip(new_blocks, new_hashes, strict=True):
             if block.block_hash is not None:
                 raise AssertionError(f"block {block.block_id} is already cached")
             block.block_hash = block_hash
-        num_indexed = len(index)
-        if index.keys().isdisjoint(new_hashes):
-            # The common case, at C speed: no hash is cached yet.
-            index.update(zip(new_hashes, new_blocks, strict=True))
-            if len(index) == num_indexed + len(new_hashes):
-                new_hashes = []  # done
-            else:
-                # A hash repeats within the range (only a hasher that is not a
-                # chain can do that): undo, and insert block by block below.
-                for block_hash in new_hashes:
-                    index.pop(block_hash, None)
-        for block, block_hash in zip(new_blocks[: len(new_hashes)], new_hashes, strict=True):
-            index_map.insert(block_hash, block)  # some are duplicates: rare
+        # The common case at C speed, one dict probe per block: setdefault
+        # indexes every hash not cached yet and returns, for a hash already
+        # cached (or repeated within the range), the block that holds it.
+        held = list(map(index_map._index.setdefault, new_hashes, new_blocks))
+        if held != new_blocks:  # compares identities first: equal unless a hash was cached
+            for block, block_hash, holder in zip(new_blocks, new_hashes, held, strict=True):
+                if holder is not block:
+                    index_map.insert(block_hash, block)  # a duplicate: rare
         self.num_cached_blocks += num_full_blocks - num_cached_blocks
         if self.enable_kv_cache_events:
-            self.kv_event_queue.append(
-                BlockStored(
-                    block_hashes=tuple(block_hashes[num_cached_blocks:num_full_blocks]),
-                    parent_block_hash=block_hashes[num_cached_blocks - 1]
-                    if num_cached_blocks > 0
-                    else None,
-                    block_size=block_size,
-                )
+            self._record_stored(block_hashes, num_cached_blocks, num_full_blocks, block_size)
+
+    def _record_stored(
+        self,
+        block_hashes: Sequence[BlockHash],
+        num_cached_blocks: int,
+        num_full_blocks: int,
+        block_size: int,
+    ) -> None:
+        """One ``BlockStored`` event for the blocks just cached."""
+        self.kv_event_queue.append(
+            BlockStored(
+                block_hashes=tuple(block_hashes[num_cached_blocks:num_full_blocks]),
+                parent_block_hash=block_hashes[num_cached_blocks - 1]
+                if num_cached_blocks > 0
+                else None,
+                block_size=block_size,
             )
+        )
 
     def _drop_hash(self, block: KVCacheBlock) -> None:
         """Make a cached block unfindable (its KV is about to be overwritten)."""

@@ -40,6 +40,7 @@ equivalence against the step-by-step path.
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -48,6 +49,8 @@ if TYPE_CHECKING:
     from kvframe.request import Request
 
 __all__ = ["DecodeRun"]
+
+_block_id = attrgetter("block_id")
 
 STOP = object()
 """Returned by :meth:`DecodeRun.step`: the run cannot take this step; nothing was done."""
@@ -208,7 +211,7 @@ class DecodeRun:
             new_blocks = kv.allocate_slots(request, 1, num_lookahead_tokens=self._lookahead)
             if new_blocks is None:  # _blocks_needed said they fit
                 raise AssertionError(f"decode run: allocation for {request.request_id!r} failed")
-            new_block_ids[request.request_id] = [b.block_id for b in new_blocks] or None
+            new_block_ids[request.request_id] = list(map(_block_id, new_blocks)) or None
             event = limits[request.request_id] - self._base_computed[index] + 2
             self._events.setdefault(max(event, j + 1), []).append(index)
         return new_block_ids

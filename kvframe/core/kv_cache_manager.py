@@ -69,6 +69,7 @@ class PrefixCacheStats:
 
 
 _ref_cnt = operator.attrgetter("ref_cnt")
+_block_id = operator.attrgetter("block_id")
 
 
 class KVCacheManager:
@@ -143,6 +144,9 @@ class KVCacheManager:
         allocation and by :meth:`cache_blocks`, dropped by :meth:`free`; a
         missing entry means "ask"."""
         self.prefix_cache_stats = PrefixCacheStats()
+        self.one_token_path = True
+        """Whether :meth:`allocate_slots` takes its short path for one token of a
+        request with a block table (same decisions; tests switch it off to compare)."""
 
     # ----------------------------------------------------------------- state
 
@@ -176,7 +180,8 @@ class KVCacheManager:
         return self.req_to_blocks.get(request_id) or []
 
     def get_block_ids(self, request_id: str) -> list[int]:
-        return [block.block_id for block in self.req_to_blocks.get(request_id, ())]
+        # map at C speed: an admitted request's table can be a thousand blocks.
+        return list(map(_block_id, self.req_to_blocks.get(request_id, ())))
 
     def get_num_common_prefix_blocks(self, request_id: str) -> int:
         """Leading blocks of ``request_id`` shared by every request holding blocks."""
@@ -214,34 +219,36 @@ class KVCacheManager:
 
     # ------------------------------------------------------------ allocation
 
-    def _num_blocks_to_allocate(
+    def _can_allocate(
         self,
         request_id: str,
         num_tokens: int,
         new_computed_blocks: Sequence[KVCacheBlock],
-    ) -> int:
-        """Free blocks an allocation of ``num_tokens`` slots would consume.
+    ) -> bool:
+        """Whether an allocation of ``num_tokens`` slots finds enough free blocks.
 
-        New blocks beyond what the table and the prefix hits cover, plus every
-        hit block that is currently free: touching it takes it out of the
-        free pool just like allocating a fresh block would.
+        It consumes new blocks beyond what the table and the prefix hits
+        cover, plus every hit block that is currently free: touching it takes
+        it out of the free pool just like allocating a fresh block would.
         """
+        num_free = self.block_pool.get_num_free_blocks()
         num_required = -(-num_tokens // self.block_size)
         num_table_blocks = len(self.req_to_blocks.get(request_id, ()))
         if request_id in self.num_cached_block:
             # A request already admitted never gets new prefix hits.
             assert not new_computed_blocks
-            return max(num_required - num_table_blocks, 0)
+            return num_required - num_table_blocks <= num_free
         num_new = max(num_required - num_table_blocks - len(new_computed_blocks), 0)
-        if not new_computed_blocks:
-            return num_new
-        # Free hit blocks, counted at C speed: a waiting request's prefix hit can
-        # be hundreds of blocks, and the head of the queue is looked at every step.
+        if not new_computed_blocks or num_new > num_free:
+            # Decided without counting the free hits. The second case is how a
+            # blocked head of the queue fails, looked at again every step.
+            return num_new <= num_free
+        # Free hit blocks, counted at C speed: a prefix hit can be hundreds of blocks.
         num_evictable = list(map(_ref_cnt, new_computed_blocks)).count(0)
         null_block = self.block_pool.null_block
         if num_evictable and null_block.ref_cnt == 0 and null_block in new_computed_blocks:
             num_evictable -= new_computed_blocks.count(null_block)  # never evictable
-        return num_new + num_evictable
+        return num_new + num_evictable <= num_free
 
     def can_fit_full_sequence(
         self,
@@ -266,10 +273,7 @@ class KVCacheManager:
             )
         else:
             full_num_tokens = min(request.num_tokens, self.max_model_len)
-        needed = self._num_blocks_to_allocate(
-            request.request_id, full_num_tokens, new_computed_blocks
-        )
-        return needed <= self.block_pool.get_num_free_blocks()
+        return self._can_allocate(request.request_id, full_num_tokens, new_computed_blocks)
 
     def allocate_slots(
         self,
@@ -313,6 +317,17 @@ class KVCacheManager:
         (not the hits, not the external-token blocks), possibly ``[]``, or
         ``None`` when there is not enough room.
         """
+        if (
+            num_new_tokens == 1
+            and self.one_token_path
+            and not new_computed_blocks
+            and not num_new_computed_tokens
+            and not num_external_computed_tokens
+            and not delay_cache_blocks
+        ):
+            req_blocks = self.req_to_blocks.get(request.request_id)
+            if req_blocks is not None:
+                return self._allocate_one_token(request, req_blocks, num_lookahead_tokens)
         if num_new_tokens == 0 and num_external_computed_tokens == 0:
             raise ValueError("num_new_tokens must be positive when no tokens are loaded externally")
         request_id = request.request_id
@@ -323,12 +338,9 @@ class KVCacheManager:
             total_computed + num_new_tokens + num_lookahead_tokens, self.max_model_len
         )
 
-        pool = self.block_pool
-        if (
-            self._num_blocks_to_allocate(request_id, num_tokens_need_slot, new_computed_blocks)
-            > pool.get_num_free_blocks()
-        ):
+        if not self._can_allocate(request_id, num_tokens_need_slot, new_computed_blocks):
             return None
+        pool = self.block_pool
 
         req_blocks = self.req_to_blocks.get(request_id)
         if req_blocks is None:
@@ -364,6 +376,50 @@ class KVCacheManager:
             self._cache_blocks(
                 request, req_blocks, min(total_computed + num_new_tokens, request.num_tokens)
             )
+        self._set_decode_limit(request_id, len(req_blocks))
+        return new_blocks
+
+    def _allocate_one_token(
+        self, request: Request, req_blocks: list[KVCacheBlock], num_lookahead_tokens: int
+    ) -> list[KVCacheBlock] | None:
+        """:meth:`allocate_slots` for one new token of a request that has a block table.
+
+        The call a decoding request makes when its next token crosses or fills
+        a block: half a million times in a whole-trace replay. It is the
+        general path with every term that is zero here left out (no hits, no
+        external tokens, no admission, caching not delayed), so it decides and
+        changes exactly the same; ``tests/core/test_one_token_allocation.py`` pins
+        the two against each other.
+        """
+        max_model_len = self.max_model_len
+        total_computed = request.num_computed_tokens
+        if total_computed > max_model_len:
+            total_computed = max_model_len
+        num_tokens_need_slot = total_computed + 1 + num_lookahead_tokens
+        if num_tokens_need_slot > max_model_len:
+            num_tokens_need_slot = max_model_len
+        block_size = self.block_size
+        num_new_blocks = -(-num_tokens_need_slot // block_size) - len(req_blocks)
+        if num_new_blocks > 0:
+            pool = self.block_pool
+            if num_new_blocks > pool.get_num_free_blocks():
+                return None
+            new_blocks = pool.get_new_blocks(num_new_blocks)
+            req_blocks += new_blocks
+        else:
+            new_blocks = []
+        request_id = request.request_id
+        if self.enable_caching:
+            num_tokens = total_computed + 1
+            if num_tokens > request.num_tokens:
+                num_tokens = request.num_tokens
+            num_cached = self.num_cached_block.get(request_id, 0)
+            num_full = num_tokens // block_size
+            if num_cached < num_full:
+                self.block_pool.cache_full_blocks(
+                    request, req_blocks, num_cached, num_full, block_size
+                )
+                self.num_cached_block[request_id] = num_full
         self._set_decode_limit(request_id, len(req_blocks))
         return new_blocks
 

@@ -29,6 +29,7 @@ checked step by step by ``tools/differential``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from operator import attrgetter
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
@@ -60,6 +61,7 @@ _WAITING = RequestStatus.WAITING
 _PREEMPTED = RequestStatus.PREEMPTED
 _RUNNING = RequestStatus.RUNNING
 _WAITING_FOR_REMOTE_KVS = RequestStatus.WAITING_FOR_REMOTE_KVS
+_block_id = attrgetter("block_id")
 
 
 class PolicyContractError(RuntimeError):
@@ -424,7 +426,7 @@ class Scheduler:
 
             request_id = request.request_id
             step.scheduled_running.append(request)
-            step.new_block_ids[request_id] = [b.block_id for b in new_blocks] or None
+            step.new_block_ids[request_id] = list(map(_block_id, new_blocks)) or None
             num_scheduled_tokens[request_id] = num_new_tokens
             step.token_budget -= num_new_tokens
             req_index += 1
