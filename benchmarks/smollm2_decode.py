@@ -10,6 +10,12 @@ of torch threads, in the same process. Each measurement is repeated
 ``--repeats`` times, the two sides alternating, and the best of each is kept:
 on a shared machine the best run is the one least disturbed by other work.
 
+Every rate is printed twice: over the **CPU time** of the benchmark's thread
+(``time.thread_time``; with one torch thread all of a side's work runs on it,
+so this is the wall time an idle machine would give and other processes' load
+stays out of it, though they still share caches and memory bandwidth), and
+over **wall** time. The ratio to read on a loaded machine is the CPU one.
+
 1. **Static batch** (the issue's figure): ``B`` different English prompts of
    equal length (so transformers needs no padding), all generating ``N``
    tokens. kvframe: decode tokens over the summed forward time of its
@@ -19,8 +25,16 @@ on a shared machine the best run is the one least disturbed by other work.
    whose output lengths are spread evenly over ``N/4 .. N``, at most ``B`` at a
    time. kvframe's engine admits a waiting request as soon as one finishes;
    transformers' ``generate`` runs two static batches of ``B``, each until its
-   longest request. Figure: requested tokens per second of wall time, prefill
-   included, for both.
+   longest request. Figure: requested tokens per second, prefill included,
+   for both.
+3. **The same queue with output lengths from a real trace**: the first ``2B``
+   requests of the bundled Mooncake conversation trace (one hour of chat
+   traffic), each ``output_length`` scaled by ``N / 700`` and rounded, at least
+   1. 700 is twice the trace's median output (350), so the median request asks
+   for ``N / 2`` tokens and the trace's spread is kept (coefficient of variation
+   0.73 over the whole trace; in its first 64 requests outputs run from 1 to 929
+   tokens, here 1 to 64 at ``N = 48``). Prompts stay the benchmark's, so only
+   the output lengths come from the trace.
 
 Goals (issue 17): kvframe >= 1x transformers at batch 1 and >= 2x at batch 32.
 """
@@ -28,9 +42,12 @@ Goals (issue 17): kvframe >= 1x transformers at batch 1 and >= 2x at batch 32.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -39,8 +56,39 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kvframe.engine import Engine, EngineConfig
 from kvframe.executors.torch.models import resolve_model
 from kvframe.executors.torch.tokenizer import tokenizer_from_gguf
+from kvframe.workloads.bundled import find_bundled
 from kvframe.workloads.spec import RequestSpec
 from kvframe.workloads.text import TextStreams
+
+TRACE_MEDIAN_SCALE = 700
+"""A trace output of this many tokens becomes ``N`` (twice the trace's median, 350)."""
+
+
+class Rate(NamedTuple):
+    """Tokens per second over the thread's CPU time and over wall time."""
+
+    cpu: float
+    wall: float
+
+
+class Seconds(NamedTuple):
+    """A duration on the thread's CPU clock and on the wall clock."""
+
+    cpu: float
+    wall: float
+
+
+class Timer:
+    """CPU time of this thread and wall time, read together."""
+
+    def __init__(self) -> None:
+        self.cpu = time.thread_time()
+        self.wall = time.perf_counter()
+
+    def rate(self, tokens: float) -> Rate:
+        return Rate(
+            tokens / (time.thread_time() - self.cpu), tokens / (time.perf_counter() - self.wall)
+        )
 
 
 def prompts(tokenizer, count: int, length: int) -> list[list[int]]:
@@ -60,7 +108,7 @@ def kvframe_engine(slots: int, prompt_tokens: int, max_new: int, threads: int, c
     )
 
 
-def kvframe_static(batch_prompts, new_tokens: int, threads: int) -> float:
+def kvframe_static(batch_prompts, new_tokens: int, threads: int) -> Rate:
     """Decode tokens/s over the decode-only steps' forward time."""
     batch = len(batch_prompts)
     engine = kvframe_engine(batch, len(batch_prompts[0]), new_tokens, threads, batch)
@@ -68,25 +116,27 @@ def kvframe_static(batch_prompts, new_tokens: int, threads: int) -> float:
     decode_steps = [s for s in engine.executor.steps if s.prefill == 0]
     tokens = sum(s.decode for s in decode_steps)
     assert tokens == batch * (new_tokens - 1), (tokens, batch, new_tokens)
-    return tokens / sum(s.wall_s for s in decode_steps)
+    return Rate(
+        tokens / sum(s.cpu_s for s in decode_steps), tokens / sum(s.wall_s for s in decode_steps)
+    )
 
 
-def kvframe_queue(queue_prompts, lengths: list[int], slots: int, threads: int) -> float:
-    """Requested tokens per second of engine wall time (prefill included)."""
+def kvframe_queue(queue_prompts, lengths: list[int], slots: int, threads: int) -> Rate:
+    """Requested tokens per second of the whole engine run (prefill and scheduling included)."""
     engine = kvframe_engine(slots, len(queue_prompts[0]), max(lengths), threads, len(lengths))
     specs = [
         RequestSpec(f"r{i}", p, n)
         for i, (p, n) in enumerate(zip(queue_prompts, lengths, strict=True))
     ]
-    started = time.perf_counter()
+    timer = Timer()
     engine.run(specs)
-    wall = time.perf_counter() - started
+    rate = timer.rate(sum(lengths))
     assert sum(map(len, engine.executor.outputs.values())) == sum(lengths)
-    return sum(lengths) / wall
+    return rate
 
 
-def hf_generate(model, batch_prompts, new_tokens: int) -> float:
-    """Seconds of one greedy ``generate`` of exactly ``new_tokens`` per prompt."""
+def hf_generate(model, batch_prompts, new_tokens: int) -> Seconds:
+    """Seconds (CPU, wall) of one greedy ``generate`` of exactly ``new_tokens`` per prompt."""
     from transformers import GenerationConfig
 
     ids = torch.tensor(batch_prompts)
@@ -97,32 +147,90 @@ def hf_generate(model, batch_prompts, new_tokens: int) -> float:
         eos_token_id=None,
         pad_token_id=0,
     )
-    started = time.perf_counter()
+    cpu, wall = time.thread_time(), time.perf_counter()
     with torch.no_grad():
         out = model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config)
     assert out.shape[1] == ids.shape[1] + new_tokens
-    return time.perf_counter() - started
+    return Seconds(time.thread_time() - cpu, time.perf_counter() - wall)
 
 
-def hf_static(model, batch_prompts, new_tokens: int) -> float:
-    elapsed = hf_generate(model, batch_prompts, new_tokens) - hf_generate(model, batch_prompts, 1)
-    return len(batch_prompts) * (new_tokens - 1) / elapsed
+def hf_static(model, batch_prompts, new_tokens: int) -> Rate:
+    full = hf_generate(model, batch_prompts, new_tokens)
+    first = hf_generate(model, batch_prompts, 1)
+    tokens = len(batch_prompts) * (new_tokens - 1)
+    return Rate(tokens / (full.cpu - first.cpu), tokens / (full.wall - first.wall))
 
 
-def hf_queue(model, queue_prompts, lengths: list[int], slots: int) -> float:
-    elapsed = 0.0
+def hf_queue(model, queue_prompts, lengths: list[int], slots: int) -> Rate:
+    cpu = wall = 0.0
     for begin in range(0, len(lengths), slots):
         batch = slice(begin, begin + slots)
-        elapsed += hf_generate(model, queue_prompts[batch], max(lengths[batch]))
-    return sum(lengths) / elapsed
+        seconds = hf_generate(model, queue_prompts[batch], max(lengths[batch]))
+        cpu += seconds.cpu
+        wall += seconds.wall
+    return Rate(sum(lengths) / cpu, sum(lengths) / wall)
 
 
-def best_of(repeats: int, ours, theirs) -> tuple[float, float]:
-    a, b = [], []
+def best_of(
+    repeats: int, ours: Callable[[], Rate], theirs: Callable[[], Rate]
+) -> tuple[Rate, Rate]:
+    """The best of each side over ``repeats`` alternating runs, per clock."""
+    a: list[Rate] = []
+    b: list[Rate] = []
     for _ in range(repeats):
         a.append(ours())
         b.append(theirs())
-    return max(a), max(b)
+    return (
+        Rate(max(r.cpu for r in a), max(r.wall for r in a)),
+        Rate(max(r.cpu for r in b), max(r.wall for r in b)),
+    )
+
+
+_SIDE = f"{'kvframe':>9} {'transformers':>13} {'ratio':>6}"
+HEADER = f"{'':>5} {_SIDE}   {_SIDE}"
+
+
+def row(label: int, ours: Rate, theirs: Rate) -> str:
+    """CPU-time rates and ratio, then wall-time rates and ratio."""
+    return (
+        f"{label:>5} {ours.cpu:>9.1f} {theirs.cpu:>13.1f} {ours.cpu / theirs.cpu:>5.2f}x   "
+        f"{ours.wall:>9.1f} {theirs.wall:>13.1f} {ours.wall / theirs.wall:>5.2f}x"
+    )
+
+
+def trace_lengths(count: int, new_tokens: int) -> list[int]:
+    """The first ``count`` Mooncake conversation outputs, scaled by ``new_tokens / 700``."""
+    workload = find_bundled("mooncake:conversation")
+    assert workload is not None
+    with workload.open_text() as stream:
+        lines = [line for line, _ in zip(stream, range(count), strict=False)]
+    return [
+        max(1, round(json.loads(line)["output_length"] * new_tokens / TRACE_MEDIAN_SCALE))
+        for line in lines
+    ]
+
+
+def run_queue(
+    hf, tokenizer, batches: list[int], args, lengths_for: Callable[[int], list[int]]
+) -> None:
+    """One queue table: ``2B`` requests with the given output lengths, ``B`` at a time."""
+    print(f"{'B':>5} {'CPU time':^30}   {'wall time':^30}")
+    print(HEADER)
+    for batch in batches:
+        if batch < 2:
+            continue
+        count = 2 * batch
+        queue_prompts = prompts(tokenizer, count, args.prompt_tokens)
+        lengths = lengths_for(count)
+        ours, theirs = best_of(
+            args.repeats,
+            lambda p=queue_prompts, n=lengths, b=batch: kvframe_queue(p, n, b, args.threads),
+            lambda p=queue_prompts, n=lengths, b=batch: hf_queue(hf, p, n, b),
+        )
+        print(
+            row(batch, ours, theirs)
+            + f"   (outputs {min(lengths)}..{max(lengths)}, sum {sum(lengths)})"
+        )
 
 
 def main() -> None:
@@ -157,7 +265,8 @@ def main() -> None:
         f"load average {os.getloadavg()[0]:.1f}"
     )
     print("\n1. static batch: decode tokens/s")
-    print(f"{'batch':>5} {'kvframe':>9} {'transformers':>13} {'ratio':>6}")
+    print(f"{'batch':>5} {'CPU time':^30}   {'wall time':^30}")
+    print(HEADER)
     for batch in batches:
         batch_prompts = prompts(tokenizer, batch, args.prompt_tokens)
         ours, theirs = best_of(
@@ -165,27 +274,25 @@ def main() -> None:
             lambda p=batch_prompts: kvframe_static(p, new_tokens, args.threads),
             lambda p=batch_prompts: hf_static(hf, p, new_tokens),
         )
-        print(f"{batch:>5} {ours:>9.1f} {theirs:>13.1f} {ours / theirs:>5.2f}x")
-    print(
-        f"\n2. a queue of 2B requests, outputs {new_tokens // 4}..{new_tokens} tokens, B at a time:"
-    )
-    print("   requested tokens per wall second (prefill included)")
-    print(f"{'B':>5} {'kvframe':>9} {'transformers':>13} {'ratio':>6}")
-    for batch in batches:
-        if batch < 2:
-            continue
-        count = 2 * batch
-        queue_prompts = prompts(tokenizer, count, args.prompt_tokens)
+        print(row(batch, ours, theirs))
+
+    def spread(count: int) -> list[int]:
         low = new_tokens // 4
         lengths = [low + (new_tokens - low) * i // (count - 1) for i in range(count)]
         # Interleave long and short so that each static batch holds both.
-        lengths = lengths[0::2] + lengths[1::2]
-        ours, theirs = best_of(
-            args.repeats,
-            lambda p=queue_prompts, n=lengths, b=batch: kvframe_queue(p, n, b, args.threads),
-            lambda p=queue_prompts, n=lengths, b=batch: hf_queue(hf, p, n, b),
-        )
-        print(f"{batch:>5} {ours:>9.1f} {theirs:>13.1f} {ours / theirs:>5.2f}x")
+        return lengths[0::2] + lengths[1::2]
+
+    print(
+        f"\n2. a queue of 2B requests, outputs spread evenly over {new_tokens // 4}..{new_tokens}"
+    )
+    print("   tokens, B at a time: requested tokens/s, prefill included")
+    run_queue(hf, tokenizer, batches, args, spread)
+    print("\n3. the same with the output lengths of the Mooncake conversation trace's first 2B")
+    print(
+        f"   requests x {new_tokens}/{TRACE_MEDIAN_SCALE} (median -> {new_tokens // 2}): "
+        "requested tokens/s"
+    )
+    run_queue(hf, tokenizer, batches, args, lambda count: trace_lengths(count, new_tokens))
     print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
 
 

@@ -18,9 +18,11 @@ points at the wrong block, or a block whose bytes were copied wrongly, changes
 the logits -- which is what the output-invariance tests rely on.
 
 **Batching.** The position-wise work (embedding, projections, MLP, norms) runs
-on all of a step's tokens at once; attention runs per request, since each has
-its own context length. Prefill chunks, decodes and mixed batches are the same
-code: a decode is a chunk of one token.
+on all of a step's tokens at once. Attention of the one-token chunks (the
+decodes) runs as one batch per layer: their block tables padded to the longest,
+one gather of K and V, one masked ``scaled_dot_product_attention``. A prefill
+chunk of several tokens attends on its own, with its causal mask. Prefill
+chunks, decodes and mixed batches go through the same step.
 
 This module imports torch; :mod:`kvframe.executors.torch` loads it lazily.
 """
@@ -216,6 +218,19 @@ class StepChunk:
     """Whether the model samples after the chunk's last token."""
 
 
+@attrs.frozen(slots=True)
+class _Singles:
+    """A step's one-token chunks, laid out for one batched attention call per layer."""
+
+    blocks: torch.Tensor
+    """``[rows * width]``: each row's block table, padded with the null block 0."""
+    mask: torch.Tensor
+    """``[rows, 1, 1, width * block_size]``: True for the keys a row attends to."""
+    rows: torch.Tensor | None
+    """The chunks' rows among the step's tokens; ``None`` when they are all of them."""
+    count: int
+
+
 class LlamaModel:
     """Llama forward over paged KV caches owned by this object.
 
@@ -317,6 +332,62 @@ class LlamaModel:
         out = torch.matmul(probs, v.permute(1, 0, 2).unsqueeze(1))  # [kvh, group, n, hd]
         return out.permute(2, 0, 1, 3).reshape(n, config.num_heads * config.head_dim)
 
+    def _singles(
+        self,
+        rows: list[int],
+        tables: list[Sequence[int]],
+        contexts: list[int],
+        num_tokens: int,
+    ) -> _Singles | None:
+        """The step's one-token chunks (decodes) as padded tensors, built once for every layer.
+
+        Each row's block table is padded with the null block 0 to the longest
+        one, and a mask keeps every key past the row's own context out; the
+        null block's zeros are then read but never weighed.
+        """
+        if not rows:
+            return None
+        device = self.device
+        width = max(map(len, tables))
+        padded = [list(t) + [0] * (width - len(t)) for t in tables]
+        blocks = torch.tensor(padded, dtype=torch.long, device=device).view(-1)
+        keys = torch.arange(width * self.block_size, device=device)
+        context = torch.tensor(contexts, dtype=torch.long, device=device)
+        mask = (keys[None, :] < context[:, None])[:, None, None, :]  # [rows, 1, 1, keys]
+        every_row = len(rows) == num_tokens  # a decode-only step: rows are 0..n-1
+        index = None if every_row else torch.tensor(rows, dtype=torch.long, device=device)
+        return _Singles(blocks=blocks, mask=mask, rows=index, count=len(rows))
+
+    def _attend_singles(
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        singles: _Singles,
+        attn: torch.Tensor,
+    ) -> None:
+        """Attention of every one-token chunk at once, written into its rows of ``attn``.
+
+        One gather of K and one of V for all of them and one fused
+        ``scaled_dot_product_attention`` call (grouped-query heads included),
+        instead of a dozen small ops per request: at batch 32 the per-request
+        loop cost SmolLM2-135M about a quarter of a decode step on CPU.
+        """
+        config = self.config
+        nh, nkv, hd = config.num_heads, config.num_kv_heads, config.head_dim
+        count = singles.count
+        # [rows * width, bs, kv_heads, hd] -> [rows, kv_heads, keys, hd], a view.
+        keys = k_cache.index_select(0, singles.blocks).view(count, -1, nkv, hd).transpose(1, 2)
+        values = v_cache.index_select(0, singles.blocks).view(count, -1, nkv, hd).transpose(1, 2)
+        query = q if singles.rows is None else q.index_select(0, singles.rows)
+        out = torch.nn.functional.scaled_dot_product_attention(
+            query.view(count, nh, 1, hd), keys, values, attn_mask=singles.mask, enable_gqa=True
+        ).view(count, nh * hd)
+        if singles.rows is None:
+            attn.copy_(out)
+        else:
+            attn.index_copy_(0, singles.rows, out)
+
     # -- the step --------------------------------------------------------------
 
     @torch.inference_mode()
@@ -335,6 +406,9 @@ class LlamaModel:
         slot_blocks: list[int] = []
         slot_offsets: list[int] = []
         spans: list[tuple[int, int, int, torch.Tensor]] = []
+        single_rows: list[int] = []
+        single_tables: list[Sequence[int]] = []
+        single_contexts: list[int] = []
         sample_rows: list[int] = []
         for chunk in chunks:
             n = len(chunk.token_ids)
@@ -351,8 +425,13 @@ class LlamaModel:
                 positions.append(pos)
                 slot_blocks.append(table[pos // bs])
                 slot_offsets.append(pos % bs)
-            context_blocks = torch.tensor(table[:needed], dtype=torch.long, device=device)
-            spans.append((offset, n, chunk.start, context_blocks))
+            if n == 1:
+                single_rows.append(offset)
+                single_tables.append(table[:needed])
+                single_contexts.append(end)
+            else:
+                context_blocks = torch.tensor(table[:needed], dtype=torch.long, device=device)
+                spans.append((offset, n, chunk.start, context_blocks))
             if chunk.sample:
                 sample_rows.append(offset + n - 1)
         vocab = config.vocab_size
@@ -361,6 +440,7 @@ class LlamaModel:
         block_index = torch.tensor(slot_blocks, dtype=torch.long, device=device)
         offset_index = torch.tensor(slot_offsets, dtype=torch.long, device=device)
         cos, sin = self._rope(pos_tensor)
+        singles = self._singles(single_rows, single_tables, single_contexts, len(ids))
         nh, nkv, hd = config.num_heads, config.num_kv_heads, config.head_dim
         q_size, kv_size = nh * hd, nkv * hd
         x = self.embed[token_tensor]
@@ -375,6 +455,8 @@ class LlamaModel:
             cache[block_index, 1, offset_index] = v
             attn = torch.empty((x.shape[0], q_size), dtype=x.dtype, device=device)
             k_cache, v_cache = cache[:, 0], cache[:, 1]
+            if singles is not None:
+                self._attend_singles(q, k_cache, v_cache, singles, attn)
             for offset, n, start, blocks in spans:
                 # One gather each for K and V; the result is contiguous, so the
                 # flattening view below copies nothing more.
