@@ -408,19 +408,9 @@ class KVCacheManager:
             req_blocks += new_blocks
         else:
             new_blocks = []
-        request_id = request.request_id
         if self.enable_caching:
-            num_tokens = total_computed + 1
-            if num_tokens > request.num_tokens:
-                num_tokens = request.num_tokens
-            num_cached = self.num_cached_block.get(request_id, 0)
-            num_full = num_tokens // block_size
-            if num_cached < num_full:
-                self.block_pool.cache_full_blocks(
-                    request, req_blocks, num_cached, num_full, block_size
-                )
-                self.num_cached_block[request_id] = num_full
-        self._set_decode_limit(request_id, len(req_blocks))
+            self._cache_blocks(request, req_blocks, min(total_computed + 1, request.num_tokens))
+        self._set_decode_limit(request.request_id, len(req_blocks))
         return new_blocks
 
     def _set_decode_limit(self, request_id: str, num_table_blocks: int) -> None:
