@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from kvframe.events import BlockHash
+    from kvframe.workloads.spec import ChunkIds
 
 __all__ = ["Request", "RequestQueue", "RequestStatus", "TokenView"]
 
@@ -374,6 +375,19 @@ class TokenView(Sequence[int]):
         if start < num_prompt:
             return self._prompt.token_bytes(start, num_prompt) + out  # type: ignore[attr-defined]
         return out
+
+    def chunk_ids(self, start: int, end: int) -> ChunkIds | None:
+        """The prompt's identified chunks from ``start`` to ``end`` (for the block hasher).
+
+        ``(namespace, chunk_tokens, ids, chunk_bytes)`` from a prompt that knows them (a
+        Mooncake trace prompt: see ``MooncakePrompt.chunk_ids``), else ``None``.
+        Outputs are never part of a chunk.
+        """
+        num_prompt = self._num_prompt
+        if start >= num_prompt:
+            return None
+        direct = getattr(self._prompt, "chunk_ids", None)
+        return direct(start, min(end, num_prompt)) if direct is not None else None
 
     def __repr__(self) -> str:
         return f"TokenView(<{self._num_prompt} prompt + {len(self._outputs)} output tokens>)"

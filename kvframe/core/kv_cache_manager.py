@@ -338,6 +338,15 @@ class KVCacheManager:
             total_computed + num_new_tokens + num_lookahead_tokens, self.max_model_len
         )
 
+        if num_local_computed + num_external_computed_tokens + num_new_tokens > self.max_model_len:
+            # The slots would stop at max_model_len while the tokens to cache
+            # go on: fail here, by name, not later inside the caching.
+            raise ValueError(
+                f"request {request_id!r}: {num_new_tokens} new tokens after "
+                f"{num_local_computed + num_external_computed_tokens} computed exceed "
+                f"max_model_len={self.max_model_len} (the scheduler never schedules past it; "
+                "requests whose prompt is longer are ignored at arrival)"
+            )
         if not self._can_allocate(request_id, num_tokens_need_slot, new_computed_blocks):
             return None
         pool = self.block_pool

@@ -23,7 +23,7 @@ import functools
 import hashlib
 import sys
 from array import array
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -209,34 +209,42 @@ class MooncakePrompt:
         """Tokens ``start .. end - 1`` as uint32 little-endian bytes, built from the ids.
 
         The same bytes as packing ``token_ids()[start:end]``, without a
-        Python int per token: this is how a trace prompt is hashed. A chunk's
-        tokens are the consecutive ids ``v .. v + block_tokens - 1`` (``v =
-        hash_id * block_tokens``), so its bytes are those of one big integer,
-        ``v * ONES + RAMP`` (:func:`_chunk_constants`), written out little
-        endian: no lane carries into the next while every id fits 32 bits.
-        That is about six times faster than an ``array`` built from a range.
+        Python int per token (:func:`_chunk_writer`): this is how a trace
+        prompt is hashed.
         """
         end = min(end, self.length)
         if start >= end:
             return b""
         size = self.block_tokens
-        ones, ramp = _chunk_constants(size)
-        num_bytes = 4 * size
+        write = _chunk_writer(size)
         hash_ids = self.hash_ids
         parts: list[bytes] = []
         for index in range(start // size, (end - 1) // size + 1):
             first = index * size
-            value = hash_ids[index] * size
-            if value < 0 or value + size > _U32_LIMIT:
-                raise OverflowError(
-                    f"hash id {hash_ids[index]} gives token ids beyond 32 bits "
-                    f"(block_tokens={size})"
-                )
-            chunk = (value * ones + ramp).to_bytes(num_bytes, "little")
+            chunk = write(hash_ids[index])
             low = max(start, first) - first
             high = min(end, first + size) - first
             parts.append(chunk if low == 0 and high == size else chunk[4 * low : 4 * high])
         return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def chunk_ids(self, start: int, end: int) -> ChunkIds | None:
+        """The hash ids of the whole chunks from ``start`` to ``end`` (cut to the prompt).
+
+        Returns ``(namespace, block_tokens, ids, chunk_bytes)``, or ``None`` if
+        ``start`` is not at a chunk boundary or no whole chunk fits;
+        ``chunk_bytes(hash_id)`` is a chunk's tokens as :meth:`token_bytes`
+        writes them. A chunk's tokens are a function of its id alone, which
+        is what lets the block hasher remember a chunk's hashes after a given
+        parent (:class:`kvframe.core.hashing.ChunkMemo`); ``namespace`` keeps
+        ids of other chunk sizes or prompt kinds apart.
+        """
+        size = self.block_tokens
+        if start % size:
+            return None
+        first, last = start // size, min(end, self.length) // size
+        if first >= last:
+            return None
+        return ("mooncake", size), size, self.hash_ids[first:last], _chunk_writer(size)
 
     def token_slice(self, start: int, end: int) -> list[int]:
         """Tokens ``start .. end - 1`` without building the whole prompt."""
@@ -258,6 +266,34 @@ class MooncakePrompt:
 
 _U32 = "I" if array("I").itemsize == 4 else "L"
 _U32_LIMIT = 1 << 32
+
+
+ChunkIds = tuple[Hashable, int, Sequence[int], Callable[[int], bytes]]
+"""``(namespace, chunk_tokens, chunk ids, chunk_bytes)``: see :meth:`MooncakePrompt.chunk_ids`."""
+
+
+@functools.cache
+def _chunk_writer(size: int) -> Callable[[int], bytes]:
+    """``write(hash_id)``: the tokens of a ``size``-token Mooncake chunk as uint32 LE bytes.
+
+    The chunk's tokens are the consecutive ids ``v .. v + size - 1`` (``v =
+    hash_id * size``), so its bytes are those of one big integer, ``v * ONES +
+    RAMP`` (:func:`_chunk_constants`), written out little endian: no lane
+    carries into the next while every id fits 32 bits. That is about six
+    times faster than an ``array`` built from a range.
+    """
+    ones, ramp = _chunk_constants(size)
+    num_bytes = 4 * size
+
+    def write(hash_id: int) -> bytes:
+        value = hash_id * size
+        if value < 0 or value + size > _U32_LIMIT:
+            raise OverflowError(
+                f"hash id {hash_id} gives token ids beyond 32 bits (block_tokens={size})"
+            )
+        return (value * ones + ramp).to_bytes(num_bytes, "little")
+
+    return write
 
 
 @functools.cache
@@ -328,6 +364,11 @@ class PromptTokens(Sequence[int]):
         if sys.byteorder == "big":
             values.byteswap()
         return values.tobytes()
+
+    def chunk_ids(self, start: int, end: int) -> ChunkIds | None:
+        """The prompt's identified chunks from ``start`` (``MooncakePrompt.chunk_ids``), if any."""
+        direct = getattr(self.prompt, "chunk_ids", None)
+        return direct(start, end) if direct is not None else None
 
     def __repr__(self) -> str:
         return f"PromptTokens({self.prompt!r})"

@@ -198,6 +198,14 @@ def test_slots_are_capped_at_max_model_len() -> None:
     assert new is not None and len(new) == 3  # cdiv(min(16, 10), 4)
 
 
+def test_tokens_past_max_model_len_are_refused_by_name() -> None:
+    m = manager(max_model_len=10)
+    r = req("a", list(range(16)))
+    with pytest.raises(ValueError, match=r"request 'a': 16 new tokens .* max_model_len=10"):
+        m.allocate_slots(r, 16)
+    assert m.get_blocks("a") == [] and m.num_free_blocks == 16  # nothing changed
+
+
 def test_failed_allocation_changes_nothing() -> None:
     m = manager(num_blocks=4)  # 3 usable
     admit(m, req("a", list(range(8))))

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kvframe.engine.engine as engine_module
-from kvframe.core.hashing import make_block_hasher, token_bytes
+from kvframe.core.hashing import ChunkMemo, make_block_hasher, token_bytes
 from kvframe.engine import Engine, EngineConfig
 from kvframe.request import Request
 from kvframe.workloads import load_workload
@@ -90,3 +90,65 @@ def test_a_lazy_request_hashes_and_reads_like_a_list_request(prompt) -> None:
     assert list(lazy.all_token_ids) == plain.all_token_ids
     assert lazy.num_tokens == plain.num_tokens == len(prompt) + 40
     assert lazy.prompt_token_ids == plain.prompt_token_ids
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    block_size=st.sampled_from([1, 4, 16, 48]),
+    chunk_tokens=st.sampled_from([16, 32]),
+    capacity=st.sampled_from([1, 2, 5, 65_536]),
+    turns=st.lists(
+        st.tuples(st.lists(st.integers(0, 5), min_size=1, max_size=6), st.integers(0, 40)),
+        min_size=1,
+        max_size=8,
+    ),
+    data=st.data(),
+)
+def test_chunk_memo_gives_the_hashes_the_chain_computes(
+    block_size, chunk_tokens, capacity, turns, data
+) -> None:
+    """Hashes through the chunk memo equal a plain hasher's over materialised ids.
+
+    Prompts draw their chunk ids from a tiny alphabet (so chunks repeat, after
+    the same parent and after others), lengths cut chunks short, outputs are
+    appended, and capacities of 1-5 chunks rotate the memo's generations.
+    """
+    memo_hasher = make_block_hasher(block_size, chunk_memo_capacity=capacity)
+    plain_hasher = make_block_hasher(block_size, chunk_memo_capacity=0)
+    for index, (hash_ids, cut) in enumerate(turns):
+        length = max(1, len(hash_ids) * chunk_tokens - cut)
+        prompt = MooncakePrompt(tuple(hash_ids), length, chunk_tokens)
+        lazy = Request(f"lazy{index}", PromptTokens(prompt), 50, block_hasher=memo_hasher)
+        plain = Request(f"plain{index}", prompt.token_ids(), 50, block_hasher=plain_hasher)
+        outputs = data.draw(st.lists(st.integers(0, 9), max_size=3 * block_size))
+        for token in outputs:
+            lazy.append_output_token_ids(token)
+            plain.append_output_token_ids(token)
+        assert lazy.block_hashes == plain.block_hashes
+
+
+def test_chunk_memo_hits_repeated_turns_and_stays_bounded() -> None:
+    """A conversation's second turn re-uses its first turn's chunk hashes."""
+    memo = ChunkMemo(capacity=3)
+    hasher = make_block_hasher(16)
+    first = MooncakePrompt((1, 2, 3), 3 * 512)
+    second = MooncakePrompt((1, 2, 3, 4), 4 * 512 - 100)
+    plain = make_block_hasher(16, chunk_memo_capacity=0)
+    for name, prompt in (("t1", first), ("t2", second)):
+        lazy = Request(name, PromptTokens(prompt), 10, block_hasher=hasher)
+        assert (
+            lazy.block_hashes
+            == Request(name, prompt.token_ids(), 10, block_hasher=plain).block_hashes
+        )
+    (memo_of_trace,) = hasher.chunk_memos.values()
+    # t2 re-uses t1's three chunks; its cut fourth chunk is hashed without the memo.
+    assert (memo_of_trace.hits, memo_of_trace.misses) == (3, 3)
+    # The memo object itself: generations rotate at capacity, hits move forward.
+    for chunk_id in range(7):
+        memo.put(b"p" * 16, chunk_id, [bytes([chunk_id]) * 16] * 2)
+    assert len(memo.current) + len(memo.previous) <= 2 * memo.capacity
+    assert memo.get(b"p" * 16, 0) is None  # rotated out
+    assert memo.get(b"p" * 16, 6) == (bytes([6]) * 16,) * 2
+    assert (memo.hits, memo.misses) == (1, 1)
+    with pytest.raises(ValueError, match="chunk_memo_capacity"):
+        make_block_hasher(16, chunk_memo_capacity=-1)
