@@ -56,7 +56,6 @@ html_theme = "furo"
 html_title = f"kvframe {release}"
 
 
-
 class RepositoryFileLinks(SphinxPostTransform):
     """Links from a page to repository files outside ``docs/`` (``../examples/x/README.md``).
 

@@ -60,8 +60,16 @@ def _copy_sources(tmp_path: Path) -> tuple[Path, Path]:
 def test_the_main_job_runs_from_an_installed_wheel(tmp_path: Path) -> None:
     dist = tmp_path / "dist"
     _run(
-        sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-        "-w", dist, *_copy_sources(tmp_path),
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "-q",
+        "--no-deps",
+        "--no-build-isolation",
+        "-w",
+        dist,
+        *_copy_sources(tmp_path),
         cwd=tmp_path,
     )
     wheels = sorted(dist.glob("*.whl"))
@@ -71,7 +79,14 @@ def test_the_main_job_runs_from_an_installed_wheel(tmp_path: Path) -> None:
     venv.create(env_dir, with_pip=False)
     python = env_dir / "bin" / "python"
     _run(
-        sys.executable, "-m", "pip", "--python", python, "install", "-q", *wheels,
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        python,
+        "install",
+        "-q",
+        *wheels,
         cwd=tmp_path,
     )
 
@@ -82,8 +97,15 @@ def test_the_main_job_runs_from_an_installed_wheel(tmp_path: Path) -> None:
     assert Path(where.strip()).is_relative_to(env_dir), where  # the wheel, not the checkout
 
     out = _run(
-        env_dir / "bin" / "kvframe", "run", "mooncake:conversation", "--limit", "200",
-        "--out", "run", cwd=work, env=clean_env,
+        env_dir / "bin" / "kvframe",
+        "run",
+        "mooncake:conversation",
+        "--limit",
+        "200",
+        "--out",
+        "run",
+        cwd=work,
+        env=clean_env,
     )
     assert "requests finished / arrived" in out
     finished = next(line for line in out.splitlines() if line.startswith("requests finished"))
