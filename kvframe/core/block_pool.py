@@ -216,7 +216,7 @@ class BlockHashToBlockMap:
     read ``_index`` directly for the single-block case.
     """
 
-    __slots__ = ("_index", "_num_shared")
+    __slots__ = ("_index", "_last_hashes", "_last_hits", "_num_shared")
 
     _PROBE = 64
     """Hashes looked up per C-level batch in :meth:`get_prefix`."""
@@ -225,6 +225,10 @@ class BlockHashToBlockMap:
         self._index: dict[BlockHash, KVCacheBlock | dict[int, KVCacheBlock]] = {}
         # Entries in dict form (a hash cached in several blocks).
         self._num_shared = 0
+        # The hash list of the last get_prefix and how many of it hit: a hint
+        # for the first batch when the same list is looked up again.
+        self._last_hashes: Sequence[BlockHash] | None = None
+        self._last_hits = 0
 
     def get_one_block(self, block_hash: BlockHash) -> KVCacheBlock | None:
         """The first block cached under ``block_hash``, or ``None``."""
@@ -240,17 +244,28 @@ class BlockHashToBlockMap:
 
         Looks hashes up in batches of ``_PROBE`` with ``map`` (C speed), so a
         long hit costs little more than the dict lookups themselves, and a
-        miss wastes at most one batch of lookups.
+        miss wastes at most one batch of lookups. The blocked head of the
+        waiting queue is looked up again every step with the same hash list:
+        its first batch is then one more than its last hit count, so a repeat
+        that hits as before does one wasted lookup, not up to 63. The batch
+        sizes change only the work, never the result.
         """
         end = min(max_num_blocks, len(block_hashes))
         index_get = self._index.get
         found: list[KVCacheBlock | dict[int, KVCacheBlock] | None] = []
-        for start in range(0, end, self._PROBE):
-            batch = list(map(index_get, block_hashes[start : min(start + self._PROBE, end)]))
+        size = self._last_hits + 1 if block_hashes is self._last_hashes else self._PROBE
+        start = 0
+        while start < end:
+            stop = min(start + size, end)
+            batch = list(map(index_get, block_hashes[start:stop]))
             if None in batch:
                 found += batch[: batch.index(None)]
                 break
             found += batch
+            start = stop
+            size = self._PROBE
+        self._last_hashes = block_hashes
+        self._last_hits = len(found)
         if self._num_shared:  # rare: some hashes are cached in several blocks
             return [next(iter(e.values())) if isinstance(e, dict) else e for e in found]  # type: ignore[misc]
         return found  # type: ignore[return-value]

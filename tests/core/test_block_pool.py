@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvframe.core.block_pool import BlockHashToBlockMap, BlockPool, KVCacheBlock
 from kvframe.core.hashing import make_block_hasher
@@ -268,6 +270,37 @@ def test_get_cached_prefix_stops_at_first_miss(miss_at: int | None) -> None:
     assert pool.get_cached_prefix(hashes, 70) == expected[:70]
     assert pool.get_cached_prefix(hashes, 0) == []
     assert pool.get_cached_prefix(hashes, -1) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lookups=st.lists(
+        st.tuples(st.integers(0, 2), st.integers(0, 150), st.integers(0, 160)),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_repeated_prefix_lookups_hint_only_the_batch_size(lookups) -> None:
+    """Looking the same hash list up again (the blocked queue head) gives what a
+    plain walk to the first miss gives, whatever changed in the index since."""
+    index = BlockHashToBlockMap()
+    lists = [[bytes([n, i]) for i in range(150)] for n in range(3)]
+    blocks = [KVCacheBlock(i) for i in range(150)]
+    for which, cut, limit in lookups:
+        hashes = lists[which]
+        # Re-shape the index: the list's first `cut` hashes cached, the rest not.
+        for i, block_hash in enumerate(hashes):
+            if i < cut and block_hash not in index:
+                index.insert(block_hash, blocks[i])
+            elif i >= cut and block_hash in index:
+                index.pop(block_hash, i)
+        expected: list[KVCacheBlock] = []
+        for block_hash in hashes[:limit]:
+            block = index.get_one_block(block_hash)
+            if block is None:
+                break
+            expected.append(block)
+        assert index.get_prefix(hashes, limit) == expected
 
 
 def test_get_cached_prefix_with_shared_hashes_returns_first_copy() -> None:
