@@ -471,6 +471,30 @@ class ARCPolicy(kvframe.EvictionPolicy):
 
     # -- evict --------------------------------------------------------------
 
+    def max_evictable(self) -> int | None:
+        """At most the blocks ``evict`` may take from T1 (its room over the target, and
+        no more than T1's idle blocks) plus T2's idle blocks; ``None`` for the paper variant.
+
+        ``evict`` takes a run of idle T1 blocks no longer than
+        ``len(t1) - int(target) + 1``, then only T2's idle blocks (see there),
+        so asking for more refuses. Idle blocks are counted from the idle
+        indexes, which with the blocks reported idle since hold every idle
+        block (more, if a load pinned some since: the bound is only loose
+        then); before tracking or its first rebuild, every block counts. The
+        paper variant falls back to the other list and refuses only without
+        ``n`` idle, unprotected blocks, which the tier's own count answers.
+        """
+        if self._paper:
+            return None
+        if self._tracking and not self._rebuild_all:
+            unindexed = len(self._unindexed)
+            idle_t1 = len(self._idle_t1) + unindexed
+            idle_t2 = len(self._idle_t2) + unindexed
+        else:
+            idle_t1, idle_t2 = len(self.t1), len(self.t2)
+        room = len(self.t1) - int(self.target_t1_size) + 1
+        return max(0, min(room, idle_t1)) + idle_t2
+
     def evict(self, n: int, protected: Set[Hashable]) -> list[Victim] | None:
         if n == 0:
             return []
