@@ -380,6 +380,10 @@ class EvictionPolicy(PluginBase):
     promise to report every block that becomes idle, so that ``evict`` can
     walk an index of idle blocks instead of every block it orders. The
     victims must stay exactly those of the full walk; the suite checks it.
+
+    Optional, for speed (:meth:`max_evictable`): a policy that may refuse can
+    say how many blocks ``evict`` could give at most, so that a tier can refuse
+    a store the policy would refuse before counting the store's new blocks.
     """
 
     kind: ClassVar[str] = "eviction"
@@ -457,6 +461,27 @@ class EvictionPolicy(PluginBase):
            it already holds blocks (it must then index them itself).
         """
         return False
+
+    def max_evictable(self) -> int | None:
+        """An ``m`` such that ``evict(n, protected)`` would now return ``None`` for every
+        ``n > m``, whatever ``protected``; ``None`` (the default) claims nothing.
+
+        A query: it changes nothing. The bound may be loose (too large), never
+        too small: ``evict`` of ``m`` blocks may still be refused, of more must be.
+
+        Why: vLLM's ARC refuses while T1 is under its target and T2 has nothing
+        evictable, however many blocks are idle in T1, and an offload tier
+        retries such a store on every step. The tier must know how many of the
+        store's blocks are new (``n``) before it can ask ``evict``: a set of
+        the request's pending blocks, ~900 at 2,000 Mooncake requests. With a
+        bound, it stops counting as soon as it has found more than ``m`` new
+        blocks (kvframe's ``SlotOffloadManager`` does, when the store's blocks
+        all fit in the free and idle slots, so the refusal it returns is
+        exactly the one the policy would give). Only a policy that may refuse
+        with enough idle blocks gains: for the others the tier's own count of
+        idle blocks already answers.
+        """
+        return None
 
     def on_idle(self, keys: Iterable[Hashable]) -> None:
         """The tier has just set the ``ref_cnt`` of these held blocks to ``0``.

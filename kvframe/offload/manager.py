@@ -15,6 +15,7 @@ imports a plugin.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from itertools import filterfalse, islice
 from typing import TYPE_CHECKING, cast
 
 import attrs
@@ -136,6 +137,14 @@ class SlotOffloadManager:
         :meth:`prepare_store` answer a store that cannot fit without walking
         all its hashes or asking the policy (see there)."""
         self._events: list[KVEvent] | None = [] if enable_events else None
+        from kvframe.bases import EvictionPolicy
+
+        bound = getattr(type(policy), "max_evictable", None)
+        self._max_evictable = (
+            None if bound is None or bound is EvictionPolicy.max_evictable else policy.max_evictable
+        )
+        """``policy.max_evictable`` if the policy's class overrides it, else ``None``
+        (the base's answer claims nothing: not worth a call per store)."""
         track_idle = getattr(policy, "track_idle", None)
         self._on_idle = policy.on_idle if track_idle is not None and track_idle() else None
         """``policy.on_idle`` if the policy accepted idle tracking, else ``None``.
@@ -237,6 +246,9 @@ class SlotOffloadManager:
     def prepare_store(self, block_hashes: Iterable[BlockHash]) -> PrepareStoreResult | None:
         requested = block_hashes if isinstance(block_hashes, list) else list(block_hashes)
         blocks = self._blocks
+        if self._max_evictable is not None and self._refused_by_bound(requested):
+            self.refused_new_blocks = 0
+            return None
         # A store needs a slot per new hash: free ones, then idle blocks the
         # policy evicts. With more new hashes than that, a policy keeping the
         # contract (it evicts idle blocks only, and a refusal changes nothing)
@@ -286,6 +298,32 @@ class SlotOffloadManager:
             insert(block_hash, block)
             blocks[block_hash] = block
         return PrepareStoreResult(tuple(new), tuple(slot_ids), evicted)
+
+    def _refused_by_bound(self, requested: list[BlockHash]) -> bool:
+        """Whether the policy's :meth:`~kvframe.EvictionPolicy.max_evictable` proves that
+        it would refuse this store, counting only as many new hashes as the proof needs.
+
+        Only for a store whose hashes all fit in the free and idle slots: the
+        room check of :meth:`prepare_store` passes for it, so the refusal it
+        would get is the policy's (``refused_new_blocks == 0``), the answer
+        given here. A store needs ``new - free`` victims, so finding
+        ``bound + free + 1`` distinct new hashes shows that it needs more than
+        the policy can give. Why: ``arc`` refused 28,000 stores at 2,000
+        Mooncake requests, each naming ~900 pending hashes, with a bound of
+        ~90 on average.
+        """
+        max_evictable = self._max_evictable
+        free = self.num_free_blocks
+        if max_evictable is None or len(requested) > free + self._num_idle:
+            return False
+        bound = max_evictable()
+        if bound is None:
+            return False
+        need = bound + free + 1
+        if need > len(requested):
+            return False
+        first_new = list(islice(filterfalse(self._blocks.__contains__, requested), need))
+        return len(first_new) == need and len(set(first_new)) == need
 
     def complete_store(self, block_hashes: Iterable[BlockHash], success: bool = True) -> None:
         get = self._blocks.get

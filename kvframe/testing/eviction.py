@@ -20,6 +20,11 @@ model (a plain dict of what the tier has inserted and not yet removed):
 * (optional, :meth:`kvframe.EvictionPolicy.track_idle`) a policy that accepts
   idle tracking, told of every block that becomes idle, evicts exactly what it
   evicts untold;
+* (optional, :meth:`kvframe.EvictionPolicy.max_evictable`) a policy that
+  overrides it is asked before every ``evict`` of the checked runs, and an
+  ``evict`` of more blocks than it answered must return ``None`` (the
+  determinism and refusal checks replay those calls without the question, so
+  asking must change nothing);
 * every short call sequence, exhaustively, with the calls that must not change
   the eviction order checked by draining the policy
   (:mod:`kvframe.testing.eviction_sequences`);
@@ -119,6 +124,10 @@ class _Run:
         self.outcomes: list[tuple[Hashable, ...] | None] = []
         self.has_len = hasattr(type(self.policy), "__len__")
         self.may_refuse = bool(getattr(self.policy, "may_refuse", False))
+        self.bounded = _overrides_max_evictable(self.policy)
+        """The policy answers ``max_evictable``: checked runs ask it before every evict."""
+        self.bounds: list[tuple[int, int]] = []
+        """(index in ``ops`` of the evict asked before, the int answer) for each answer."""
         self.track_idle_at = track_idle_at
         """Before which call (by index) to call ``track_idle``; ``None``: never."""
         self.tracking = False
@@ -178,8 +187,27 @@ class _Run:
             _, n, protected = op
             for key in protected:
                 self.known.setdefault(key, "was only ever named in `protected`, never inserted")
+            bound = None
+            if self.check and self.bounded:
+                bound = call_plugin(self.log, "max_evictable()", policy.max_evictable)
+                self.log.add(f"max_evictable() -> {bound!r}")
+                if bound is not None and (type(bound) is not int or bound < 0):
+                    raise self.log.violation(
+                        f"then max_evictable() returned {bound!r}",
+                        "max_evictable returns None or an int >= 0 "
+                        "(kvframe.EvictionPolicy.max_evictable).",
+                    )
+                if bound is not None:
+                    self.bounds.append((len(self.ops) - 1, bound))
             victims = call_plugin(self.log, text, policy.evict, n, set(protected))
             result = self._take_victims(text, n, protected, victims)
+            if bound is not None and result is not None and n > bound:
+                raise self.log.violation(
+                    f"then {text} returned {n} blocks {fmt(list(result))}, although "
+                    f"max_evictable() had just answered {bound}",
+                    "rule: max_evictable bounds evict: an evict of more blocks returns None "
+                    "(kvframe.EvictionPolicy.max_evictable).",
+                )
             self.outcomes.append(result)
             text += f" -> {fmt(list(result)) if result is not None else 'None'}"
         else:  # the tier changes a block's ref_cnt in place
@@ -310,6 +338,13 @@ class _Run:
                     f"then len(policy) is {size}, but it holds {len(self.model)} block(s)",
                     "__len__ must count the blocks the policy holds.",
                 )
+
+
+def _overrides_max_evictable(policy: object) -> bool:
+    from kvframe.bases import EvictionPolicy
+
+    own = getattr(type(policy), "max_evictable", None)
+    return own is not None and own is not EvictionPolicy.max_evictable
 
 
 def _pick(run: _Run, value: int) -> Hashable:
@@ -622,6 +657,40 @@ class EvictionPolicySuite(PluginSuite):
                     f"returned {_shown(a)}; the same calls without it: {_shown(b)}"
                     f"\ncalls: {history}"
                 )
+
+        run()
+
+    # -- optional: a bound on evict ----------------------------------------------
+
+    def test_max_evictable_bounds_evict(self, kvframe_target: PluginTarget) -> None:
+        """Where ``max_evictable`` answered ``m``, the same calls on a fresh policy and
+        then ``evict(m + 1, set())`` return None (skipped when the policy inherits it)."""
+        from hypothesis import given
+
+        if not _overrides_max_evictable(kvframe_target.create(4)):
+            pytest.skip("the policy inherits max_evictable (it claims nothing)")
+
+        @suite_settings(self.examples(0.5))
+        @given(capacity=_capacities(), steps=_tier_steps())
+        def run(capacity: int, steps: list[tuple[Any, ...]]) -> None:
+            __tracebackhide__ = True
+            checked = _Run(kvframe_target, capacity)
+            _drive_tier(checked, steps)
+            # A few answers, spread over the run: each is one replay.
+            picked = checked.bounds[:: max(1, len(checked.bounds) // 4)][:4]
+            for position, bound in picked:
+                replay, error = _replay(kvframe_target, capacity, checked.ops[:position])
+                if error is not None:
+                    continue  # the determinism check reports it
+                got = replay.policy.evict(bound + 1, set())
+                if got is not None:
+                    history = ", ".join(_describe(op) for op in checked.ops[:position])
+                    raise ContractViolation(
+                        f"rule: max_evictable bounds evict (kvframe.EvictionPolicy.max_evictable)"
+                        f"\nafter {history}\nmax_evictable() answered {bound}, but "
+                        f"evict({bound + 1}, protected=set()) returned "
+                        f"{fmt([key for key, _ in got])}"
+                    )
 
         run()
 

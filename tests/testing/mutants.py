@@ -243,6 +243,22 @@ class ARCGetPromotes(ARCPolicy):
         return self.t2.get(key)
 
 
+class ARCBoundForgetsT2(ARCPolicy):
+    """``max_evictable`` counts what ``evict`` may take from T1 and forgets T2's idle blocks.
+
+    Breaks: ``max_evictable`` bounds ``evict`` (a tier would refuse stores the
+    policy accepts).
+    """
+
+    name = "mutant-arc-bound-forgets-t2"
+
+    def max_evictable(self) -> int | None:
+        if self._paper:
+            return None
+        idle_t1 = sum(1 for block in self.t1.values() if block.ref_cnt == 0)
+        return max(0, min(len(self.t1) - int(self.target_t1_size) + 1, idle_t1))
+
+
 class ARCRemoveLeavesGhost(ARCPolicy):
     """A removed block becomes a ghost, like an evicted one; ghosts are trimmed only on evict.
 
@@ -591,6 +607,12 @@ MUTANTS: tuple[tuple[type, str, str, tuple[str, ...]], ...] = (
         ("track_idle() -> True", "on_idle(["),
     ),
     (ARCGetPromotes, "eviction", "every_short", ("rule: get changes no order",)),
+    (
+        ARCBoundForgetsT2,
+        "eviction",
+        "max_evictable_bounds",
+        ("rule: max_evictable bounds evict", "max_evictable() -> "),
+    ),
     (ARCRemoveLeavesGhost, "eviction", "remove_churn", ("rule: memory stays bounded",)),
     (ARCTouchNeedsSequence, "eviction", "every_short", ("touch accepts any iterable",)),
     (ARCUndeclaredRefusal, "eviction", "every_short", ("The refusal rule", "returned None")),

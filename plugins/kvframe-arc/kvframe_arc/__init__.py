@@ -309,11 +309,28 @@ class ARCPolicy(kvframe.EvictionPolicy):
         if not walk:
             self._touched = keys
             return
-        t1, t2, b1, b2 = self.t1, self.t2, self.b1, self.b2
+        t1, t2 = self.t1, self.t2
         idle_t1, idle_t2 = self._idle_t1, self._idle_t2
         settled = True
         ready: list[Hashable] = []
         walk_t1 = list(filter(t1.__contains__, walk)) if t1 else []
+        if walk_t1 and max(map(_ref_cnt, map(t1.__getitem__, walk_t1))) < 0:
+            # The usual store touch: every T1 key of the walk is being written
+            # (a request's own blocks, right after their store), so nothing is
+            # promoted and each is moved to T1's MRU end in walk order, as the
+            # key-by-key walk does, repeats included (a key's last move
+            # decides its place). One max over the ref counts replaces the
+            # per-key flags, the dedup and the list filters of the general
+            # case below, which only a promotion needs.
+            deque(map(t1.move_to_end, walk_t1), maxlen=0)
+            if idle_t1:
+                _mirror_moves(idle_t1, walk_t1)
+            if len(walk_t1) == len(walk):
+                self._touched = None  # a key left in T1 may become ready
+                return
+            others = list(filterfalse(t1.__contains__, walk))
+            self._touch_t2_and_ghosts(others, others, keys, settled=False)
+            return
         if walk_t1:
             in_t1 = list(dict.fromkeys(walk_t1))
             # A ready block's second use promotes it to T2; a block being
@@ -354,16 +371,36 @@ class ARCPolicy(kvframe.EvictionPolicy):
                     _mirror_moves(idle_t2, in_t2)
             self._touched = keys if settled else None
             return
+        self._touch_t2_and_ghosts(walk, None, keys, settled)
+
+    def _touch_t2_and_ghosts(
+        self,
+        walk: list[Hashable],
+        not_in_t1: list[Hashable] | None,
+        keys: Sequence[Hashable],
+        settled: bool,
+    ) -> None:
+        """The rest of a multi-key touch once T1's keys are done: T2's moves, then ghosts.
+
+        ``walk``: the touch's held keys in walk order. ``not_in_t1``: those
+        of them not in T1, if the caller has them, else ``None``. A caller
+        whose touch promoted nothing from T1 to T2 may pass that list as
+        ``walk`` too: T2's keys and the ghosts are then found in it, in the
+        same order, without another pass over every held key.
+        """
+        t1, t2, b1, b2 = self.t1, self.t2, self.b1, self.b2
         if t2:
             in_t2 = list(filter(t2.__contains__, walk))
             deque(map(t2.move_to_end, in_t2), maxlen=0)
-            if idle_t2:
-                _mirror_moves(idle_t2, in_t2)
+            if self._idle_t2:
+                _mirror_moves(self._idle_t2, in_t2)
         if not (b1 or b2):
             self._touched = keys if settled else None
             return
         # What is held and not resident is a ghost.
-        ghosts = list(filterfalse(t2.__contains__, filterfalse(t1.__contains__, walk)))
+        if not_in_t1 is None:
+            not_in_t1 = list(filterfalse(t1.__contains__, walk))
+        ghosts = list(filterfalse(t2.__contains__, not_in_t1)) if t2 else not_in_t1
         if ghosts and self._paper:
             for key in ghosts:
                 self._see_ghost(key)
@@ -433,6 +470,30 @@ class ARCPolicy(kvframe.EvictionPolicy):
             self.target_t1_size = max(self.target_t1_size - delta, 0)
 
     # -- evict --------------------------------------------------------------
+
+    def max_evictable(self) -> int | None:
+        """At most the blocks ``evict`` may take from T1 (its room over the target, and
+        no more than T1's idle blocks) plus T2's idle blocks; ``None`` for the paper variant.
+
+        ``evict`` takes a run of idle T1 blocks no longer than
+        ``len(t1) - int(target) + 1``, then only T2's idle blocks (see there),
+        so asking for more refuses. Idle blocks are counted from the idle
+        indexes, which with the blocks reported idle since hold every idle
+        block (more, if a load pinned some since: the bound is only loose
+        then); before tracking or its first rebuild, every block counts. The
+        paper variant falls back to the other list and refuses only without
+        ``n`` idle, unprotected blocks, which the tier's own count answers.
+        """
+        if self._paper:
+            return None
+        if self._tracking and not self._rebuild_all:
+            unindexed = len(self._unindexed)
+            idle_t1 = len(self._idle_t1) + unindexed
+            idle_t2 = len(self._idle_t2) + unindexed
+        else:
+            idle_t1, idle_t2 = len(self.t1), len(self.t2)
+        room = len(self.t1) - int(self.target_t1_size) + 1
+        return max(0, min(room, idle_t1)) + idle_t2
 
     def evict(self, n: int, protected: Set[Hashable]) -> list[Victim] | None:
         if n == 0:

@@ -381,3 +381,67 @@ def test_a_key_repeated_in_one_touch_ends_where_its_last_use_puts_it(ref_cnt):
     plain_touch(plain, ["a", "b", "a", "c"])
     assert state(fast) == state(plain)
     assert lists(fast)[0 if ref_cnt < 0 else 1] == ["c", "b", "a"]
+
+
+store_touch_operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("insert"), st.integers(0, 9), st.sampled_from([-1, -1, 0])),
+        st.tuples(st.just("touch"), st.lists(st.integers(0, 10), min_size=2, max_size=10)),
+        st.tuples(st.just("touch"), st.lists(st.integers(0, 10), min_size=2, max_size=10)),
+        st.tuples(st.just("evict"), st.integers(1, 3), st.frozensets(st.integers(0, 9))),
+        st.tuples(st.just("ref"), st.integers(0, 9), st.sampled_from([-1, 0, 0, 1])),
+        st.tuples(st.just("idle"), st.integers(0, 9)),
+        st.tuples(st.just("touch again")),
+    ),
+    min_size=10,
+    max_size=120,
+)
+
+
+@pytest.mark.parametrize("variant", ["vllm", "paper"])
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(ops=store_touch_operations, capacity=st.integers(2, 8), tracking=st.booleans())
+def test_a_touch_of_blocks_being_written_ends_in_the_state_a_plain_touch_gives(
+    variant, ops, capacity, tracking
+):
+    """The store touch's path (every T1 key named is being written), with T2 keys and
+    ghosts in the same touch, and with or without idle tracking (the tier reports
+    ``ref_cnt`` set to 0 with ``on_idle``, as ``SlotOffloadManager`` does)."""
+    fast = ARCPolicy(capacity, variant=variant)
+    plain = ARCPolicy(capacity, variant=variant)
+    if tracking:
+        assert fast.track_idle()
+    resident: dict[int, Block] = {}
+    last_touch: list[int] = []
+    for op in ops:
+        if op[0] == "insert" and op[1] not in resident:
+            if len(resident) >= capacity:
+                victims = fast.evict(1, {op[1]})
+                assert victims == plain.evict(1, {op[1]})
+                if victims is None:
+                    continue
+                del resident[victims[0][0]]
+            resident[op[1]] = Block(op[2])
+            fast.insert(op[1], resident[op[1]])
+            plain.insert(op[1], resident[op[1]])
+        elif op[0] in ("touch", "touch again"):
+            keys = list(op[1]) if op[0] == "touch" else last_touch
+            fast.touch(keys)
+            plain_touch(plain, keys)
+            last_touch = keys
+        elif op[0] == "evict":
+            result = fast.evict(op[1], op[2])
+            assert result == plain.evict(op[1], op[2])
+            for key, _ in result or ():
+                del resident[key]
+        elif op[0] in ("ref", "idle") and op[1] in resident:
+            block = resident[op[1]]
+            new = 0 if op[0] == "idle" else op[2]
+            if new == 0 and block.ref_cnt == 0:
+                continue
+            if new == -1 and block.ref_cnt != -1:
+                continue  # a tier never makes a stored block "being written" again
+            block.ref_cnt = new
+            if tracking and new == 0:
+                fast.on_idle([op[1]])
+        assert state(fast) == state(plain)
