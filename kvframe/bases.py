@@ -29,7 +29,7 @@ through pluggy once the engine is running: the hook specs in
 from __future__ import annotations
 
 import abc
-from collections.abc import Hashable, Iterable, Mapping, Sequence, Set
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence, Set
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -494,6 +494,19 @@ class EvictionPolicy(PluginBase):
 # ==========================================================================
 # Offload spec
 # ==========================================================================
+
+
+def claimed_max_evictable(policy: object) -> Callable[[], int | None] | None:
+    """``policy.max_evictable`` if the policy's class overrides the base's, else ``None``.
+
+    The base's answer claims nothing, so callers that would ask it per store
+    (the offload ledger) or per ``evict`` (the conformance suite) skip the
+    question for a policy that inherits it.
+    """
+    own = getattr(type(policy), "max_evictable", None)
+    if own is None or own is EvictionPolicy.max_evictable:
+        return None
+    return policy.max_evictable  # type: ignore[attr-defined, no-any-return]
 
 
 class OffloadSpec(PluginBase):

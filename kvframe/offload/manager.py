@@ -137,12 +137,9 @@ class SlotOffloadManager:
         :meth:`prepare_store` answer a store that cannot fit without walking
         all its hashes or asking the policy (see there)."""
         self._events: list[KVEvent] | None = [] if enable_events else None
-        from kvframe.bases import EvictionPolicy
+        from kvframe.bases import claimed_max_evictable
 
-        bound = getattr(type(policy), "max_evictable", None)
-        self._max_evictable = (
-            None if bound is None or bound is EvictionPolicy.max_evictable else policy.max_evictable
-        )
+        self._max_evictable = claimed_max_evictable(policy)
         """``policy.max_evictable`` if the policy's class overrides it, else ``None``
         (the base's answer claims nothing: not worth a call per store)."""
         track_idle = getattr(policy, "track_idle", None)

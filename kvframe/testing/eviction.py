@@ -341,10 +341,9 @@ class _Run:
 
 
 def _overrides_max_evictable(policy: object) -> bool:
-    from kvframe.bases import EvictionPolicy
+    from kvframe.bases import claimed_max_evictable
 
-    own = getattr(type(policy), "max_evictable", None)
-    return own is not None and own is not EvictionPolicy.max_evictable
+    return claimed_max_evictable(policy) is not None
 
 
 def _pick(run: _Run, value: int) -> Hashable:
