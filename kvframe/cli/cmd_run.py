@@ -123,8 +123,8 @@ def _default_out_dir(trace: str) -> Path:
 
 def run_command(args: argparse.Namespace, ctx: Context) -> int:
     """The ``run`` handler: see the module docstring for exit codes."""
+    from kvframe.cli.progress import ProgressLine
     from kvframe.engine import Engine, EngineStalled
-    from kvframe.progress import ProgressLine
     from kvframe.workloads import WorkloadError, load_workload
 
     config = engine_config(args)

@@ -25,16 +25,17 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 import kvframe
+from kvframe.cli.cmd_calibrate import add_calibrate_command
 from kvframe.cli.cmd_check import add_check_command
+from kvframe.cli.cmd_compare import add_compare_command
 from kvframe.cli.cmd_gen import add_gen_command
+from kvframe.cli.cmd_outputs_diff import add_outputs_diff_command
 from kvframe.cli.cmd_plugins import add_plugins_command
 from kvframe.cli.cmd_run import add_run_command
+from kvframe.cli.cmd_sweep import add_sweep_command
+from kvframe.cli.cmd_workloads import add_workloads_command
 from kvframe.cli.common import EXIT_OK, EXIT_USAGE, Context, Handler
-from kvframe.compare.cli import add_compare_command
 from kvframe.config import ConfigError
-from kvframe.sweep.cli import add_sweep_command
-from kvframe.torch_cli import add_calibrate_command, add_outputs_diff_command
-from kvframe.workloads_cli import add_workloads_command
 
 if TYPE_CHECKING:
     from kvframe.plugins import PluginRegistry

@@ -3,7 +3,7 @@
 * :mod:`kvframe.compare.load` -- runs from a sweep database or run directories;
 * :mod:`kvframe.compare.table` -- the table (rich), JSON and CSV;
 * :mod:`kvframe.compare.plots` -- matplotlib figures and ``report.html`` (extra ``plot``);
-* :mod:`kvframe.compare.cli` -- the subcommand.
+* :mod:`kvframe.cli.cmd_compare` -- the subcommand.
 """
 
 from __future__ import annotations

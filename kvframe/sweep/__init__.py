@@ -4,7 +4,7 @@
 * :mod:`kvframe.sweep.cell` -- one cell: the engine ``kvframe run`` uses, errors caught;
 * :mod:`kvframe.sweep.store` -- the results database (cells, metrics, requests);
 * :mod:`kvframe.sweep.runner` -- worker processes, Ray, the loop, Ctrl-C;
-* :mod:`kvframe.sweep.cli` -- the subcommand.
+* :mod:`kvframe.cli.cmd_sweep` -- the subcommand.
 
 From Python::
 

@@ -11,7 +11,7 @@ import pytest
 import structlog
 
 from kvframe.cli import main
-from kvframe.progress import ProgressLine
+from kvframe.cli.progress import ProgressLine
 
 
 @pytest.fixture(autouse=True)
@@ -371,7 +371,7 @@ def test_progress_off_a_terminal_is_a_plain_line_with_an_eta():
 
 
 def test_eta_is_the_rate_so_far_applied_to_what_is_left():
-    from kvframe.progress import eta_text
+    from kvframe.cli.progress import eta_text
 
     assert eta_text(0, 10, 5.0) == "?"
     assert eta_text(4, 10, 20.0) == "0:00:30"

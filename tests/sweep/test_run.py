@@ -340,7 +340,7 @@ def test_the_next_cell_starts_before_a_finished_one_is_stored(write_sweep) -> No
 def test_off_a_terminal_the_sweep_prints_plain_progress_lines(write_sweep, capsys, monkeypatch):
     # CI logs and pipes: no live bar, but a line every log_interval seconds
     # (here every update), so a long sweep is not silent until its end.
-    from kvframe.sweep.cli import _Display
+    from kvframe.cli.cmd_sweep import _Display
 
     monkeypatch.setattr(_Display, "log_interval", 0.0)
     path = write_sweep(SWEEP)
@@ -355,7 +355,7 @@ def test_off_a_terminal_the_sweep_prints_plain_progress_lines(write_sweep, capsy
 
 
 def test_progress_line_text() -> None:
-    from kvframe.sweep.cli import _Display
+    from kvframe.cli.cmd_sweep import _Display
 
     counts = {"done": 3, "failed": 1, "running": 2, "todo": 4, "total": 8}
     assert _Display.line(counts, 40.0) == (

@@ -1,10 +1,9 @@
-"""``kvframe calibrate`` and ``kvframe outputs-diff``: the torch executor's commands.
+"""``kvframe calibrate``: fit the sim's cost model to the torch executor.
 
 ``calibrate`` times the torch executor over a grid of step shapes, fits the
 sim's cost model (:mod:`kvframe.executors.torch.calibrate`) and writes a
 cost-model file for ``kvframe run --cost-model FILE``; with ``--check`` it
 also replays a held-out workload both ways and reports the errors.
-``outputs-diff`` compares two runs' ``outputs.jsonl`` token for token.
 """
 
 from __future__ import annotations
@@ -19,35 +18,7 @@ import attrs
 
 from kvframe.config import ConfigError
 
-__all__ = ["add_calibrate_command", "add_outputs_diff_command"]
-
-
-def add_outputs_diff_command(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "outputs-diff",
-        help="compare two torch-executor runs' generated tokens",
-        description="Compare the outputs.jsonl of two runs (run directories or files) token "
-        "for token. Exit 0 when every request generated the same tokens, 1 otherwise, "
-        "naming the first differing request and token.",
-    )
-    parser.add_argument("reference", metavar="RUN_A")
-    parser.add_argument("other", metavar="RUN_B")
-    parser.set_defaults(handler=_outputs_diff)
-
-
-def _outputs_diff(args: argparse.Namespace, ctx: Any) -> int:
-    from kvframe.executors.torch.outputs import first_difference, read_outputs
-
-    try:
-        a, b = read_outputs(args.reference), read_outputs(args.other)
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
-    difference = first_difference(a, b)
-    if difference is None:
-        print(f"identical: {len(a)} requests, {sum(map(len, a.values()))} generated tokens")
-        return 0
-    print(f"different: {difference}")
-    return 1
+__all__ = ["add_calibrate_command"]
 
 
 def add_calibrate_command(subparsers: Any) -> None:

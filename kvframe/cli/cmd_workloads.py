@@ -12,7 +12,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kvframe.cli import Context
+    from kvframe.cli.common import Context
 
 __all__ = ["add_workloads_command", "format_workload_table", "workload_table"]
 

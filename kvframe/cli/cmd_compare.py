@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kvframe.cli import Context
+    from kvframe.cli.common import Context
 
 __all__ = ["add_compare_command"]
 

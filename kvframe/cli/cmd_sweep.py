@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kvframe.cli import Context
+    from kvframe.cli.common import Context
 
 __all__ = ["add_sweep_command"]
 
@@ -211,7 +211,7 @@ class _Display:
     @staticmethod
     def line(counts: dict[str, Any], elapsed: float) -> str:
         """``sweep: 12/54 cells  running 2  failed 0  0:00:35  ETA 0:02:03``."""
-        from kvframe.progress import eta_text, format_duration
+        from kvframe.cli.progress import eta_text, format_duration
 
         finished = counts["done"] + counts["failed"]
         total = counts["total"]
