@@ -33,6 +33,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence, Set
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from kvframe.domain.costs import CostModel
     from kvframe.events import (
         BlockHash,
         KVEvent,
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
         StepDecision,
         StepSnapshot,
     )
-    from kvframe.executors.cost_model import CostModel
     from kvframe.offload.contract import OffloadContext, OffloadManager, TransferHandler
     from kvframe.request import Request, RequestQueue
 

@@ -99,7 +99,7 @@ def _calibrate(args: argparse.Namespace, ctx: Any) -> int:
             check_cpu_clock(options.device.partition(":")[0], options.threads)
         except ValueError as err:
             raise ConfigError(str(err), origin="--clock") from None
-    from kvframe.executors.cost_model import ModelShape
+    from kvframe.domain.costs import ModelShape
     from kvframe.executors.cost_model_file import write_cost_model_file
     from kvframe.executors.presets import llama_num_params
     from kvframe.executors.torch.build import plan_model

@@ -52,7 +52,7 @@ from kvframe.request import Request, RequestQueue, RequestStatus
 
 if TYPE_CHECKING:
     from kvframe.bases import EvictionPolicy, SchedulingPolicy, TierView
-    from kvframe.executors.cost_model import CostModel
+    from kvframe.domain.costs import CostModel
     from kvframe.offload.connector import SchedulerConnector
 
 __all__ = ["PolicyContractError", "Scheduler", "SchedulerConfig", "SchedulerStats"]

@@ -22,7 +22,7 @@ import attrs
 
 from kvframe.config import ConfigError, PluginSpec, format_spec, parse_size
 from kvframe.core.scheduler_config import SchedulerConfig
-from kvframe.executors.cost_model import num_gpu_blocks_for
+from kvframe.domain.costs import num_gpu_blocks_for
 from kvframe.executors.presets import get_preset
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """Executors: what runs a scheduled step.
 
-``sim`` advances a virtual clock with a :class:`~kvframe.executors.cost_model.CostModel`;
+``sim`` advances a virtual clock with a :class:`~kvframe.domain.costs.CostModel`;
 ``torch`` runs a small decoder on real paged KV tensors. This package's
 ``__init__`` re-exports only the torch-free cost-model pieces, so importing it
 stays cheap.
@@ -8,7 +8,7 @@ stays cheap.
 
 from __future__ import annotations
 
-from kvframe.executors.cost_model import CostModel, ModelShape, num_gpu_blocks_for
+from kvframe.domain.costs import CostModel, ModelShape, num_gpu_blocks_for
 from kvframe.executors.presets import PRESETS, Preset, get_preset, preset_names
 
 __all__ = [

@@ -33,7 +33,7 @@ from typing import Any
 
 import attrs
 
-from kvframe.executors.cost_model import CostModel, ModelShape
+from kvframe.domain.costs import CostModel, ModelShape
 from kvframe.executors.presets import GpuSpec, Preset
 
 __all__ = ["FORMAT", "load_cost_model_file", "write_cost_model_file"]

@@ -33,7 +33,7 @@ from typing import Any
 
 import attrs
 
-from kvframe.executors.cost_model import CostModel, ModelShape, num_gpu_blocks_for
+from kvframe.domain.costs import CostModel, ModelShape, num_gpu_blocks_for
 
 __all__ = [
     "H100_SXM",

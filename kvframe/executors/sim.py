@@ -13,7 +13,7 @@ There are no tensors. For each step the executor
    after the step (a partial prefill chunk samples nothing), as a real model
    runner does;
 3. returns the step's duration from
-   :meth:`~kvframe.executors.cost_model.CostModel.step_time`.
+   :meth:`~kvframe.domain.costs.CostModel.step_time`.
 
 Why the classification reads the requests rather than the output's
 new/cached split: a resumed request is "cached" in vLLM's output but
@@ -52,7 +52,7 @@ from kvframe.core.scheduler_output import ModelRunnerOutput
 
 if TYPE_CHECKING:
     from kvframe.core.scheduler_output import SchedulerOutput
-    from kvframe.executors.cost_model import CostModel
+    from kvframe.domain.costs import CostModel
     from kvframe.offload.worker import OffloadWorker, SimTransferHandler
     from kvframe.request import Request
 
@@ -97,7 +97,7 @@ class StepResult:
 
 
 class SimExecutor:
-    """Executes scheduler outputs on a :class:`~kvframe.executors.cost_model.CostModel`.
+    """Executes scheduler outputs on a :class:`~kvframe.domain.costs.CostModel`.
 
     Deterministic: the same outputs and requests give the same tokens and
     durations in every process.

@@ -20,7 +20,7 @@ reports which requests' transfers are done. Its calls, in a step's order:
    ``finished_recving`` when it lands.
 
 :class:`SimTransferHandler` is the sim executor's handler: no bytes move; a
-transfer of ``n`` bytes takes :meth:`~kvframe.executors.cost_model.CostModel.transfer_time`
+transfer of ``n`` bytes takes :meth:`~kvframe.domain.costs.CostModel.transfer_time`
 on one of two copy engines, host-to-device for loads and device-to-host for
 stores (a PCIe link is full duplex and a GPU has a copy engine each way).
 Each engine runs its transfers one after another in submission order, so a
@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from kvframe.core.scheduler_output import KVConnectorOutput
 
 if TYPE_CHECKING:
-    from kvframe.executors.cost_model import CostModel
+    from kvframe.domain.costs import CostModel
     from kvframe.offload.contract import TransferHandler
     from kvframe.offload.offloading_connector import OffloadConnectorMetadata
 

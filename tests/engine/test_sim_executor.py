@@ -7,7 +7,7 @@ from kvframe_fcfs import FCFSPolicy
 
 from kvframe.core.scheduler import Scheduler
 from kvframe.core.scheduler_config import SchedulerConfig
-from kvframe.executors.cost_model import CostModel
+from kvframe.domain.costs import CostModel
 from kvframe.executors.sim import SAMPLED_TOKEN_ID, SimExecutor
 from kvframe.request import Request
 

@@ -14,9 +14,9 @@ import attrs
 import pytest
 
 from kvframe.cli import main
+from kvframe.domain.costs import CostModel, ModelShape, prefill_pairs
 from kvframe.engine import Engine
 from kvframe.engine.config import EngineConfig
-from kvframe.executors.cost_model import CostModel, ModelShape, prefill_pairs
 from kvframe.executors.cost_model_file import load_cost_model_file, write_cost_model_file
 from kvframe.executors.presets import PRESETS
 from kvframe.executors.torch.build import plan_model
@@ -359,6 +359,6 @@ def test_measurement_rounds_refuse_zero_runs():
     ],
 )
 def test_calibrated_preset_is_named_after_what_was_timed(executor, name):
-    from kvframe.torch_cli import _model_name
+    from kvframe.cli.cmd_calibrate import _model_name
 
     assert _model_name(parse_executor(executor)[1]) == name

@@ -21,7 +21,7 @@ would bias every prediction low). To the grid are added the steps of a
 forms. The held-out check uses a different workload (another seed).
 
 **Fit.** Step time is linear in six quantities (:data:`TERMS`, the fields of
-:class:`~kvframe.executors.cost_model.CostModel`). The fit minimises
+:class:`~kvframe.domain.costs.CostModel`). The fit minimises
 *relative* squared error (each row divided by its measured time), because the
 acceptance criteria are relative, under non-negative coefficients. With six
 unknowns the exact non-negative least-squares solution is found by trying
@@ -41,7 +41,7 @@ from collections.abc import Sequence
 import attrs
 import torch
 
-from kvframe.executors.cost_model import CostModel, prefill_pairs
+from kvframe.domain.costs import CostModel, prefill_pairs
 from kvframe.executors.torch.model import LlamaModel, StepChunk
 from kvframe.executors.torch.options import check_cpu_clock
 

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from kvframe.core.scheduler_output import ModelRunnerOutput
-from kvframe.executors.cost_model import prefill_pairs
+from kvframe.domain.costs import prefill_pairs
 from kvframe.executors.sim import StepResult
 from kvframe.executors.torch.model import LlamaModel, StepChunk
 from kvframe.executors.torch.options import CLOCKS, check_cpu_clock
@@ -51,7 +51,7 @@ from kvframe.log import get_logger
 
 if TYPE_CHECKING:
     from kvframe.core.scheduler_output import SchedulerOutput
-    from kvframe.executors.cost_model import CostModel
+    from kvframe.domain.costs import CostModel
     from kvframe.executors.torch.tokenizer import TextTokenizer
     from kvframe.offload.worker import OffloadWorker, SimTransferHandler
     from kvframe.request import Request

@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Literal
 import attrs
 
 import kvframe
-from kvframe.executors.cost_model import prefill_pairs
+from kvframe.domain.costs import prefill_pairs
 from kvframe.executors.presets import get_preset
 from kvframe.request import RequestStatus
 from kvframe_continuum.queue import PINNED, PREEMPTED, UNPINNED, ContinuumQueue, Rank
@@ -75,7 +75,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from kvframe.bases import Retention, SchedulerContext, TierView
-    from kvframe.executors.cost_model import CostModel
+    from kvframe.domain.costs import CostModel
     from kvframe.request import Request, RequestQueue
 
 DEFAULT_PRESET = "llama3.1-8b-h100"

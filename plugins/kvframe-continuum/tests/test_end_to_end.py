@@ -14,7 +14,7 @@ import pytest
 from kvframe_continuum import ContinuumPolicy
 from kvframe_fcfs import FCFSPolicy
 
-from kvframe.executors.cost_model import CostModel
+from kvframe.domain.costs import CostModel
 from kvframe.workloads.agentic import generate_agentic
 
 from .closed_loop import run_closed_loop

@@ -11,7 +11,7 @@ from kvframe_continuum import ContinuumPolicy, choose_ttl
 from kvframe.core.scheduler import Scheduler
 from kvframe.core.scheduler_config import SchedulerConfig
 from kvframe.core.scheduler_output import ModelRunnerOutput
-from kvframe.executors.cost_model import CostModel
+from kvframe.domain.costs import CostModel
 from kvframe.request import Request
 
 SAMPLED = 7
