@@ -2,7 +2,7 @@
 
 ``import kvframe`` is deliberately light: it imports pluggy, attrs and the plugin
 base classes, never torch, and it does not scan entry points (that happens when
-a :class:`kvframe.plugins.PluginRegistry` is first built).
+a :class:`kvframe.host.registry.PluginRegistry` is first built).
 """
 
 from __future__ import annotations
@@ -16,41 +16,59 @@ import types
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from kvframe.bases import (
+from kvframe.contract.bases import (
     EvictionPolicy,
     OffloadSpec,
     ReuseFilter,
     SchedulingPolicy,
     Tracer,
 )
-from kvframe.hookspecs import hookimpl, hookspec
+from kvframe.contract.hookspecs import hookimpl, hookspec
+from kvframe.domain.version import __version__
 
 if TYPE_CHECKING:
     from kvframe.config import ConfigError, PluginSpec
-    from kvframe.plugins import PluginRegistry, get_registry
+    from kvframe.host.registry import PluginRegistry, get_registry
 
-__version__ = "0.1.0"
 
 # Loaded on first access (PEP 562) so that `import kvframe` does not pay for the
 # plugin host; the host itself only scans entry points when first asked.
 _LAZY = {
     "ConfigError": "kvframe.config",
     "PluginSpec": "kvframe.config",
-    "PluginRegistry": "kvframe.plugins",
-    "get_registry": "kvframe.plugins",
+    "PluginRegistry": "kvframe.host.registry",
+    "get_registry": "kvframe.host.registry",
 }
 
 
-MOVED: dict[str, str] = {
-    "kvframe.executors.cost_model": "kvframe.domain.costs",
+MOVED: dict[str, tuple[str, ...]] = {
+    "kvframe.bases": (
+        "kvframe.contract.bases",
+        "kvframe.contract.views",
+        "kvframe.contract.support",
+    ),
+    "kvframe.events": ("kvframe.contract.records", "kvframe.domain.tokens"),
+    "kvframe.hookspecs": ("kvframe.contract.hookspecs",),
+    "kvframe.policy_support": ("kvframe.contract.support",),
+    "kvframe.request": ("kvframe.domain.request", "kvframe.domain.tokens", "kvframe.domain.queues"),
+    "kvframe.request_queues": ("kvframe.domain.queues",),
+    "kvframe.plugins": ("kvframe.host.registry", "kvframe.host.tracing"),
+    "kvframe.metrics": ("kvframe.engine.metrics",),
+    "kvframe.config.kinds": ("kvframe.contract.kinds",),
+    "kvframe.offload.contract": ("kvframe.contract.offload",),
+    "kvframe.offload.connector": ("kvframe.core.connector",),
+    "kvframe.executors.cost_model": ("kvframe.domain.costs",),
+    "kvframe.executors.torch.calibrate": ("kvframe.calibrate.fit",),
+    "kvframe.executors.torch.replay": ("kvframe.calibrate.replay",),
 }
-"""Old module paths that still import, for one release, as the module at their new
-path (with a :class:`DeprecationWarning` naming it). No file stays behind at the old
-path, so a package folder holds only what lives on its floor."""
+"""Old module paths that still import, for one release, with a :class:`DeprecationWarning`
+naming the new path. An old module whose names now live in several modules imports as a
+module that finds each name in those, in order. No file stays behind at an old path, so
+each folder holds only what lives on its floor."""
 
 
 class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Imports a moved module's old name as an alias of its new module."""
+    """Imports a moved module's old name from its new home(s)."""
 
     def find_spec(self, fullname: str, path: object, target: object = None) -> Any:
         if fullname not in MOVED:
@@ -58,17 +76,39 @@ class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return importlib.util.spec_from_loader(fullname, self)
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
-        new = MOVED[spec.name]
+        homes = MOVED[spec.name]
         warnings.warn(
-            f"{spec.name} moved to {new}; import it from there (or from kvframe): "
-            "the old path goes away in the next release",
+            f"{spec.name} moved to {' and '.join(homes)}; import from there (a plugin "
+            "author's names are all on `import kvframe`): the old path goes away in the "
+            "next release",
             DeprecationWarning,
             stacklevel=_importer_stacklevel(),
         )
-        return importlib.import_module(new)
+        if len(homes) == 1:
+            return importlib.import_module(homes[0])
+        return _merged_module(spec.name, homes)
 
     def exec_module(self, module: types.ModuleType) -> None:
-        """The new module is already executed."""
+        """The new modules are already executed."""
+
+
+def _merged_module(name: str, homes: tuple[str, ...]) -> types.ModuleType:
+    """A module whose attributes are looked up in ``homes``, first one first."""
+    modules = [importlib.import_module(home) for home in homes]
+    merged = types.ModuleType(name, f"Moved: see {', '.join(homes)}.")
+    exported: list[str] = []
+    for module in modules:
+        exported.extend(n for n in getattr(module, "__all__", ()) if n not in exported)
+    merged.__all__ = exported  # type: ignore[attr-defined]
+
+    def find(attribute: str) -> object:
+        for module in modules:
+            if hasattr(module, attribute):
+                return getattr(module, attribute)
+        raise AttributeError(f"module {name!r} has no attribute {attribute!r}")
+
+    merged.__getattr__ = find  # type: ignore[method-assign]
+    return merged
 
 
 def _importer_stacklevel() -> int:

@@ -16,7 +16,7 @@ import structlog
 
 import kvframe
 from kvframe.cli import main
-from kvframe.plugins import PluginRegistry
+from kvframe.host.registry import PluginRegistry
 
 
 class Frequency(kvframe.EvictionPolicy):
@@ -327,7 +327,7 @@ def test_pip_installed_plugins_are_listed_selectable_and_broken_ones_harmless(
             "-c",
             textwrap.dedent(
                 """
-                from kvframe.plugins import get_registry
+                from kvframe.host.registry import get_registry
                 policy = get_registry().create("eviction", "lfu_demo:decay=0.25", 8)
                 print("RESULT", type(policy).__module__, type(policy).__name__,
                       policy.capacity, policy.decay)

@@ -13,8 +13,8 @@ from structlog.testing import capture_logs
 
 import kvframe
 from kvframe.config import ConfigError
-from kvframe.events import RequestFinished, StepSnapshot
-from kvframe.plugins import PluginRegistry, Tracing, get_registry, tracing_manager
+from kvframe.contract.records import RequestFinished, StepSnapshot
+from kvframe.host.registry import PluginRegistry, Tracing, get_registry, tracing_manager
 
 # ==========================================================================
 # Test-only plugin classes (the real policies live in plugins/ and are not used here)

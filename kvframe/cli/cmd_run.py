@@ -45,7 +45,7 @@ from kvframe.cli.common import (
 from kvframe.config import ConfigError
 
 if TYPE_CHECKING:
-    from kvframe.metrics import MetricsSummary
+    from kvframe.engine.metrics import MetricsSummary
 
 __all__ = [
     "OUTPUT_FILES",

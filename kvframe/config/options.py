@@ -20,7 +20,7 @@ import attrs
 
 from kvframe.config.errors import ConfigError, did_you_mean, suggest
 from kvframe.config.grammar import BOOL_WORDS, INT_RE, PluginSpec, guess_value, parse_size
-from kvframe.config.kinds import get_kind
+from kvframe.contract.kinds import get_kind
 
 __all__ = [
     "OptionInfo",

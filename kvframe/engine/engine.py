@@ -40,30 +40,30 @@ from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
-import kvframe
-from kvframe.core.decode_run import STOP, DecodeRun
-from kvframe.core.scheduler import Scheduler
-from kvframe.engine.arrivals import ArrivalQueue
-from kvframe.engine.config import EngineConfig
-from kvframe.events import (
+from kvframe.contract.offload import OffloadContext
+from kvframe.contract.records import (
     PrefixCacheEvent,
     RequestFinished,
     StepDecision,
     StepSnapshot,
 )
+from kvframe.core.decode_run import STOP, DecodeRun
+from kvframe.core.scheduler import Scheduler
+from kvframe.domain.request import Request
+from kvframe.domain.version import __version__
+from kvframe.engine.arrivals import ArrivalQueue
+from kvframe.engine.config import EngineConfig
+from kvframe.engine.metrics import MetricsCollector, MetricsSummary
 from kvframe.executors.sim import SimExecutor
 from kvframe.log import get_logger
-from kvframe.metrics import MetricsCollector, MetricsSummary
-from kvframe.offload.contract import OffloadContext
-from kvframe.request import Request
 from kvframe.workloads.spec import PromptTokens
 
 if TYPE_CHECKING:
     from kvframe.core.scheduler_output import SchedulerOutput
     from kvframe.executors.presets import Preset
+    from kvframe.host.registry import PluginRegistry, Tracing
     from kvframe.offload.offloading_connector import OffloadingConnector
     from kvframe.offload.worker import OffloadWorker
-    from kvframe.plugins import PluginRegistry, Tracing
     from kvframe.workloads.spec import RequestSpec, Workload
 
 __all__ = ["Engine", "EngineStalled", "RunProgress", "RunResult"]
@@ -190,7 +190,7 @@ class Engine:
         :raises ConfigError: for an unknown plugin or a bad option.
         """
         if registry is None:
-            from kvframe.plugins import get_registry
+            from kvframe.host.registry import get_registry
 
             registry = get_registry()
         from kvframe.executors.torch.options import parse_executor
@@ -682,7 +682,7 @@ class Engine:
             counters.update(executor_counters())
         source = getattr(workload, "source", None)
         metadata = {
-            "kvframe_version": kvframe.__version__,
+            "kvframe_version": __version__,
             "workload": {
                 "name": getattr(workload, "name", "workload"),
                 "source": None if source is None else str(source),

@@ -53,8 +53,8 @@ from kvframe.core.scheduler_output import ModelRunnerOutput
 if TYPE_CHECKING:
     from kvframe.core.scheduler_output import SchedulerOutput
     from kvframe.domain.costs import CostModel
+    from kvframe.domain.request import Request
     from kvframe.offload.worker import OffloadWorker, SimTransferHandler
-    from kvframe.request import Request
 
 __all__ = ["SAMPLED_TOKEN_ID", "SimExecutor", "StepResult"]
 

@@ -97,7 +97,7 @@ class LocalBackend:
         self._warm = True
         import importlib
 
-        from kvframe.plugins import get_registry
+        from kvframe.host.registry import get_registry
 
         # The engine, executors and metrics, and what a run imports on first use
         # (the executor-string parser, which does not import torch).

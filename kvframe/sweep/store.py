@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kvframe.config import ConfigError
-from kvframe.metrics import CSV_COLUMNS as _REQUEST_COLUMNS
+from kvframe.engine.metrics import CSV_COLUMNS as _REQUEST_COLUMNS
 
 __all__ = ["SCHEMA_VERSION", "ResultStore", "flatten_metrics"]
 

@@ -30,7 +30,6 @@ from typing import Any, ClassVar, Literal
 import attrs
 import pytest
 
-from kvframe.bases import PluginBase
 from kvframe.config import (
     NAME_PATTERN,
     ConfigError,
@@ -39,6 +38,7 @@ from kvframe.config import (
     kind_of,
     plugin_options,
 )
+from kvframe.contract.bases import PluginBase
 
 __all__ = [
     "ContractViolation",
@@ -61,7 +61,7 @@ _CONTEXT: Mapping[str, tuple[str, ...]] = {
     "reuse_filter": (),
     "tracer": (),
 }
-"""The positional ``__init__`` parameters the host passes per kind (:mod:`kvframe.bases`)."""
+"""The positional ``__init__`` parameters the host passes per kind (see the plugin bases)."""
 
 
 class ContractViolation(AssertionError):
@@ -152,7 +152,7 @@ def resolve_target(
     if isinstance(plugin, PluginTarget):
         return attrs.evolve(plugin, options={**plugin.options, **options})
     if isinstance(plugin, str):
-        from kvframe.plugins import get_registry
+        from kvframe.host.registry import get_registry
 
         try:
             resolved = get_registry().resolve(kind, plugin)
@@ -179,7 +179,7 @@ def resolve_target(
 
 def isolated_registry(target: PluginTarget) -> tuple[Any, str]:
     """A registry that holds only ``target``'s class (no entry points), and its name there."""
-    from kvframe.plugins import PluginRegistry
+    from kvframe.host.registry import PluginRegistry
 
     registry = PluginRegistry(entry_points=())
     name = target.cls.name or "plugin-under-test"

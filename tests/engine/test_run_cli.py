@@ -285,7 +285,7 @@ def test_an_earlier_run_is_never_overwritten_without_force(
 def test_a_write_that_fails_after_the_run_prints_the_summary_and_one_error_line(
     conversation_trace: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ):
-    from kvframe.metrics import MetricsSummary
+    from kvframe.engine.metrics import MetricsSummary
 
     def full_disk(self, path):
         raise OSError(28, "No space left on device")

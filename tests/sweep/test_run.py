@@ -30,7 +30,7 @@ scheduler = "no-such-policy"
 
 CRASH = '''
 import os
-from kvframe.bases import Tracer
+from kvframe.contract.bases import Tracer
 
 class Crash(Tracer):
     """Kills its process on the first step: a plugin that takes its worker down."""
@@ -281,7 +281,7 @@ def test_the_parent_scans_the_plugins_once_before_forking(
     write_sweep, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each forked cell inherits the entry-point scan instead of repeating it (~50 ms)."""
-    import kvframe.plugins as plugins
+    import kvframe.host.registry as plugins
 
     calls: list[int] = []
     real = plugins.get_registry

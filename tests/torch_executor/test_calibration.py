@@ -13,14 +13,7 @@ import math
 import attrs
 import pytest
 
-from kvframe.cli import main
-from kvframe.domain.costs import CostModel, ModelShape, prefill_pairs
-from kvframe.engine import Engine
-from kvframe.engine.config import EngineConfig
-from kvframe.executors.cost_model_file import load_cost_model_file, write_cost_model_file
-from kvframe.executors.presets import PRESETS
-from kvframe.executors.torch.build import plan_model
-from kvframe.executors.torch.calibrate import (
+from kvframe.calibrate.fit import (
     LINEAR_TERMS,
     TERMS,
     Sample,
@@ -28,9 +21,16 @@ from kvframe.executors.torch.calibrate import (
     fit_cost_model,
     measure_grid,
 )
+from kvframe.calibrate.replay import Replay, compare, engine_samples, measure_interleaved
+from kvframe.cli import main
+from kvframe.domain.costs import CostModel, ModelShape, prefill_pairs
+from kvframe.engine import Engine
+from kvframe.engine.config import EngineConfig
+from kvframe.executors.cost_model_file import load_cost_model_file, write_cost_model_file
+from kvframe.executors.presets import PRESETS
+from kvframe.executors.torch.build import plan_model
 from kvframe.executors.torch.executor import StepTiming
 from kvframe.executors.torch.options import parse_executor
-from kvframe.executors.torch.replay import Replay, compare, engine_samples, measure_interleaved
 
 from .invariance import shared_prefix_workload
 

@@ -85,7 +85,7 @@ def test_ghosts_are_used_on_the_gpu_tier() -> None:
 
     from kvframe.core.hashing import make_block_hasher
     from kvframe.core.kv_cache_manager import KVCacheManager
-    from kvframe.request import Request
+    from kvframe.domain.request import Request
 
     class Counting(S3FIFOPolicy):
         ghost_inserts = inserts = 0

@@ -52,9 +52,9 @@ from kvframe.log import get_logger
 if TYPE_CHECKING:
     from kvframe.core.scheduler_output import SchedulerOutput
     from kvframe.domain.costs import CostModel
+    from kvframe.domain.request import Request
     from kvframe.executors.torch.tokenizer import TextTokenizer
     from kvframe.offload.worker import OffloadWorker, SimTransferHandler
-    from kvframe.request import Request
 
 __all__ = ["RealBytesTransferHandler", "StepTiming", "TorchExecutor"]
 

@@ -40,8 +40,8 @@ from operator import attrgetter, ge, not_
 from typing import Literal
 
 import kvframe
-from kvframe.bases import EvictableBlock
-from kvframe.policy_support import TouchWalkCache
+from kvframe.contract.support import TouchWalkCache
+from kvframe.contract.views import EvictableBlock
 
 __all__ = ["ARCPolicy"]
 

@@ -34,7 +34,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from kvframe.request import Request, RequestQueue
+    from kvframe.domain.queues import RequestQueue
+    from kvframe.domain.request import Request
 
 __all__ = ["PINNED", "PREEMPTED", "UNPINNED", "ContinuumQueue", "Rank"]
 

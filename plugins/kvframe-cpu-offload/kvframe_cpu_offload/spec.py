@@ -25,7 +25,7 @@ import kvframe
 from kvframe.offload.manager import SlotOffloadManager
 
 if TYPE_CHECKING:
-    from kvframe.offload.contract import OffloadContext, OffloadManager, TransferHandler
+    from kvframe.contract.offload import OffloadContext, OffloadManager, TransferHandler
 
 __all__ = ["CPUOffloadSpec"]
 

@@ -34,10 +34,10 @@ from typing import IO, TYPE_CHECKING, Any
 import attrs
 
 import kvframe
-from kvframe.events import BlockRemoved
+from kvframe.contract.records import BlockRemoved
 
 if TYPE_CHECKING:
-    from kvframe.events import (
+    from kvframe.contract.records import (
         KVEvent,
         PrefixCacheEvent,
         RequestFinished,

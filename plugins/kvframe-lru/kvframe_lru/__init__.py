@@ -35,8 +35,8 @@ from itertools import compress, filterfalse
 from operator import attrgetter, not_
 
 import kvframe
-from kvframe.bases import EvictableBlock
-from kvframe.policy_support import TouchWalkCache
+from kvframe.contract.support import TouchWalkCache
+from kvframe.contract.views import EvictableBlock
 
 __all__ = ["LRUPolicy"]
 

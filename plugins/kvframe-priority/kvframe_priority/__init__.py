@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import kvframe
-from kvframe.request import Request
-from kvframe.request_queues import SortedRequestQueue
+from kvframe.domain.queues import SortedRequestQueue
+from kvframe.domain.request import Request
 
 __all__ = ["PriorityPolicy", "PriorityQueue"]
 
