@@ -41,7 +41,7 @@ class CellOutcome:
     metrics: Mapping[str, Any] | None = None
     """``metrics.json`` as a dict (counters, distributions, metadata)."""
     requests: tuple[tuple[Any, ...], ...] = ()
-    """Per-request rows in :data:`kvframe.metrics.CSV_COLUMNS` order."""
+    """Per-request rows in :data:`kvframe.engine.metrics.CSV_COLUMNS` order."""
     error: str | None = None
 
 
@@ -52,16 +52,7 @@ def build_engine_config(settings: Mapping[str, Any]) -> Any:
     from kvframe.engine import EngineConfig
 
     values = {k: v for k, v in settings.items() if k not in WORKLOAD_KEYS}
-    selection = config_from_mapping(values, origin="cell")
-    fields: dict[str, Any] = {
-        "tracers": selection.tracer,
-        "offload": selection.offload,
-        "eviction": selection.eviction,
-        "reuse_filter": selection.reuse_filter,
-    }
-    if selection.scheduling is not None:
-        fields["scheduling"] = selection.scheduling
-    return EngineConfig.from_settings(selection.engine, origins=selection.origins, **fields)
+    return EngineConfig.from_selection(config_from_mapping(values, origin="cell"))
 
 
 def workload_key(settings: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -121,7 +112,7 @@ def run_cell(key: str, settings: Mapping[str, Any], workload: Any = None) -> Cel
     clock = time.perf_counter()
     try:
         from kvframe.engine import Engine
-        from kvframe.metrics import CSV_COLUMNS
+        from kvframe.engine.metrics import CSV_COLUMNS
 
         config = build_engine_config(settings)
         result = Engine.from_config(config).run(load_cell_workload(settings, workload))
