@@ -1,8 +1,14 @@
 """kvframe: try KV-cache scheduling, eviction and offload policies on vLLM V1's semantics.
 
-``import kvframe`` is deliberately light: it imports pluggy, attrs and the plugin
-base classes, never torch, and it does not scan entry points (that happens when
-a :class:`kvframe.host.registry.PluginRegistry` is first built).
+A plugin author's one import: every name a policy subclasses, reads or returns is
+an attribute of ``kvframe`` -- the plugin bases, the views the host passes
+(:class:`SchedulerContext`, :class:`TierView`, ...), :class:`Request` and
+:class:`RequestStatus`, the request queues, the KV and trace records,
+:class:`CostModel`, :func:`hookimpl` -- wherever it lives in the package's floors.
+
+``import kvframe`` is deliberately light: it imports pluggy and the plugin base
+classes, never torch, and it does not scan entry points (that happens when a
+:class:`PluginRegistry` is first asked). Every other name loads on first access.
 """
 
 from __future__ import annotations
@@ -28,16 +34,62 @@ from kvframe.domain.version import __version__
 
 if TYPE_CHECKING:
     from kvframe.config import ConfigError, PluginSpec
+    from kvframe.contract.offload import OffloadContext, OffloadManager, TransferHandler
+    from kvframe.contract.records import (
+        AllBlocksCleared,
+        BlockRemoved,
+        BlockStored,
+        KVEvent,
+        PrefixCacheEvent,
+        RequestFinished,
+        StepDecision,
+        StepSnapshot,
+    )
+    from kvframe.contract.support import TouchWalkCache, claimed_max_evictable
+    from kvframe.contract.views import EvictableBlock, Retention, SchedulerContext, TierView
+    from kvframe.domain.costs import CostModel, ModelShape, prefill_pairs
+    from kvframe.domain.queues import FIFORequestQueue, RequestQueue, SortedRequestQueue
+    from kvframe.domain.request import Request, RequestStatus
+    from kvframe.domain.tokens import BlockHash
+    from kvframe.executors.catalog import get_preset
     from kvframe.host.registry import PluginRegistry, get_registry
+    from kvframe.offload.manager import SlotOffloadManager
 
 
-# Loaded on first access (PEP 562) so that `import kvframe` does not pay for the
-# plugin host; the host itself only scans entry points when first asked.
-_LAZY = {
-    "ConfigError": "kvframe.config",
-    "PluginSpec": "kvframe.config",
-    "PluginRegistry": "kvframe.host.registry",
-    "get_registry": "kvframe.host.registry",
+# Loaded on first access (PEP 562; every name here is in __all__ too) so that
+# `import kvframe` pays only for the plugin bases; the host itself only scans entry
+# points when first asked.
+_LAZY: dict[str, str] = {
+    **dict.fromkeys(("ConfigError", "PluginSpec"), "kvframe.config"),
+    **dict.fromkeys(
+        ("OffloadContext", "OffloadManager", "TransferHandler"), "kvframe.contract.offload"
+    ),
+    **dict.fromkeys(
+        (
+            "AllBlocksCleared",
+            "BlockRemoved",
+            "BlockStored",
+            "KVEvent",
+            "PrefixCacheEvent",
+            "RequestFinished",
+            "StepDecision",
+            "StepSnapshot",
+        ),
+        "kvframe.contract.records",
+    ),
+    **dict.fromkeys(("TouchWalkCache", "claimed_max_evictable"), "kvframe.contract.support"),
+    **dict.fromkeys(
+        ("EvictableBlock", "Retention", "SchedulerContext", "TierView"), "kvframe.contract.views"
+    ),
+    **dict.fromkeys(("CostModel", "ModelShape", "prefill_pairs"), "kvframe.domain.costs"),
+    **dict.fromkeys(
+        ("FIFORequestQueue", "RequestQueue", "SortedRequestQueue"), "kvframe.domain.queues"
+    ),
+    **dict.fromkeys(("Request", "RequestStatus"), "kvframe.domain.request"),
+    "BlockHash": "kvframe.domain.tokens",
+    "get_preset": "kvframe.executors.catalog",
+    **dict.fromkeys(("PluginRegistry", "get_registry"), "kvframe.host.registry"),
+    "SlotOffloadManager": "kvframe.offload.manager",
 }
 
 
@@ -139,16 +191,44 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "AllBlocksCleared",
+    "BlockHash",
+    "BlockRemoved",
+    "BlockStored",
     "ConfigError",
+    "CostModel",
+    "EvictableBlock",
     "EvictionPolicy",
+    "FIFORequestQueue",
+    "KVEvent",
+    "ModelShape",
+    "OffloadContext",
+    "OffloadManager",
     "OffloadSpec",
     "PluginRegistry",
     "PluginSpec",
+    "PrefixCacheEvent",
+    "Request",
+    "RequestFinished",
+    "RequestQueue",
+    "RequestStatus",
+    "Retention",
     "ReuseFilter",
+    "SchedulerContext",
     "SchedulingPolicy",
+    "SlotOffloadManager",
+    "SortedRequestQueue",
+    "StepDecision",
+    "StepSnapshot",
+    "TierView",
+    "TouchWalkCache",
     "Tracer",
+    "TransferHandler",
     "__version__",
+    "claimed_max_evictable",
+    "get_preset",
     "get_registry",
     "hookimpl",
     "hookspec",
+    "prefill_pairs",
 ]

@@ -31,7 +31,7 @@ from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Set
 
 import kvframe
-from kvframe.contract.views import EvictableBlock
+from kvframe import EvictableBlock
 
 __all__ = ["S3FIFOPolicy"]
 

@@ -40,8 +40,7 @@ from operator import attrgetter, ge, not_
 from typing import Literal
 
 import kvframe
-from kvframe.contract.support import TouchWalkCache
-from kvframe.contract.views import EvictableBlock
+from kvframe import EvictableBlock, TouchWalkCache
 
 __all__ = ["ARCPolicy"]
 

@@ -58,9 +58,7 @@ from typing import TYPE_CHECKING, Literal
 import attrs
 
 import kvframe
-from kvframe.domain.costs import prefill_pairs
-from kvframe.domain.request import RequestStatus
-from kvframe.executors.catalog import get_preset
+from kvframe import RequestStatus, get_preset, prefill_pairs
 from kvframe_continuum.queue import PINNED, PREEMPTED, UNPINNED, ContinuumQueue, Rank
 from kvframe_continuum.ttl import (
     DurationHistory,
@@ -74,10 +72,7 @@ from kvframe_continuum.ttl import (
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from kvframe.contract.views import Retention, SchedulerContext, TierView
-    from kvframe.domain.costs import CostModel
-    from kvframe.domain.queues import RequestQueue
-    from kvframe.domain.request import Request
+    from kvframe import CostModel, Request, RequestQueue, Retention, SchedulerContext, TierView
 
 DEFAULT_PRESET = "llama3.1-8b-h100"
 """Cost model for ``reload`` when neither the ``preset`` option nor the engine gives one."""

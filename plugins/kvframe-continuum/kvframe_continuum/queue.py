@@ -34,8 +34,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from kvframe.domain.queues import RequestQueue
-    from kvframe.domain.request import Request
+    from kvframe import Request, RequestQueue
 
 __all__ = ["PINNED", "PREEMPTED", "UNPINNED", "ContinuumQueue", "Rank"]
 

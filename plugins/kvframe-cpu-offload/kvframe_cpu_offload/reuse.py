@@ -23,7 +23,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 import kvframe
-from kvframe.domain.tokens import BlockHash
+from kvframe import BlockHash
 
 __all__ = ["ThresholdReuseFilter"]
 

@@ -22,10 +22,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import kvframe
-from kvframe.offload.manager import SlotOffloadManager
+from kvframe import SlotOffloadManager
 
 if TYPE_CHECKING:
-    from kvframe.contract.offload import OffloadContext, OffloadManager, TransferHandler
+    from kvframe import OffloadContext, OffloadManager, TransferHandler
 
 __all__ = ["CPUOffloadSpec"]
 

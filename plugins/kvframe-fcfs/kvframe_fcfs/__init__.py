@@ -14,7 +14,7 @@ name: the queue is the host's :class:`~kvframe.domain.queues.FIFORequestQueue`.
 from __future__ import annotations
 
 import kvframe
-from kvframe.domain.queues import FIFORequestQueue
+from kvframe import FIFORequestQueue
 
 __all__ = ["FCFSPolicy", "FCFSQueue"]
 

@@ -34,16 +34,10 @@ from typing import IO, TYPE_CHECKING, Any
 import attrs
 
 import kvframe
-from kvframe.contract.records import BlockRemoved
+from kvframe import BlockRemoved
 
 if TYPE_CHECKING:
-    from kvframe.contract.records import (
-        KVEvent,
-        PrefixCacheEvent,
-        RequestFinished,
-        StepDecision,
-        StepSnapshot,
-    )
+    from kvframe import KVEvent, PrefixCacheEvent, RequestFinished, StepDecision, StepSnapshot
 
 __all__ = ["JsonlTracer", "record_to_dict"]
 

@@ -35,8 +35,7 @@ from itertools import compress, filterfalse
 from operator import attrgetter, not_
 
 import kvframe
-from kvframe.contract.support import TouchWalkCache
-from kvframe.contract.views import EvictableBlock
+from kvframe import EvictableBlock, TouchWalkCache
 
 __all__ = ["LRUPolicy"]
 

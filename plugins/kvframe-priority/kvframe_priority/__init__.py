@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import kvframe
-from kvframe.domain.queues import SortedRequestQueue
-from kvframe.domain.request import Request
+from kvframe import Request, SortedRequestQueue
 
 __all__ = ["PriorityPolicy", "PriorityQueue"]
 
