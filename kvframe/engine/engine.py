@@ -60,6 +60,7 @@ from kvframe.workloads.spec import PromptTokens
 
 if TYPE_CHECKING:
     from kvframe.core.scheduler_output import SchedulerOutput
+    from kvframe.executors.base import Executor
     from kvframe.executors.presets import Preset
     from kvframe.host.registry import PluginRegistry, Tracing
     from kvframe.offload.offloading_connector import OffloadingConnector
@@ -162,7 +163,7 @@ class Engine:
         self,
         config: EngineConfig,
         scheduler: Scheduler,
-        executor: SimExecutor | Any,
+        executor: Executor,
         *,
         tracing: Tracing | None = None,
         preset: Preset | None = None,
@@ -180,7 +181,7 @@ class Engine:
         self.num_decode_run_steps = 0
         """Steps taken inside runs of plain decode steps (see :mod:`kvframe.core.decode_run`);
         0 with ``step_by_step``. Not in the summary: results are the same either way."""
-        self._stop_token_ids = tuple(getattr(executor, "stop_token_ids", ()))
+        self._stop_token_ids = tuple(executor.stop_token_ids)
 
     @classmethod
     def from_config(cls, config: EngineConfig, registry: PluginRegistry | None = None) -> Engine:
@@ -366,7 +367,7 @@ class Engine:
         connector = cast("OffloadingConnector | None", scheduler.connector)
         worker = self.executor.offload_worker
         handler = self.executor.transfer_handler
-        record_finished = getattr(self.executor, "record_finished", None)
+        record_finished = self.executor.record_finished
         # Runs of plain decode steps in one go (kvframe.core.decode_run): only
         # where every step's effects are the scheduler's own and the cost
         # model's, i.e. the sim executor with no offload tier and no tracer.
@@ -374,7 +375,7 @@ class Engine:
             not self.config.step_by_step
             and hook is None
             and connector is None
-            and type(self.executor) is SimExecutor
+            and self.executor.supports_decode_runs
         )
 
         now = arrivals.next_time if arrivals.next_time != math.inf else 0.0
@@ -477,8 +478,7 @@ class Engine:
                         num_output_tokens=request.num_output_tokens,
                         status=request.get_finished_reason() or str(request.status),
                     )
-                    if record_finished is not None:
-                        record_finished(request)
+                    record_finished(request)
                     if request.job_id is not None:
                         arrivals.turn_finished(request.job_id, end)
                     if hook is not None:
@@ -677,9 +677,7 @@ class Engine:
             counters["offload_loaded_blocks"] = stats.num_loaded_blocks
             counters["offload_evicted_blocks"] = stats.num_evicted_blocks
             counters["offload_store_refused"] = stats.num_store_refused
-        executor_counters = getattr(self.executor, "counters", None)
-        if executor_counters is not None:
-            counters.update(executor_counters())
+        counters.update(self.executor.counters())
         source = getattr(workload, "source", None)
         metadata = {
             "kvframe_version": __version__,
@@ -693,7 +691,7 @@ class Engine:
             "scheduling_policy": self.policy_name,
             "preset": self.preset.describe(),
         }
-        description = getattr(self.executor, "description", None)
+        description = self.executor.description
         if description:
             metadata["executor"] = description
         return self._collector.summary(
