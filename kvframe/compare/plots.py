@@ -135,7 +135,7 @@ def _latency_cdfs(entries: Sequence[Entry], varying: list[str], out: Path) -> Pl
     }
     if not any(values for per in data.values() for values in per.values()):
         return None
-    fig = _figure_class()(figsize=(13, 4.2))
+    fig = _figure_class()(figsize=(13, 4.2 + 0.25 * len(chosen) / 4))
     for i, (metric, axis_label, _) in enumerate(_CDF_METRICS):
         ax = fig.add_subplot(1, len(_CDF_METRICS), i + 1)
         for entry in chosen:
@@ -148,9 +148,12 @@ def _latency_cdfs(entries: Sequence[Entry], varying: list[str], out: Path) -> Pl
         ax.set_ylabel("fraction of requests")
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
-        if i == 0:
-            ax.legend(fontsize="x-small")
+    # One legend below the three panels: inside the TTFT panel it covered the curves.
+    handles, labels = fig.axes[0].get_legend_handles_labels()
+    columns = min(4, max(1, len(labels)))
     fig.suptitle(f"Latency CDFs{note}")
+    fig.tight_layout(rect=(0, 0.06 + 0.045 * ((len(labels) + columns - 1) // columns), 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=columns, fontsize="small", frameon=False)
     caption = (
         "Cumulative distribution of per-request latencies: a curve further left is faster; "
         "where it reaches 0.9 is the p90." + (f" Runs{note}." if note else "")
@@ -209,21 +212,35 @@ _PLOTS: tuple[Callable[[Sequence[Entry], list[str], Path], PlotFile | None], ...
 
 
 def write_plots(entries: Sequence[Entry], out: Path) -> list[PlotFile]:
-    """Write every figure the runs support into ``out``; returns them in order."""
+    """Write every figure the runs support into ``out``; returns them in order.
+
+    When the entries were narrowed to their common requests
+    (:func:`~kvframe.compare.common.on_common_requests`), every caption says
+    how many requests each point covers.
+    """
+    from kvframe.compare.common import coverage_note
+
     _figure_class()
     out.mkdir(parents=True, exist_ok=True)
     ok = _ok(entries)
     varying = varying_keys(ok)
-    return [plot for make in _PLOTS if (plot := make(ok, varying, out)) is not None]
+    note = coverage_note(ok)
+    plots = [plot for make in _PLOTS if (plot := make(ok, varying, out)) is not None]
+    for plot in plots:
+        if note:
+            plot.caption = f"{plot.caption} {note}"
+    return plots
 
 
 def write_report(
     entries: Sequence[Entry], plots: Sequence[PlotFile], path: Path, *, title: str
 ) -> None:
     """One HTML file with the table and every figure embedded (no other file needed)."""
+    from kvframe.compare.common import coverage_note
     from kvframe.compare.table import table_rows
 
     headings, rows = table_rows(entries)
+    note = coverage_note(entries)
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headings)
     body = "".join(
         "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows
@@ -252,6 +269,7 @@ figcaption {{ color: #444; max-width: 60em; }}
 </style></head><body>
 <h1>{html.escape(title)}</h1>
 <table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>
+{f"<p>{html.escape(note)}</p>" if note else ""}
 {f"<h2>Failed runs</h2><ul>{failed}</ul>" if failed else ""}
 {figures}
 </body></html>

@@ -168,6 +168,14 @@ class ResultStore:
             for key, idx, config, status, error, started, wall, metrics in rows
         ]
 
+    def request_rows(self, key: str) -> list[dict[str, Any]]:
+        """Every request row of a cell, as ``requests.csv`` columns to values."""
+        rows = self.db.execute(
+            f"SELECT {', '.join(_REQUEST_COLUMNS)} FROM requests WHERE cell=? ORDER BY rowid",
+            (key,),
+        )
+        return [dict(zip(_REQUEST_COLUMNS, row, strict=True)) for row in rows]
+
     def request_column(self, key: str, column: str) -> list[float]:
         """One latency column of a cell's requests, the requests that reached it."""
         if column not in _REQUEST_COLUMNS:
