@@ -9,8 +9,13 @@ stops the run cleanly: what was measured is still written, marked partial, and
 the exit status is 130 (the shell's convention for SIGINT).
 
 The output directory is created and checked before the replay, and an earlier
-run in it is never overwritten without ``--force``. If writing still fails, the
-summary is printed with a one-line error.
+run in it is never overwritten without ``--force``. A directory holds one run:
+``--force`` removes every file an earlier run wrote there (so no stale
+``outputs.jsonl`` outlives the run it came from) and refuses a directory that
+holds files ``kvframe run`` did not write. Every file of a run carries its run
+id (``metadata.run_id`` in ``metrics.json``, ``run_id`` in ``outputs.jsonl``
+and ``steps.csv``), so that ``outputs-diff`` can tell files of different runs
+apart. If writing still fails, the summary is printed with a one-line error.
 
 Exit codes: 0 success; 1 the run produced no usable result (the engine
 stalled, every request was ignored, or the results could not be written);
@@ -25,6 +30,7 @@ import datetime as _dt
 import json
 import sys
 import tempfile
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,6 +55,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "OUTPUT_FILES",
+    "RUN_FILES",
     "add_run_command",
     "describe_configuration",
     "nothing_ran",
@@ -147,6 +154,7 @@ def run_command(args: argparse.Namespace, ctx: Context) -> int:
     # Checked before the replay, so a bad --out costs nothing already computed.
     out_dir = Path(args.out) if args.out else _default_out_dir(args.trace)
     created = prepare_out_dir(out_dir, force=args.force)
+    run_id = uuid.uuid4().hex
     try:
         engine = Engine.from_config(config, ctx.registry)
     except BaseException:
@@ -168,11 +176,12 @@ def run_command(args: argparse.Namespace, ctx: Context) -> int:
         metadata={
             **result.summary.metadata,
             "config_file": None if source is None else str(Path(source).resolve()),
+            "run_id": run_id,
         },
     )
     try:
         _write_outputs(summary, out_dir)
-        _write_executor_outputs(engine, out_dir)
+        _write_executor_outputs(engine, out_dir, run_id)
     except OSError as err:
         _report(summary, None, ctx, as_json=args.json, config_source=source)
         print(
@@ -213,23 +222,40 @@ def nothing_ran(counters: Mapping[str, Any]) -> str | None:
 def prepare_out_dir(out_dir: Path, *, force: bool) -> bool:
     """Create ``out_dir`` and check that results can be written there, before the run.
 
-    An existing run (``metrics.json`` or ``requests.csv`` present) is refused
-    unless ``force``: an explicit ``--out`` naming an old run is more often a
-    slip than a wish, and the old results cannot be recovered once replaced.
-    Other files in the directory are left alone. Returns whether the directory
-    was created here.
+    An existing run (any of :data:`RUN_FILES` present) is refused unless
+    ``force``: an explicit ``--out`` naming an old run is more often a slip than
+    a wish, and the old results cannot be recovered once replaced. With
+    ``force`` the old run's files are removed -- all of them, so that a file
+    this run does not write (a torch run's ``outputs.jsonl`` under a
+    simulated run) cannot pass for part of it -- and a directory that also
+    holds other files is refused: ``--force`` replaces a run, never someone's
+    files. Returns whether the directory was created here.
 
     :raises ConfigError: naming the directory and what is wrong with it.
     """
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError(f"{out_dir} exists and is not a directory", origin="--out")
-    existing = [name for name in OUTPUT_FILES if (out_dir / name).exists()]
+    existing = [name for name in RUN_FILES if (out_dir / name).exists()]
     if existing and not force:
         raise ConfigError(
             f"{out_dir} already holds a run ({', '.join(existing)}); it would be overwritten",
             origin="--out",
-            hints=["pass --force to overwrite it, or choose another --out"],
+            hints=["pass --force to replace it, or choose another --out"],
         )
+    if existing:
+        foreign = sorted(p.name for p in out_dir.iterdir() if p.name not in RUN_FILES)
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (
+                f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+            )
+            raise ConfigError(
+                f"{out_dir} holds an earlier run and files kvframe run did not write ({shown}); "
+                "--force replaces a run directory, it does not delete other files",
+                origin="--out",
+                hints=["choose another --out, or move those files away"],
+            )
+        for name in existing:
+            (out_dir / name).unlink()
     created = not out_dir.exists()
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -248,7 +274,10 @@ def _remove_if_empty(path: Path) -> None:
 
 
 OUTPUT_FILES = ("metrics.json", "requests.csv")
-"""What ``run`` writes into its output directory."""
+"""What every ``run`` writes into its output directory."""
+
+RUN_FILES = (*OUTPUT_FILES, "outputs.jsonl", "steps.csv")
+"""Every file a ``run`` may write there (the last two: ``--executor torch``)."""
 
 
 def _write_outputs(summary: MetricsSummary, out_dir: Path) -> None:
@@ -257,23 +286,23 @@ def _write_outputs(summary: MetricsSummary, out_dir: Path) -> None:
     summary.write_csv(out_dir / "requests.csv")
 
 
-def _write_executor_outputs(engine: Any, out_dir: Path) -> None:
+def _write_executor_outputs(engine: Any, out_dir: Path, run_id: str) -> None:
     """The torch executor's generated tokens (outputs.jsonl) and measured steps (steps.csv)."""
     outputs = getattr(engine.executor, "outputs", None)
     if outputs is None:
         return
     from kvframe.executors.torch.outputs import OUTPUTS_FILE, write_outputs
 
-    write_outputs(out_dir / OUTPUTS_FILE, outputs, engine.executor.decoded_outputs())
+    write_outputs(out_dir / OUTPUTS_FILE, outputs, engine.executor.decoded_outputs(), run_id=run_id)
     with (out_dir / "steps.csv").open("w") as f:
         f.write(
             "step,prefill_tokens,decode_seqs,context_tokens,virtual_s,wall_s,"
-            "cpu_s,prefill_seqs,prefill_pairs\n"
+            "cpu_s,prefill_seqs,prefill_pairs,run_id\n"
         )
         for i, s in enumerate(engine.executor.steps, 1):
             f.write(
                 f"{i},{s.prefill},{s.decode},{s.context},{s.virtual_s!r},{s.wall_s!r},"
-                f"{s.cpu_s!r},{s.prefill_seqs},{s.prefill_pairs}\n"
+                f"{s.cpu_s!r},{s.prefill_seqs},{s.prefill_pairs},{run_id}\n"
             )
 
 
@@ -330,7 +359,7 @@ def _report(
         if where:
             print(where, file=sys.stderr)
         return
-    from kvframe.console import emit
+    from kvframe.console import counted, emit
 
     emit(ctx.stdout, *summary.tables())
     ctx.print("")
@@ -340,7 +369,7 @@ def _report(
     notes = []
     if counters.get("num_requests_ignored"):
         notes.append(
-            f"{counters['num_requests_ignored']} requests ignored: their prompt exceeds "
+            f"{counted(counters['num_requests_ignored'], 'request')} ignored: their prompt exceeds "
             "max_model_len or they could never fit the GPU pool; they are in no latency "
             "or token figure"
         )

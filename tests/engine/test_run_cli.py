@@ -375,3 +375,55 @@ def test_eta_is_the_rate_so_far_applied_to_what_is_left():
 
     assert eta_text(0, 10, 5.0) == "?"
     assert eta_text(4, 10, 20.0) == "0:00:30"
+
+
+def _old_torch_run(directory: str, run_id: str = "0ld") -> None:
+    """What a torch-executor run leaves: its metrics, its outputs and steps, one run id."""
+    from kvframe.executors.torch.outputs import write_outputs
+
+    out = Path(directory)
+    out.mkdir()
+    (out / "metrics.json").write_text(json.dumps({"metadata": {"run_id": run_id}}))
+    (out / "requests.csv").write_text("request_id\n")
+    write_outputs(out / "outputs.jsonl", {"line-1": [5, 6, 7]}, run_id=run_id)
+    (out / "steps.csv").write_text(f"step,run_id\n1,{run_id}\n")
+
+
+def test_force_replaces_the_whole_earlier_run_and_no_stale_outputs_remain(
+    conversation_trace: Path, capsys: pytest.CaptureFixture[str]
+):
+    _old_torch_run("o")
+    assert run_cli("run", str(conversation_trace), "--limit", "3", "--out", "o", "--force") == 0
+    assert sorted(p.name for p in Path("o").iterdir()) == ["metrics.json", "requests.csv"]
+    run_id = json.loads(Path("o/metrics.json").read_text())["metadata"]["run_id"]
+    assert len(run_id) == 32
+    # As it was, --force left the torch run's outputs.jsonl beside the new metrics.json and
+    # outputs-diff called it "identical". A stale file beside a run is now refused.
+    from kvframe.executors.torch.outputs import write_outputs
+
+    write_outputs("o/outputs.jsonl", {"line-1": [5, 6, 7]}, run_id="0ld")
+    capsys.readouterr()
+    assert run_cli("outputs-diff", "o", "o") == 2
+    err = capsys.readouterr().err
+    assert "o/outputs.jsonl does not belong to the run in o/metrics.json" in err
+    assert run_id in err and "identical" not in err
+
+
+def test_outputs_of_the_run_beside_them_compare(capsys: pytest.CaptureFixture[str]):
+    _old_torch_run("a", "run-a")
+    _old_torch_run("b", "run-b")
+    assert run_cli("outputs-diff", "a", "b") == 0
+    assert "identical: 1 request, 3 generated tokens" in capsys.readouterr().out
+
+
+def test_force_refuses_a_directory_holding_files_run_did_not_write(
+    conversation_trace: Path, capsys: pytest.CaptureFixture[str]
+):
+    _old_torch_run("o")
+    Path("o/notes.txt").write_text("mine")
+    assert run_cli("run", str(conversation_trace), "--limit", "3", "--out", "o", "--force") == 2
+    err = capsys.readouterr().err
+    assert "holds an earlier run and files kvframe run did not write (notes.txt)" in err
+    assert sorted(p.name for p in Path("o").iterdir()) == [
+        "metrics.json", "notes.txt", "outputs.jsonl", "requests.csv", "steps.csv",
+    ]  # fmt: skip
