@@ -5,8 +5,9 @@
 stderr (a live line on a terminal; elsewhere a plain line every 10 s), prints
 the summary table on stdout and writes ``metrics.json`` and ``requests.csv``
 to the output directory. Ctrl-C
-stops the run cleanly: what was measured is still written, marked partial, and
-the exit status is 130 (the shell's convention for SIGINT).
+or SIGTERM (``timeout``, Slurm) stops the run cleanly: what was measured is
+still written, marked partial (``metadata.interrupted_by`` says which), and the
+exit status is the shell's convention, 130 for SIGINT and 143 for SIGTERM.
 
 The output directory is created and checked before the replay, and an earlier
 run in it is never overwritten without ``--force``. A directory holds one run:
@@ -19,7 +20,7 @@ apart. If writing still fails, the summary is printed with a one-line error.
 
 Exit codes: 0 success; 1 the run produced no usable result (the engine
 stalled, every request was ignored, or the results could not be written);
-2 bad trace, configuration or usage; 130 interrupted.
+2 bad trace, configuration or usage; 130 interrupted (Ctrl-C); 143 terminated (SIGTERM).
 """
 
 from __future__ import annotations
@@ -132,6 +133,7 @@ def run_command(args: argparse.Namespace, ctx: Context) -> int:
     """The ``run`` handler: see the module docstring for exit codes."""
     from kvframe.cli.progress import ProgressLine
     from kvframe.engine import Engine, EngineStalled
+    from kvframe.engine.interrupt import sigterm_as_interrupt
     from kvframe.workloads import WorkloadError, load_workload
 
     config = engine_config(args)
@@ -162,13 +164,14 @@ def run_command(args: argparse.Namespace, ctx: Context) -> int:
             _remove_if_empty(out_dir)
         raise
     progress = ProgressLine(sys.stderr, enabled=args.progress)
-    try:
-        result = engine.run(workload, progress=progress if progress.enabled else None)
-    except EngineStalled as err:
+    with sigterm_as_interrupt() as interrupts:
+        try:
+            result = engine.run(workload, progress=progress if progress.enabled else None)
+        except EngineStalled as err:
+            progress.close()
+            print(f"kvframe run: error: {err}", file=sys.stderr)
+            return EXIT_FAILED
         progress.close()
-        print(f"kvframe run: error: {err}", file=sys.stderr)
-        return EXIT_FAILED
-    progress.close()
 
     source = config_file(args)
     summary = attrs.evolve(
@@ -177,6 +180,7 @@ def run_command(args: argparse.Namespace, ctx: Context) -> int:
             **result.summary.metadata,
             "config_file": None if source is None else str(Path(source).resolve()),
             "run_id": run_id,
+            **({"interrupted_by": interrupts.received or "SIGINT"} if result.partial else {}),
         },
     )
     try:
@@ -191,7 +195,7 @@ def run_command(args: argparse.Namespace, ctx: Context) -> int:
         return EXIT_FAILED
     _report(summary, out_dir, ctx, as_json=args.json, config_source=source)
     if result.partial:
-        return EXIT_INTERRUPTED
+        return interrupts.exit_status
     reason = nothing_ran(summary.counters)
     if reason is not None:
         print(f"kvframe run: error: {reason}", file=sys.stderr)
@@ -387,8 +391,10 @@ def _report(
     if counters.get("num_skipped_lines"):
         notes.append(f"{counters['num_skipped_lines']} malformed trace lines skipped")
     if summary.partial:
+        cause = summary.metadata.get("interrupted_by")
         notes.append(
-            f"interrupted: {counters.get('num_requests_unfinished', 0)} requests unfinished, "
+            f"interrupted{f' ({cause})' if cause else ''}: "
+            f"{counters.get('num_requests_unfinished', 0)} requests unfinished, "
             f"{counters.get('num_requests_not_arrived', 0)} not yet arrived"
         )
     if notes:

@@ -175,7 +175,7 @@ def test_ctrl_c_writes_partial_results_and_exits_130(
     code = run_cli("run", str(conversation_trace), "--limit", "20", "--progress", "--out", "o")
     out, _ = capsys.readouterr()
     assert code == 130
-    assert "PARTIAL" in out and "interrupted:" in out
+    assert "PARTIAL" in out and "interrupted (SIGINT):" in out
     metrics = json.loads(Path("o/metrics.json").read_text())
     assert metrics["partial"] is True and metrics["counters"]["num_steps"] == 30
     assert Path("o/requests.csv").read_text().count("\n") == 1 + metrics["counters"]["num_requests"]
@@ -427,3 +427,31 @@ def test_force_refuses_a_directory_holding_files_run_did_not_write(
     assert sorted(p.name for p in Path("o").iterdir()) == [
         "metrics.json", "notes.txt", "outputs.jsonl", "requests.csv", "steps.csv",
     ]  # fmt: skip
+
+
+def test_sigterm_writes_partial_results_marked_as_such_and_exits_143(
+    conversation_trace: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    """As it was: SIGTERM (timeout, Slurm) killed the run: exit 143, nothing written."""
+    import os
+    import signal
+
+    calls = 0
+
+    def terminate(self: ProgressLine, progress) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 30:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(ProgressLine, "__call__", terminate)
+    before = signal.getsignal(signal.SIGTERM)
+    code = run_cli("run", str(conversation_trace), "--limit", "20", "--progress", "--out", "o")
+    out, _ = capsys.readouterr()
+    assert code == 143
+    assert "PARTIAL" in out and "interrupted (SIGTERM):" in out
+    metrics = json.loads(Path("o/metrics.json").read_text())
+    assert metrics["partial"] is True and metrics["metadata"]["interrupted_by"] == "SIGTERM"
+    assert 30 <= metrics["counters"]["num_steps"] <= 31
+    assert Path("o/requests.csv").read_text().count("\n") == 1 + metrics["counters"]["num_requests"]
+    assert signal.getsignal(signal.SIGTERM) is before  # the handler is the run's only
