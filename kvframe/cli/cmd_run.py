@@ -87,6 +87,12 @@ def add_run_command(subparsers: Any) -> None:
     inputs.add_argument(
         "--skip-bad-lines", action="store_true", help="skip malformed trace lines (and count them)"
     )
+    parser.add_argument(
+        "--sort-arrivals",
+        action="store_true",
+        help="sort requests by arrival (stably) instead of refusing a trace whose arrivals "
+        "go backwards",
+    )
     inputs.add_argument(
         "--format",
         choices=("auto", "mooncake", "kvframe"),
@@ -141,7 +147,11 @@ def run_command(args: argparse.Namespace, ctx: Context) -> int:
         raise ConfigError(f"--limit must be >= 1, got {args.limit}")
     try:
         workload = load_workload(
-            args.trace, format=args.format, limit=args.limit, skip_bad_lines=args.skip_bad_lines
+            args.trace,
+            format=args.format,
+            limit=args.limit,
+            skip_bad_lines=args.skip_bad_lines,
+            sort_arrivals=args.sort_arrivals,
         )
     except FileNotFoundError as err:  # WorkloadNotFoundError words it, did-you-mean included
         print(f"kvframe run: error: {err}", file=sys.stderr)

@@ -252,7 +252,8 @@ def load_workload(
                     raise WorkloadError(
                         f"arrival {spec.arrival_time:g} s is earlier than "
                         f"{last_arrival:g} s on line {last_arrival_line}; arrivals must "
-                        "not decrease (pass sort_arrivals=True to sort them stably)",
+                        "not decrease (kvframe run --sort-arrivals, sort_arrivals = true in a "
+                        "sweep, or load_workload(sort_arrivals=True) sorts them stably)",
                         path=display,
                         line=line_no,
                         field="timestamp" if parser.format == "mooncake" else "arrival",

@@ -228,8 +228,19 @@ def test_backward_arrivals_are_an_error_by_default(tmp_path: Path) -> None:
         load_workload(path)
     assert str(info.value) == (
         f"{path}:3: field 'timestamp': arrival 6 s is earlier than 7 s on line 2; arrivals "
-        "must not decrease (pass sort_arrivals=True to sort them stably)"
+        "must not decrease (kvframe run --sort-arrivals, sort_arrivals = true in a sweep, "
+        "or load_workload(sort_arrivals=True) sorts them stably)"
     )
+
+
+def test_the_hint_for_backward_arrivals_names_a_flag_that_exists(tmp_path: Path, capsys) -> None:
+    from kvframe.cli import main
+
+    path = write(tmp_path, [good(timestamp=5000), good(timestamp=7000), good(timestamp=6000)])
+    out = tmp_path / "o"
+    assert main(["-q", "run", str(path), "--out", str(out)]) == 2
+    assert "--sort-arrivals" in capsys.readouterr().err
+    assert main(["-q", "run", str(path), "--sort-arrivals", "--out", str(out)]) == 0
 
 
 def test_skip_bad_lines_does_not_hide_backward_arrivals(tmp_path: Path) -> None:
