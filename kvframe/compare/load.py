@@ -112,6 +112,8 @@ def _short(key: str, value: Any) -> str:
         return _UNSET_LABELS.get(key, "")
     if key == "workload":
         return Path(str(value)).name.removesuffix(".gz").removesuffix(".jsonl")
+    if key == "generate":  # a generated workload's options: its name says enough in a legend
+        return ""
     return _SET_LABELS.get(key, key + "={}").format(value)
 
 

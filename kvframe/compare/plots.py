@@ -252,6 +252,24 @@ def write_report(
         f"<figcaption>{html.escape(p.caption)}</figcaption></figure>"
         for p in plots
     )
+    from kvframe.compare.effects import repeated, settings_of, settings_rows, verdicts
+
+    settings = settings_of(entries)
+    effects = ""
+    if repeated(settings):
+        heads, cells = settings_rows(settings)
+        effects = (
+            "<h2>Per setting: mean ± 95% confidence interval over seeds</h2><table><thead><tr>"
+            + "".join(f"<th>{html.escape(h)}</th>" for h in heads)
+            + "</tr></thead><tbody>"
+            + "".join(
+                "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+                for row in cells
+            )
+            + "</tbody></table><ul>"
+            + "".join(f"<li>{html.escape(v.sentence())}</li>" for v in verdicts(settings))
+            + "</ul>"
+        )
     failed = "".join(
         f"<li>{html.escape(e.name)}: {html.escape((e.error or '?').splitlines()[0])}</li>"
         for e in entries
@@ -270,6 +288,7 @@ figcaption {{ color: #444; max-width: 60em; }}
 <h1>{html.escape(title)}</h1>
 <table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>
 {f"<p>{html.escape(note)}</p>" if note else ""}
+{effects}
 {f"<h2>Failed runs</h2><ul>{failed}</ul>" if failed else ""}
 {figures}
 </body></html>

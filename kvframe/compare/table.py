@@ -79,6 +79,9 @@ def _coverage(entry: Entry) -> str:
 
 
 def _cell(value: Any) -> str:
+    if isinstance(value, dict):  # a generated workload's options, compactly
+        text = ",".join(f"{k}={v}" for k, v in sorted(value.items()))
+        return text if len(text) <= 40 else text[:39] + "…"
     return "-" if value is None else str(value)
 
 
@@ -92,12 +95,22 @@ def render_table(entries: Sequence[Entry], out: IO[str], *, title: str | None = 
         table.add_row(*row)
     failed = [e for e in entries if e.status == "failed"]
     from kvframe.compare.common import coverage_note
+    from kvframe.compare.effects import repeated, settings_of, settings_rows, verdicts
 
     note = coverage_note(entries)
+    extra: list[Any] = []
+    settings = settings_of(entries)
+    if repeated(settings):
+        heads, cells = settings_rows(settings)
+        summary = new_table(*heads, title="per setting: mean ± 95% CI over seeds", numeric_from=1)
+        for row in cells:
+            summary.add_row(*row)
+        extra = [summary, *(v.sentence() for v in verdicts(settings))]
     emit(
         out,
         table,
         *([note] if note else []),
+        *extra,
         *(
             f"failed {e.name}: {(e.error or '?').splitlines()[0] if e.error else '?'}"
             for e in failed
