@@ -58,6 +58,7 @@ __all__ = [
     "OUTPUT_FILES",
     "RUN_FILES",
     "add_run_command",
+    "describe_clock",
     "describe_configuration",
     "nothing_ran",
     "prepare_out_dir",
@@ -329,8 +330,11 @@ def _bytes(n: float) -> str:
     return f"{n:.1f} GiB"  # pragma: no cover
 
 
-def describe_configuration(engine: Mapping[str, Any], config_source: str | None) -> list[str]:
-    """Lines saying what ran: scheduler, GPU pool and its eviction, tier, config file."""
+def describe_configuration(
+    engine: Mapping[str, Any], config_source: str | None, clock: str | None = None
+) -> list[str]:
+    """Lines saying what ran: scheduler, GPU pool and its eviction, tier, config file, and
+    (given ``clock``, the summary's ``metadata.clock``) which clock the times are on."""
     blocks = engine.get("num_gpu_blocks")
     pool = (
         f"{blocks:,} GPU blocks x {engine.get('block_size')} tokens"
@@ -351,7 +355,24 @@ def describe_configuration(engine: Mapping[str, Any], config_source: str | None)
     ]
     if engine.get("tracers"):
         lines.append("tracers: " + ", ".join(engine["tracers"]))
+    if clock is not None:
+        lines.append(describe_clock(clock, engine))
     return lines
+
+
+def describe_clock(clock: str, engine: Mapping[str, Any]) -> str:
+    """Which clock the run's times are on: the cost model's (virtual) or measured.
+
+    Why say it: a torch-executor run on a laptop CPU printed "TTFT 0.015 s" next
+    to "preset llama3.1-8b-h100", and read as a measurement of that CPU.
+    """
+    if clock == "virtual":
+        return (
+            f"clock: virtual -- every time above is the cost model's (preset "
+            f"{engine.get('preset')}), not measured on this machine"
+        )
+    what = "wall time" if clock == "wall" else "CPU time of the engine's thread"
+    return f"clock: measured -- each step advances by the forward pass's {what}"
 
 
 def _report(
@@ -377,7 +398,10 @@ def _report(
 
     emit(ctx.stdout, *summary.tables())
     ctx.print("")
-    for line in describe_configuration(summary.metadata.get("engine", {}), config_source):
+    metadata = summary.metadata
+    for line in describe_configuration(
+        metadata.get("engine", {}), config_source, metadata.get("clock", "virtual")
+    ):
         ctx.print(line)
     counters = summary.counters
     notes = []

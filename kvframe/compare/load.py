@@ -199,6 +199,10 @@ def _from_run_dir(path: Path) -> Entry:
         config["workload"] = (meta.get("workload") or {}).get("name")
         if "scheduling" in config:
             config["scheduler"] = config.pop("scheduling")
+    # What produced the numbers: a torch run's times may be measured, a sim run's are
+    # the cost model's; a comparison that mixes them must show it.
+    config.setdefault("executor", (meta.get("engine") or {}).get("executor", "sim"))
+    config.setdefault("clock", meta.get("clock", "virtual"))
 
     def column(name: str) -> list[float]:
         csv_file = path / "requests.csv"

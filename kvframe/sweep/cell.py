@@ -53,7 +53,9 @@ def build_engine_config(settings: Mapping[str, Any]) -> Any:
     from kvframe.config import config_from_mapping
     from kvframe.engine import EngineConfig
 
-    values = {k: v for k, v in settings.items() if k not in WORKLOAD_KEYS}
+    # ``seed`` is both the repeat key and the engine's (block-hash) seed, as it was
+    # before it drew workloads: sweeps that set it keep their engine settings.
+    values = {k: v for k, v in settings.items() if k not in WORKLOAD_KEYS or k == "seed"}
     selection = config_from_mapping(values, origin="cell")
     fields: dict[str, Any] = {
         "tracers": selection.tracer,

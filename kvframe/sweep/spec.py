@@ -74,7 +74,7 @@ WORKLOAD_KEYS = (
 )
 """How a cell reads (or generates: :mod:`kvframe.sweep.repeats`) its workload."""
 
-CELL_KEYS: tuple[str, ...] = (*WORKLOAD_KEYS, *PLUGIN_KEYS, *ENGINE_KEYS)
+CELL_KEYS: tuple[str, ...] = tuple(dict.fromkeys((*WORKLOAD_KEYS, *PLUGIN_KEYS, *ENGINE_KEYS)))
 """Every key a cell (``[base]``, ``[grid]``, ``[[cells]]``) may set."""
 
 SWEEP_KEYS = ("name", "db", "jobs")

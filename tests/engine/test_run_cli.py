@@ -336,7 +336,10 @@ def test_the_summary_names_the_configuration_and_the_config_file(
     assert "configuration: preset " in out and "scheduler priority" in out
     assert "offload tier none" in out
     assert "config file: kvframe.toml" in out
+    # The times' basis is stated: the cost model's clock, from which preset.
+    assert "clock: virtual -- every time above is the cost model's (preset llama3.1-8b-h100)" in out
     metrics = json.loads(Path("o/metrics.json").read_text())
+    assert metrics["metadata"]["clock"] == "virtual"
     assert metrics["metadata"]["config_file"] == str(Path("kvframe.toml").resolve())
     assert run_cli("run", str(conversation_trace), "--limit", "2", "--out", "p", "--no-config") == 0
     assert "config file: none" in capsys.readouterr().out
