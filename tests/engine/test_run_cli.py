@@ -324,6 +324,8 @@ def test_ignored_requests_stay_out_of_latencies_and_token_totals(
         rows = list(csv.DictReader(f))
     ran = [r for r in rows if r["finish_status"] != "ignored"]
     assert len(rows) == 20 and len(ran) == 20 - ignored  # still listed, apart
+    # As it was, an ignored request had an end-to-end latency (its refusal time).
+    assert all(r["e2e_request_latency_seconds"] == "" for r in rows if r not in ran)
     assert some["counters"]["prompt_tokens_total"] == sum(int(r["num_prompt_tokens"]) for r in ran)
 
 
@@ -458,3 +460,15 @@ def test_sigterm_writes_partial_results_marked_as_such_and_exits_143(
     assert 30 <= metrics["counters"]["num_steps"] <= 31
     assert Path("o/requests.csv").read_text().count("\n") == 1 + metrics["counters"]["num_requests"]
     assert signal.getsignal(signal.SIGTERM) is before  # the handler is the run's only
+
+
+def test_gen_rate_inf_writes_a_standard_json_header(capsys: pytest.CaptureFixture[str]):
+    """As it was, --rate inf wrote ``"rate": Infinity``, which strict JSON readers refuse."""
+
+    def strict(constant: str) -> None:
+        raise ValueError(f"non-standard JSON constant {constant}")
+
+    assert run_cli("gen", "chat", "--out", "-", "--requests", "3", "--rate", "inf") == 0
+    header, *records = capsys.readouterr().out.splitlines()
+    assert json.loads(header, parse_constant=strict)["params"]["rate"] is None
+    assert [json.loads(r)["arrival"] for r in records] == [0.0, 0.0, 0.0]
