@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import kvframe
+from kvframe.config import Bytes
 from kvframe.offload.manager import SlotOffloadManager
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ class CPUOffloadSpec(kvframe.OffloadSpec):
     def __init__(
         self,
         *,
-        capacity: int,
+        capacity: Bytes,
         eviction: str = "lru",
         block_size_factor: int = 1,
     ) -> None:
