@@ -93,12 +93,24 @@ def _hit_ratio_curve(entries: Sequence[Entry], varying: list[str], out: Path) ->
         return None
     fig = _figure_class()(figsize=(7, 4.5))
     ax = fig.add_subplot()
-    keys = [k for k in varying if k != pool_key]
+    from kvframe.compare.effects import REPEAT_KEYS, interval
+
+    keys = [k for k in varying if k != pool_key and k not in REPEAT_KEYS]
+    repeats = any(k in varying for k in REPEAT_KEYS)
     for label, group in _series(entries, keys).items():
-        group = sorted(group, key=lambda e: _pool(e, pool_key))
-        xs = [_pool(e, pool_key) for e in group]
-        ys = [100 * (e.value("total_hit_rate") or 0.0) for e in group]
-        ax.plot(xs, ys, marker="o", label=label)
+        # Repeats (seeds) of one pool size are one point: their mean, with a 95% CI bar.
+        by_pool: dict[float, list[float]] = {}
+        for e in group:
+            by_pool.setdefault(_pool(e, pool_key), []).append(
+                100 * (e.value("total_hit_rate") or 0.0)
+            )
+        xs = sorted(by_pool)
+        stats = [interval(by_pool[x]) for x in xs]
+        errors = [s.half or 0.0 for s in stats]
+        ax.errorbar(
+            xs, [s.mean for s in stats], yerr=errors if repeats else None, marker="o",
+            capsize=3, label=label,
+        )  # fmt: skip
     unit = "blocks" if pool_key == "num_gpu_blocks" else "bytes"
     sizes = [_pool(e, pool_key) for e in entries if _pool(e, pool_key) > 0]
     if sizes and max(sizes) >= 8 * min(sizes):  # pool sizes usually grow by factors
@@ -112,6 +124,11 @@ def _hit_ratio_curve(entries: Sequence[Entry], varying: list[str], out: Path) ->
     caption = (
         "Share of prompt tokens found in a cache (GPU prefix cache plus what a CPU tier "
         "supplied) as the GPU pool grows; higher is better. One line per setting."
+        + (
+            " Each point is the mean over seeds, with its 95% confidence interval."
+            if repeats
+            else ""
+        )
     )
     return _save(fig, out, "hit_ratio_vs_pool_size", "Hit ratio vs pool size", caption)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import attrs
 import pytest
 
 from kvframe.cli import main
@@ -115,3 +116,17 @@ def test_generator_options_are_checked_before_any_cell(tmp_path: Path) -> None:
     on_a_trace = {"workload": "t.jsonl", "generate": {"num_requests": 5}}
     with pytest.raises(ConfigError, match="'generate' applies to a generated workload"):
         parse_sweep({"grid": {"seed": [0, 1]}, "base": on_a_trace}, path=tmp_path / "s.toml")
+
+
+def test_the_hit_ratio_curve_draws_one_point_per_pool_size_over_seeds(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from kvframe.compare.plots import write_plots
+
+    entries = []
+    for blocks in (100, 200):
+        for seed in (0, 1, 2):
+            e = _entry("a", seed, 0.2 + blocks / 1000 + seed / 100)
+            entries.append(attrs.evolve(e, config={**e.config, "num_gpu_blocks": blocks}))
+    (curve, *_) = write_plots(entries, tmp_path)
+    assert curve.stem.name == "hit_ratio_vs_pool_size"
+    assert "mean over seeds, with its 95% confidence interval" in curve.caption
