@@ -77,6 +77,16 @@ def _served(row: Mapping[str, Any]) -> bool:
     return status is not None and status != "ignored"
 
 
+def _served_all(entry: Entry) -> bool:
+    """The run says it served every request (finished, none ignored)."""
+    counters = (entry.metrics or {}).get("counters") or {}
+    return (
+        entry.status == "done"
+        and counters.get("num_requests_ignored") == 0
+        and counters.get("num_requests_unfinished") == 0
+    )
+
+
 def narrow_metrics(metrics: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """``metrics`` with its per-request figures recomputed over ``rows`` only."""
     from kvframe.metrics import Distribution
@@ -134,6 +144,8 @@ def on_common_requests(entries: Sequence[Entry]) -> list[Entry]:
             groups.setdefault(group_key(entry), []).append(i)
     out = list(entries)
     for members in groups.values():
+        if all(_served_all(entries[i]) for i in members):
+            continue  # the counters already say so: no request rows to read
         rows = {i: entries[i].rows() for i in members}
         if any(not r for r in rows.values()):
             continue
