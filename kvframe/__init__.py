@@ -33,7 +33,7 @@ from kvframe.contract.hookspecs import hookimpl, hookspec
 from kvframe.domain.version import __version__
 
 if TYPE_CHECKING:
-    from kvframe.config import ConfigError, PluginSpec
+    from kvframe.config import Bytes, ConfigError, PluginSpec
     from kvframe.contract.offload import OffloadContext, OffloadManager, TransferHandler
     from kvframe.contract.records import (
         AllBlocksCleared,
@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 # `import kvframe` pays only for the plugin bases; the host itself only scans entry
 # points when first asked.
 _LAZY: dict[str, str] = {
-    **dict.fromkeys(("ConfigError", "PluginSpec"), "kvframe.config"),
+    **dict.fromkeys(("Bytes", "ConfigError", "PluginSpec"), "kvframe.config"),
     **dict.fromkeys(
         ("OffloadContext", "OffloadManager", "TransferHandler"), "kvframe.contract.offload"
     ),
@@ -195,6 +195,7 @@ __all__ = [
     "BlockHash",
     "BlockRemoved",
     "BlockStored",
+    "Bytes",
     "ConfigError",
     "CostModel",
     "EvictableBlock",

@@ -45,6 +45,7 @@ from kvframe.config.grammar import (
     parse_spec,
 )
 from kvframe.config.options import (
+    Bytes,
     OptionInfo,
     bind_options,
     context_params,
@@ -66,6 +67,7 @@ __all__ = [
     "CONFIG_FILE_NAME",
     "KINDS",
     "NAME_PATTERN",
+    "Bytes",
     "ConfigError",
     "Kind",
     "OptionInfo",

@@ -593,6 +593,7 @@ class Engine:
         description = self.executor.description
         if description:
             metadata["executor"] = description
+        metadata["clock"] = getattr(self.executor, "clock", "virtual")
         return self._collector.summary(
             counters=counters, wall_clock_seconds=wall, partial=partial, metadata=metadata
         )

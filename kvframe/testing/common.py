@@ -286,6 +286,8 @@ _NoneType = type(None)
 def _supported(annotation: Any) -> bool:
     """Whether :func:`kvframe.config.convert_option` converts text to this type on purpose."""
     origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:  # kvframe.config.Bytes, or any hint with metadata
+        return _supported(typing.get_args(annotation)[0])
     if origin is Literal:
         return all(isinstance(arg, str | int | bool) for arg in typing.get_args(annotation))
     if origin in (typing.Union, types.UnionType):
@@ -302,6 +304,8 @@ def _supported(annotation: Any) -> bool:
 def _fits(value: Any, annotation: Any) -> bool:
     """Whether a default value has the option's declared type."""
     origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _fits(value, typing.get_args(annotation)[0])
     if origin is Literal:
         return value in typing.get_args(annotation)
     if origin in (typing.Union, types.UnionType):

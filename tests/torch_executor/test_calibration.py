@@ -304,7 +304,8 @@ def test_calibrate_writes_a_file_that_run_accepts(tmp_path, capsys):
     for key in ("step_median_abs_rel_error", "duration_rel_error", "mean_ttft_rel_error"):
         assert math.isfinite(held_out[key]), key
     capsys.readouterr()
-    assert main(["run", "mooncake:conversation", "--limit", "5", "--cost-model", str(out)]) == 0
+    run = ["run", "mooncake:conversation", "--limit", "5", "--cost-model", str(out)]
+    assert main([*run, "--out", str(tmp_path / "run")]) == 0  # not runs/ in the checkout
 
 
 # -- replays ---------------------------------------------------------------------------

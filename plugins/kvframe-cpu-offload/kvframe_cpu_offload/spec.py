@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import kvframe
-from kvframe import SlotOffloadManager
+from kvframe import Bytes, SlotOffloadManager
 
 if TYPE_CHECKING:
     from kvframe import OffloadContext, OffloadManager, TransferHandler
@@ -39,7 +39,7 @@ class CPUOffloadSpec(kvframe.OffloadSpec):
     def __init__(
         self,
         *,
-        capacity: int,
+        capacity: Bytes,
         eviction: str = "lru",
         block_size_factor: int = 1,
     ) -> None:
