@@ -277,8 +277,7 @@ def make_block_hasher(
             if tokens.__class__ is list:
                 chain(parent, encode_tokens(tokens[start:end]), append)
                 return new_hashes
-            chunk_ids = getattr(tokens, "chunk_ids", None)
-            chunks = chunk_ids(start, end) if chunk_ids is not None else None
+            chunks = tokens.chunk_ids(start, end)  # a TokenView: see Request.all_token_ids
             if chunks is not None and chunk_memo_capacity and chunks[1] % block_size == 0:
                 # A trace prompt made of identified chunks (Mooncake's hash
                 # ids): a chunk after the same parent has the same hashes, and
