@@ -1,0 +1,65 @@
+"""Every measured H200 step shape, predicted vs measured, as a Markdown table.
+
+    .venv/bin/python benchmarks/cost_model_accuracy.py          # a few seconds
+
+Columns: the shape; the measured median; the derived ``llama3.1-8b-h200``
+preset; the fitted ``llama3.1-8b-h200-measured`` preset (in-sample) and the
+same form fitted to the other 36 shapes (leave-one-out); and for reference the
+additive form with the old efficiency factors and H200 peaks. Ratios are
+predicted / measured. This is the table in docs/cost-model.md ("Accuracy").
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from kvframe.calibrate.fit import leave_one_out
+from kvframe.calibrate.steps import predict, read_step_timings
+from kvframe.executors.presets import (
+    EFFICIENCY_ADDITIVE,
+    H200_SXM,
+    LLAMA_3_1_8B,
+    derive_cost_model,
+    get_preset,
+)
+
+DATA = Path(__file__).resolve().parents[1] / "kvframe/data/gpu/h200-llama3.1-8b"
+
+
+def main() -> None:
+    steps = read_step_timings(DATA / "step_times.csv")
+    derived = get_preset("llama3.1-8b-h200").cost_model
+    measured = get_preset("llama3.1-8b-h200-measured").cost_model
+    old = derive_cost_model(LLAMA_3_1_8B, H200_SXM, efficiency=EFFICIENCY_ADDITIVE, form="additive")
+    loo = leave_one_out(steps, transfer=measured)
+    print(
+        "| kind | new tokens | cached | decodes | context each | measured ms "
+        "| derived h200 | ratio | measured preset | ratio | leave-one-out ratio "
+        "| old additive ratio |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    columns: dict[str, list[float]] = {"derived": [], "measured": [], "loo": [], "old": []}
+    for step, loo_error in zip(steps, loo, strict=True):
+        d = predict(derived, step)
+        m = predict(measured, step)
+        o = predict(old, step)
+        ratios = {"derived": d / step.seconds, "measured": m / step.seconds,
+                  "loo": 1 + loo_error, "old": o / step.seconds}  # fmt: skip
+        for key, value in ratios.items():
+            columns[key].append(abs(value - 1))
+        print(
+            f"| {step.kind} | {step.prefill_tokens} | {step.cached_tokens} | {step.decode_seqs} "
+            f"| {step.context_tokens_per_seq} | {step.seconds * 1e3:.1f} | {d * 1e3:.1f} "
+            f"| {ratios['derived']:.2f} | {m * 1e3:.1f} | {ratios['measured']:.2f} "
+            f"| {ratios['loo']:.2f} | {ratios['old']:.2f} |"
+        )
+    print()
+    for key, values in columns.items():
+        print(
+            f"{key:9s} median |error| {statistics.median(values):.3f}  max {max(values):.3f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
