@@ -56,9 +56,7 @@ def main() -> None:
         )
     print()
     for key, values in columns.items():
-        print(
-            f"{key:9s} median |error| {statistics.median(values):.3f}  max {max(values):.3f}"
-        )
+        print(f"{key:9s} median |error| {statistics.median(values):.3f}  max {max(values):.3f}")
 
 
 if __name__ == "__main__":

@@ -12,8 +12,8 @@ import pytest
 
 import kvframe
 from kvframe.config import ConfigError
-from kvframe.engine import Engine, EngineConfig, EngineStalled, RunProgress
 from kvframe.domain.costs import prefill_pairs
+from kvframe.engine import Engine, EngineConfig, EngineStalled, RunProgress
 from kvframe.executors import get_preset
 from kvframe.plugins import PluginRegistry, get_registry
 from kvframe.request import Request, RequestStatus
