@@ -233,7 +233,7 @@ def test_default_clock_is_cpu_only_for_one_thread_on_cpu():
 def test_cost_model_file_round_trips_every_coefficient(tmp_path):
     path = tmp_path / "cm.json"
     write(path, TRUTH)
-    assert json.loads(path.read_text())["format"] == "kvframe-cost-model/2"
+    assert json.loads(path.read_text())["format"] == "kvframe-cost-model/3"
     assert load_cost_model_file(path).cost_model == TRUTH
     engine = Engine.from_config(EngineConfig(cost_model=str(path), num_gpu_blocks=64))
     assert engine.preset.cost_model == TRUTH
