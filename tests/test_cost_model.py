@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvframe.executors import CostModel, ModelShape, get_preset, num_gpu_blocks_for
 from kvframe.executors.presets import (
@@ -215,3 +218,58 @@ def test_unknown_preset_lists_presets_and_suggests_the_closest() -> None:
     )
     with pytest.raises(ValueError, match=r"^unknown cost-model preset 'gpt2' \(available: "):
         get_preset("gpt2")
+
+
+# -- the overlap form: invariants, and the fit against a known truth -------------------
+
+_coef = st.floats(min_value=0.0, max_value=1e-2, allow_nan=False, allow_infinity=False)
+_count = st.integers(min_value=0, max_value=100_000)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    coefficients=st.lists(_coef, min_size=7, max_size=7),
+    quantities=st.lists(_count, min_size=5, max_size=5),
+    which=st.integers(min_value=0, max_value=4),
+    more=st.integers(min_value=1, max_value=1000),
+)
+def test_overlap_step_time_grows_with_every_quantity_and_never_exceeds_the_sum(
+    coefficients: list[float], quantities: list[int], which: int, more: int
+) -> None:
+    """More work never costs less, and overlapping never costs more than adding."""
+    step, seq, dec, tok, weights, pair, ctx = coefficients
+    model = CostModel(form="overlap", per_step_s=step, per_prefill_seq_s=seq,
+                      per_decode_seq_s=dec, per_prefill_token_s=tok, weight_read_s=weights,
+                      per_prefill_pair_s=pair, per_context_token_s=ctx,
+                      transfer_bytes_per_s=1.0)  # fmt: skip
+    prefill, decode, context, seqs, pairs = quantities
+    if prefill == 0 and decode == 0:
+        decode = 1
+    before = model.step_time(prefill, decode, context, seqs, pairs)
+    grown = list((prefill, decode, context, seqs, pairs))
+    grown[which] += more
+    assert model.step_time(*grown) >= before
+    added = (step + seq * seqs + dec * decode + tok * (prefill + decode) + weights
+             + pair * pairs + ctx * context)  # fmt: skip
+    assert before <= added * (1 + 1e-12)
+
+
+def test_the_overlap_fit_recovers_a_known_model_from_its_own_step_times() -> None:
+    """A differential check of the fit: step times made by a known overlap model on the
+    measured shapes (both sides of both maxes occur) give back its coefficients."""
+    from kvframe.calibrate.fit import fit_step_model
+    from kvframe.calibrate.steps import StepTiming, predict
+
+    truth = attrs.evolve(get_preset("llama3.1-8b-h200").cost_model, per_step_s=1.5e-3)
+    shapes = [(p, c, 0, 0) for p in (128, 512, 2048, 8192) for c in (0, 4096, 16384)]
+    shapes += [(0, 0, b, ctx) for b in (1, 8, 64, 256) for ctx in (512, 8192)]
+    shapes += [(512, 0, 64, 2048), (2048, 0, 128, 2048)]
+    steps = []
+    for p, c, b, ctx in shapes:
+        shape = StepTiming(kind="x", prefill_tokens=p, cached_tokens=c, decode_seqs=b,
+                           context_tokens_per_seq=ctx, seconds=1.0)  # fmt: skip
+        steps.append(attrs.evolve(shape, seconds=predict(truth, shape)))
+    fitted = fit_step_model(steps, transfer=truth)
+    for field in ("per_step_s", "per_prefill_seq_s", "per_decode_seq_s", "per_prefill_token_s",
+                  "weight_read_s", "per_prefill_pair_s", "per_context_token_s"):  # fmt: skip
+        assert getattr(fitted, field) == pytest.approx(getattr(truth, field), rel=1e-6), field
