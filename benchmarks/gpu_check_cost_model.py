@@ -11,21 +11,27 @@ predictions of ``llama3.1-8b-h200`` (derived) and ``llama3.1-8b-h200-measured``
 (fitted) as ratios to the new median. On an H200 the new and shipped medians
 should agree within a few percent, and the ratios should match the accuracy
 table of docs/cost-model.md; on another GPU the ratios say how far the H200
-presets are from it. Needs torch; kvframe's own code runs on the CPU.
+presets are from it.
+
+Needs torch. The predictions need kvframe importable (``PYTHONPATH=.`` in the
+repository and its dependencies attrs, pluggy, structlog, rich); where they
+are missing, the script still measures, prints the times, and writes them as a
+step-times CSV (``--out``, default ``$OUT/gpu_check_steps.csv`` or
+``gpu_check_steps.csv``) for ``benchmarks/cost_model_accuracy.py --steps FILE``
+to compare on any machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import importlib.util
+import os
 import statistics
 import sys
 from pathlib import Path
 
 import torch
-
-from kvframe.calibrate.steps import StepTiming, predict, read_step_timings
-from kvframe.executors.presets import get_preset
 
 DATA = Path(__file__).resolve().parents[1] / "kvframe/data/gpu/h200-llama3.1-8b"
 SHAPES = (  # kind, new tokens, cached, decodes, context each
@@ -81,10 +87,41 @@ def time_shape(ms, model, shape, repeats: int) -> float:
     return statistics.median(times)
 
 
+def _predictors():
+    """``(shipped medians by shape, predict(preset, row) -> seconds)``, or ``None``
+    where kvframe cannot be imported here."""
+    try:
+        from kvframe.calibrate.steps import StepTiming, predict, read_step_timings
+        from kvframe.executors.presets import get_preset
+    except ImportError as err:
+        print(f"kvframe not importable ({err}): measuring only", file=sys.stderr)
+        return None
+    shipped = {
+        (s.kind, s.prefill_tokens, s.cached_tokens, s.decode_seqs, s.context_tokens_per_seq): s
+        for s in read_step_timings(DATA / "step_times.csv")
+    }
+    presets = [get_preset(n).cost_model for n in ("llama3.1-8b-h200", "llama3.1-8b-h200-measured")]
+
+    def ratios(shape, seconds):
+        kind, new, cached, batch, ctx = shape
+        step = StepTiming(
+            kind=kind,
+            prefill_tokens=new,
+            cached_tokens=cached,
+            decode_seqs=batch,
+            context_tokens_per_seq=ctx,
+            seconds=seconds,
+        )
+        return [predict(model, step) / seconds for model in presets]
+
+    return shipped, ratios
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiny", action="store_true", help="2-layer toy on CPU (dry run)")
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--out", help="step-times CSV to write (default: see the docstring)")
     args = parser.parse_args()
     ms = _measurement_module()
     cuda = torch.cuda.is_available() and not args.tiny
@@ -96,38 +133,39 @@ def main() -> int:
     cfg = ms.LLAMA8B if cuda else ms.TINY
     model = ms.Model(cfg, device, torch.bfloat16 if cuda else torch.float32)
     name = torch.cuda.get_device_name(0) if cuda else "cpu (tiny: ratios meaningless)"
-    shipped = {
-        (s.kind, s.prefill_tokens, s.cached_tokens, s.decode_seqs, s.context_tokens_per_seq): s
-        for s in read_step_timings(DATA / "step_times.csv")
-    }
-    derived = get_preset("llama3.1-8b-h200").cost_model
-    fitted = get_preset("llama3.1-8b-h200-measured").cost_model
+    predictors = _predictors()
     print(f"device: {name}, torch {torch.__version__}")
     print(f"{'shape':32s} {'now ms':>8s} {'H200 ms':>8s} {'now/H200':>8s} "
           f"{'derived/now':>11s} {'measured/now':>12s}")  # fmt: skip
+    rows = []
     with torch.inference_mode():
         for shape in SHAPES:
             if not cuda:
                 shape = (shape[0], min(shape[1], 64), min(shape[2], 64), min(shape[3], 4),
                          min(shape[4], 64))  # fmt: skip
             seconds = time_shape(ms, model, shape, args.repeats)
+            rows.append((*shape, seconds))
             kind, new, cached, batch, ctx = shape
-            step = StepTiming(
-                kind=kind,
-                prefill_tokens=new,
-                cached_tokens=cached,
-                decode_seqs=batch,
-                context_tokens_per_seq=ctx,
-                seconds=seconds,
-            )
-            old = shipped.get(shape)
+            old, derived, fitted = None, float("nan"), float("nan")
+            if predictors is not None:
+                shipped, ratios = predictors
+                old = shipped.get(shape)
+                derived, fitted = ratios(shape, seconds)
             label = f"{kind} {new}+{cached}c {batch}x{ctx}"
             print(
                 f"{label:32s} {seconds * 1e3:8.2f} "
                 f"{(old.seconds * 1e3 if old else float('nan')):8.2f} "
                 f"{(seconds / old.seconds if old else float('nan')):8.2f} "
-                f"{predict(derived, step) / seconds:11.2f} {predict(fitted, step) / seconds:12.2f}"
+                f"{derived:11.2f} {fitted:12.2f}",
+                flush=True,
             )
+    out = Path(args.out or Path(os.environ.get("OUT", ".")) / "gpu_check_steps.csv")
+    with out.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["kind", "prefill_tokens", "cached_tokens", "decode_seqs",
+                         "context_tokens_per_seq", "median_s"])  # fmt: skip
+        writer.writerows(rows)
+    print(f"wrote {out}")
     return 0
 
 
