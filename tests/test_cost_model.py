@@ -112,11 +112,12 @@ def test_overlap_derivation_single_gpu() -> None:
     # QK^T and PV: 4 x hidden 4096 x 32 layers FLOPs per query-key pair, at 30% of peak
     assert model.per_prefill_pair_s == pytest.approx(4 * 4096 * 32 / (989.4e12 * 0.3))
     assert model.per_context_token_s == pytest.approx(131_072 / (4.8e12 * 0.85))
-    assert (model.per_step_s, model.per_prefill_seq_s, model.per_decode_seq_s) == (
+    assert (model.per_step_s, model.per_prefill_step_s, model.per_decode_seq_s) == (
         2.5e-3,
         6e-3,
         10e-6,
     )
+    assert model.per_prefill_seq_s == 0
     assert model.transfer_bytes_per_s == pytest.approx(64e9 * 0.85)
     assert model.transfer_per_chunk_s == 3e-6
     assert model.transfer_layout == "cross-layer"
@@ -126,7 +127,8 @@ def test_overlap_step_time_takes_the_max_of_each_kind() -> None:
     model = CostModel(
         form="overlap",
         per_step_s=1.0,
-        per_prefill_seq_s=10.0,
+        per_prefill_step_s=10.0,
+        per_prefill_seq_s=1000.0,
         per_decode_seq_s=100.0,
         per_prefill_token_s=0.5,
         weight_read_s=8.0,
@@ -136,10 +138,12 @@ def test_overlap_step_time_takes_the_max_of_each_kind() -> None:
     )
     # decode 4, context 32: 1 + 400 + max(0.5 x 4, 8) + max(0, 0.125 x 32) = 1 + 400 + 8 + 4
     assert model.step_time(0, 4, 32) == 413.0
-    # prefill 100 (1 chunk, 400 pairs), context 16: 1 + 10 + max(50, 8) + max(100, 2)
-    assert model.step_time(100, 0, 16, 1, 400) == 161.0
+    # prefill 100 (1 chunk, 400 pairs), context 16: 1 + 10 + 1000 + max(50, 8) + max(100, 2)
+    assert model.step_time(100, 0, 16, 1, 400) == 1161.0
+    # two chunks: the per-step prefill cost once, the per-chunk one twice
+    assert model.step_time(100, 0, 16, 2, 400) == 2161.0
     # mixed: the decode tokens go through the same linear layers as the prefill tokens
-    assert model.step_time(100, 4, 48, 1, 400) == 1 + 10 + 400 + 52 + 100
+    assert model.step_time(100, 4, 48, 1, 400) == 1 + 10 + 1000 + 400 + 52 + 100
     assert model.step_time(0, 0, 100) == 0.0
 
 
@@ -238,7 +242,7 @@ def test_overlap_step_time_grows_with_every_quantity_and_never_exceeds_the_sum(
 ) -> None:
     """More work never costs less, and overlapping never costs more than adding."""
     step, seq, dec, tok, weights, pair, ctx = coefficients
-    model = CostModel(form="overlap", per_step_s=step, per_prefill_seq_s=seq,
+    model = CostModel(form="overlap", per_step_s=step, per_prefill_step_s=seq,
                       per_decode_seq_s=dec, per_prefill_token_s=tok, weight_read_s=weights,
                       per_prefill_pair_s=pair, per_context_token_s=ctx,
                       transfer_bytes_per_s=1.0)  # fmt: skip
@@ -249,7 +253,7 @@ def test_overlap_step_time_grows_with_every_quantity_and_never_exceeds_the_sum(
     grown = list((prefill, decode, context, seqs, pairs))
     grown[which] += more
     assert model.step_time(*grown) >= before
-    added = (step + seq * seqs + dec * decode + tok * (prefill + decode) + weights
+    added = (step + seq * min(seqs, 1) + dec * decode + tok * (prefill + decode) + weights
              + pair * pairs + ctx * context)  # fmt: skip
     assert before <= added * (1 + 1e-12)
 
@@ -270,6 +274,6 @@ def test_the_overlap_fit_recovers_a_known_model_from_its_own_step_times() -> Non
                            context_tokens_per_seq=ctx, seconds=1.0)  # fmt: skip
         steps.append(attrs.evolve(shape, seconds=predict(truth, shape)))
     fitted = fit_step_model(steps, transfer=truth)
-    for field in ("per_step_s", "per_prefill_seq_s", "per_decode_seq_s", "per_prefill_token_s",
+    for field in ("per_step_s", "per_prefill_step_s", "per_decode_seq_s", "per_prefill_token_s",
                   "weight_read_s", "per_prefill_pair_s", "per_context_token_s"):  # fmt: skip
         assert getattr(fitted, field) == pytest.approx(getattr(truth, field), rel=1e-6), field

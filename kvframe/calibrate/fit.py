@@ -15,9 +15,15 @@ constrained optimum is the unconstrained one on its own support), as
 attention compute- or KV-bound), the time is linear in the seven
 coefficients. So the fit alternates: fix the sides, solve the non-negative
 linear problem, recompute the sides from the new coefficients, until they
-stop changing; from a few starting assignments, keeping the best. Each
-converged fit is a local optimum of the true (``max``) loss on its own
-region; on the 37 measured H200 shapes the starts agree.
+stop changing; from a few starting assignments, keeping the one of least
+loss. Each converged fit is only a local optimum of the true (``max``) loss:
+on the 37 measured H200 shapes the four starts end at losses 0.24, 1.25,
+1.85 and 1.63, and the best is the start that follows the roofline (chunks of
+512 tokens or more compute-bound, decode batches bandwidth-bound).
+
+Its fixed cost of a step with a prefill is per step (``per_prefill_step_s``),
+not per chunk: steps with one chunk cannot tell the two apart, and a forward
+pass pays its launches once, however many chunks it holds.
 
 Columns are scaled to unit norm before solving, so the answer does not
 depend on units (pairs run to 1e8, the constant is 1).
@@ -53,7 +59,7 @@ ADDITIVE_TERMS = (
 )
 OVERLAP_TERMS = (
     "per_step_s",
-    "per_prefill_seq_s",
+    "per_prefill_step_s",
     "per_decode_seq_s",
     "per_prefill_token_s",
     "weight_read_s",
@@ -75,7 +81,7 @@ def _overlap_row(q: tuple[int, int, int, int, int], sides: Sides) -> list[float]
     linear, attention = sides
     return [
         1.0,
-        chunks,
+        1.0 if chunks else 0.0,
         decode,
         prefill + decode if linear else 0.0,
         0.0 if linear else 1.0,
@@ -143,6 +149,7 @@ def _model(form: str, terms: Sequence[str], coef: Sequence[float], base: CostMod
         "per_prefill_seq_s": 0.0,
         "per_prefill_pair_s": 0.0,
         "weight_read_s": 0.0,
+        "per_prefill_step_s": 0.0,
     }
     values.update({t: float(c) for t, c in zip(terms, coef, strict=True)})
     return CostModel(

@@ -12,8 +12,8 @@ query-key pairs), in one of two *forms*:
     with streaming the weights once, ``weight_read_s``: their ``max``), then
     attention (compute ``per_prefill_pair_s`` per prefill query-key pair,
     overlapped with streaming the cached K and V, ``per_context_token_s`` per
-    context token: their ``max``), plus fixed costs per step, per prefill
-    chunk and per decoding sequence. Kernels of one kind overlap their
+    context token: their ``max``), plus fixed costs per step, per step with a
+    prefill chunk and per decoding sequence. Kernels of one kind overlap their
     arithmetic with their memory traffic; kernels of different kinds run one
     after the other, so the two ``max`` terms add.
 
@@ -152,8 +152,7 @@ class CostModel:
     """Fixed cost of one transfer batch (launch, synchronisation)."""
     per_prefill_seq_s: float = attrs.field(default=0.0, validator=_non_negative)
     """Per request with a prefill chunk this step (its per-request overhead:
-    attention set-up, block-table gather; with ``overlap``, also what a step
-    with a prefill pays for running outside a full CUDA graph)."""
+    attention set-up, block-table gather). 0 in the derived presets."""
     per_prefill_pair_s: float = attrs.field(default=0.0, validator=_non_negative)
     """Per query-key pair that prefill attention computes (see
     :func:`prefill_pairs`). 0 in the ``additive`` derived presets."""
@@ -162,6 +161,10 @@ class CostModel:
     weight_read_s: float = attrs.field(default=0.0, validator=_non_negative)
     """``overlap`` only: streaming the weights once, the bandwidth side of the
     linear layers (``weight bytes / achieved HBM bandwidth``)."""
+    per_prefill_step_s: float = attrs.field(default=0.0, validator=_non_negative)
+    """``overlap`` only: paid once by a step with any prefill chunk, however
+    many: such a step runs outside the full CUDA graph of a decode-only step
+    (vLLM: piecewise graphs, attention eager), so it pays more launches."""
     transfer_per_chunk_s: float = attrs.field(default=0.0, validator=_non_negative)
     """Fixed cost of each separate copy in a transfer (one ``cudaMemcpyAsync``);
     how many copies a transfer takes follows from :attr:`transfer_layout`."""
@@ -187,7 +190,8 @@ class CostModel:
 
         ``overlap``::
 
-            per_step_s + per_prefill_seq_s x prefill_seqs + per_decode_seq_s x decode
+            per_step_s + per_prefill_step_s x (1 if prefill_seqs else 0)
+            + per_prefill_seq_s x prefill_seqs + per_decode_seq_s x decode
             + max(per_prefill_token_s x (prefill + decode), weight_read_s)
             + max(per_prefill_pair_s x pairs, per_context_token_s x context)
 
@@ -215,6 +219,7 @@ class CostModel:
                 attention = reads
             return (
                 self.per_step_s
+                + (self.per_prefill_step_s if num_prefill_seqs > 0 else 0.0)
                 + self.per_prefill_seq_s * num_prefill_seqs
                 + self.per_decode_seq_s * num_decode_seqs
                 + linear

@@ -12,7 +12,8 @@ A JSON object (so it needs no TOML writer)::
      "cost_model": {"form": "overlap", "per_step_s": ..., "per_prefill_token_s": ...,
                     "per_decode_seq_s": ..., "per_context_token_s": ...,
                     "per_prefill_seq_s": ..., "per_prefill_pair_s": ...,
-                    "weight_read_s": ..., "transfer_bytes_per_s": ...,
+                    "weight_read_s": ..., "per_prefill_step_s": ...,
+                    "transfer_bytes_per_s": ...,
                     "transfer_latency_s": ..., "transfer_per_chunk_s": ...,
                     "transfer_layout": "cross-layer"},
      "calibration": {...}}
@@ -24,7 +25,7 @@ the run that was timed.
 Format 2 added the two fitted-only terms (``per_prefill_seq_s``,
 ``per_prefill_pair_s``); a format-1 file has neither and still loads (both
 0). Format 3 added the form (``"additive"`` or ``"overlap"``, see
-:mod:`kvframe.domain.costs`), ``weight_read_s`` and the layout-priced
+:mod:`kvframe.domain.costs`), ``weight_read_s``, ``per_prefill_step_s`` and the layout-priced
 transfers (``transfer_per_chunk_s``, ``transfer_layout``); a file of format
 1 or 2 has none of them and loads as the ``additive`` form it was fitted
 with, so its results reproduce. Any other key in ``cost_model`` is an error

@@ -18,8 +18,8 @@ roofline argument (written out in ``docs/cost-model.md``):
   streams each cached token's K and V once per step:
   ``kv_bytes_per_token / (hbm_bandwidth x hbm_efficiency)`` per context token;
 * fixed costs: per step (a CUDA-graphed decode step's launches and host
-  work), per prefill chunk (a step with a prefill runs outside the full
-  graph), per decoding sequence (sampling);
+  work), per step with a prefill chunk (it runs outside the full graph), per
+  decoding sequence (sampling);
 * with tensor parallelism, compute, weight and KV reads split ``tp`` ways, and
   each layer adds two all-reduces of the hidden state (Megatron-style TP);
 * offload transfers go over each GPU's own PCIe link, ``tp`` links in
@@ -218,12 +218,12 @@ class Efficiency:
     (55.4 of 64 GB/s on the H200, 0.87)."""
     copy_overhead_s: float = 3e-6
     """Fixed cost of one ``cudaMemcpyAsync`` between device and pinned host
-    memory (2.9 us fitted to the H200's per-chunk copies)."""
+    memory (2.98 us fitted to the H200's per-chunk copies)."""
     step_overhead_s: float = 2.5e-3
     """Per-step launch and host overhead of a CUDA-graphed decode step (batch 1
     at 512 tokens: 6.5 ms measured on the H200, 3.9 ms of it weight streaming)."""
     prefill_overhead_s: float = 6e-3
-    """Per prefill chunk: a step with a prefill runs outside the full CUDA graph
+    """Per step with any prefill chunk: it runs outside the full CUDA graph
     (vLLM: piecewise graphs, attention eager), ~32 layers x ~20 kernels x ~8 us
     of launches more than a graphed decode step."""
     per_seq_overhead_s: float = 10e-6
@@ -308,7 +308,7 @@ def derive_cost_model(
         per_prefill_token_s=compute_per_token + comm_per_token,
         weight_read_s=weights,
         per_decode_seq_s=eff.per_seq_overhead_s,
-        per_prefill_seq_s=eff.prefill_overhead_s,
+        per_prefill_step_s=eff.prefill_overhead_s,
         per_prefill_pair_s=flops_per_pair / (tp * gpu.peak_flops * eff.attention_efficiency),
         per_context_token_s=shape.kv_bytes_per_token / (tp * hbm),
         transfer_bytes_per_s=transfer_bytes_per_s,
