@@ -91,7 +91,7 @@ def _predictors():
     """``(shipped medians by shape, predict(preset, row) -> seconds)``, or ``None``
     where kvframe cannot be imported here."""
     try:
-        from kvframe.calibrate.steps import StepTiming, predict, read_step_timings
+        from kvframe.calibrate.steps import MeasuredStep, predict, read_step_timings
         from kvframe.executors.presets import get_preset
     except ImportError as err:
         print(f"kvframe not importable ({err}): measuring only", file=sys.stderr)
@@ -104,7 +104,7 @@ def _predictors():
 
     def ratios(shape, seconds):
         kind, new, cached, batch, ctx = shape
-        step = StepTiming(
+        step = MeasuredStep(
             kind=kind,
             prefill_tokens=new,
             cached_tokens=cached,

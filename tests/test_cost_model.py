@@ -262,7 +262,7 @@ def test_the_overlap_fit_recovers_a_known_model_from_its_own_step_times() -> Non
     """A differential check of the fit: step times made by a known overlap model on the
     measured shapes (both sides of both maxes occur) give back its coefficients."""
     from kvframe.calibrate.fit import fit_step_model
-    from kvframe.calibrate.steps import StepTiming, predict
+    from kvframe.calibrate.steps import MeasuredStep, predict
 
     truth = attrs.evolve(get_preset("llama3.1-8b-h200").cost_model, per_step_s=1.5e-3)
     shapes = [(p, c, 0, 0) for p in (128, 512, 2048, 8192) for c in (0, 4096, 16384)]
@@ -270,7 +270,7 @@ def test_the_overlap_fit_recovers_a_known_model_from_its_own_step_times() -> Non
     shapes += [(512, 0, 64, 2048), (2048, 0, 128, 2048)]
     steps = []
     for p, c, b, ctx in shapes:
-        shape = StepTiming(kind="x", prefill_tokens=p, cached_tokens=c, decode_seqs=b,
+        shape = MeasuredStep(kind="x", prefill_tokens=p, cached_tokens=c, decode_seqs=b,
                            context_tokens_per_seq=ctx, seconds=1.0)  # fmt: skip
         steps.append(attrs.evolve(shape, seconds=predict(truth, shape)))
     fitted = fit_step_model(steps, transfer=truth)

@@ -20,7 +20,7 @@ import structlog
 
 from kvframe.calibrate.copies import fit_transfer, read_copy_table
 from kvframe.calibrate.fit import error_summary, fit_step_model, leave_one_out
-from kvframe.calibrate.steps import StepTiming, predict, read_step_timings
+from kvframe.calibrate.steps import MeasuredStep, predict, read_step_timings
 from kvframe.cli import main
 from kvframe.domain.costs import CostModel
 from kvframe.domain.transfers import chunk_bytes, num_chunks
@@ -39,7 +39,7 @@ def _restore_logging():
     structlog.reset_defaults()
 
 
-def errors(model: CostModel, steps: list[StepTiming]) -> list[float]:
+def errors(model: CostModel, steps: list[MeasuredStep]) -> list[float]:
     return [abs(predict(model, s) / s.seconds - 1) for s in steps]
 
 

@@ -37,7 +37,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kvframe.calibrate.steps import StepTiming, predict
+from kvframe.calibrate.steps import MeasuredStep, predict
 from kvframe.domain.costs import CostModel
 
 __all__ = [
@@ -170,7 +170,7 @@ def _sides(model: CostModel, q: tuple[int, int, int, int, int]) -> Sides:
     )
 
 
-def _loss(model: CostModel, steps: Sequence[StepTiming]) -> float:
+def _loss(model: CostModel, steps: Sequence[MeasuredStep]) -> float:
     return sum((predict(model, s) / s.seconds - 1) ** 2 for s in steps)
 
 
@@ -184,7 +184,7 @@ _STARTS: tuple[Callable[[tuple[int, int, int, int, int]], Sides], ...] = (
 
 
 def fit_step_model(
-    steps: Sequence[StepTiming], *, form: str = "overlap", transfer: CostModel
+    steps: Sequence[MeasuredStep], *, form: str = "overlap", transfer: CostModel
 ) -> CostModel:
     """The cost model of ``form`` that best fits ``steps`` (module docstring).
 
@@ -223,7 +223,7 @@ def fit_step_model(
 
 
 def leave_one_out(
-    steps: Sequence[StepTiming], *, form: str = "overlap", transfer: CostModel
+    steps: Sequence[MeasuredStep], *, form: str = "overlap", transfer: CostModel
 ) -> list[float]:
     """For each step, the relative error (predicted / measured - 1) of a model
     fitted to all the *other* steps: how well the form predicts a shape it has
@@ -235,7 +235,7 @@ def leave_one_out(
     return errors
 
 
-def error_summary(steps: Sequence[StepTiming], errors: Sequence[float]) -> dict[str, Any]:
+def error_summary(steps: Sequence[MeasuredStep], errors: Sequence[float]) -> dict[str, Any]:
     """Median and max absolute relative error, over all steps and per ``kind``."""
 
     def summary(values: list[float]) -> dict[str, Any]:

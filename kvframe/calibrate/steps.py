@@ -26,7 +26,7 @@ import attrs
 
 from kvframe.domain.costs import CostModel, prefill_pairs
 
-__all__ = ["COLUMNS", "StepTiming", "predict", "read_step_timings"]
+__all__ = ["COLUMNS", "MeasuredStep", "predict", "read_step_timings"]
 
 COLUMNS = (
     "kind",
@@ -40,7 +40,7 @@ COLUMNS = (
 
 
 @attrs.frozen(slots=True, kw_only=True)
-class StepTiming:
+class MeasuredStep:
     """One measured step shape and its time."""
 
     kind: str
@@ -61,12 +61,12 @@ class StepTiming:
         return self.prefill_tokens, self.decode_seqs, context, chunks, pairs
 
 
-def predict(model: CostModel, step: StepTiming) -> float:
+def predict(model: CostModel, step: MeasuredStep) -> float:
     """``model``'s time for ``step``."""
     return model.step_time(*step.quantities())
 
 
-def read_step_timings(path: str | Path) -> list[StepTiming]:
+def read_step_timings(path: str | Path) -> list[MeasuredStep]:
     """The rows of a step-timings CSV (format in the module docstring).
 
     :raises ValueError: naming the file, the line and the problem: a missing
@@ -81,7 +81,7 @@ def read_step_timings(path: str | Path) -> list[StepTiming]:
     return _parse(text.splitlines(), str(path))
 
 
-def _parse(lines: Iterable[str], origin: str) -> list[StepTiming]:
+def _parse(lines: Iterable[str], origin: str) -> list[MeasuredStep]:
     reader = csv.DictReader(lines)
     missing = [c for c in COLUMNS if c not in (reader.fieldnames or ())]
     if missing:
@@ -112,7 +112,7 @@ def _parse(lines: Iterable[str], origin: str) -> list[StepTiming]:
             raise ValueError(f"{where}: a step with neither prefill_tokens nor decode_seqs")
         if not seconds > 0:
             raise ValueError(f"{where}: median_s must be > 0, got {row['median_s']!r}")
-        steps.append(StepTiming(kind=str(row["kind"]), seconds=seconds, **counts))
+        steps.append(MeasuredStep(kind=str(row["kind"]), seconds=seconds, **counts))
     if not steps:
         raise ValueError(f"step timings {origin}: no rows")
     return steps
