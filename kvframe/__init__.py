@@ -110,7 +110,7 @@ MOVED: dict[str, tuple[str, ...]] = {
     "kvframe.offload.contract": ("kvframe.contract.offload",),
     "kvframe.offload.connector": ("kvframe.core.connector",),
     "kvframe.executors.cost_model": ("kvframe.domain.costs",),
-    "kvframe.executors.torch.calibrate": ("kvframe.calibrate.fit",),
+    "kvframe.executors.torch.calibrate": ("kvframe.calibrate.torch_timing",),
     "kvframe.executors.torch.replay": ("kvframe.calibrate.replay",),
 }
 """Old module paths that still import, for one release, with a :class:`DeprecationWarning`

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvframe.executors import CostModel, ModelShape, get_preset, num_gpu_blocks_for
 from kvframe.executors.catalog import preset_names
 from kvframe.executors.presets import (
+    EFFICIENCY_ADDITIVE,
     H100_SXM,
+    H200_SXM,
     LLAMA_3_1_8B,
     LLAMA_3_1_70B,
     PRESETS,
-    Efficiency,
     derive_cost_model,
     kv_memory_for,
     llama_num_params,
@@ -80,11 +84,14 @@ def test_llama_shapes_match_the_model_cards() -> None:
     assert tied == 40 + 32 + 16 + 96 + 8 + 4
 
 
-def test_roofline_derivation_single_gpu() -> None:
-    eff = Efficiency()
-    model = derive_cost_model(LLAMA_3_1_8B, H100_SXM)
+def test_additive_derivation_single_gpu_is_the_old_one() -> None:
+    """The ``additive`` form with :data:`EFFICIENCY_ADDITIVE`: every result before the
+    H200 measurement (``llama3.1-8b-h100-additive`` reproduces them)."""
+    eff = EFFICIENCY_ADDITIVE
+    model = derive_cost_model(LLAMA_3_1_8B, H100_SXM, efficiency=eff, form="additive")
     params = 8_030_261_248
     compute = 2 * params / (989.4e12 * 0.5)
+    assert model.form == "additive"
     assert model.per_prefill_token_s == pytest.approx(compute)
     assert model.per_prefill_token_s == pytest.approx(32.47e-6, rel=1e-3)
     assert model.per_decode_seq_s == pytest.approx(compute + 10e-6)
@@ -92,10 +99,72 @@ def test_roofline_derivation_single_gpu() -> None:
     assert model.per_step_s == pytest.approx(weights + eff.step_overhead_s)
     assert model.per_context_token_s == pytest.approx(131_072 / (3.35e12 * 0.8))
     assert model.transfer_bytes_per_s == pytest.approx(64e9 * 0.8)
+    assert (model.per_prefill_pair_s, model.weight_read_s, model.transfer_per_chunk_s) == (0, 0, 0)
+    assert get_preset("llama3.1-8b-h100-additive").cost_model == model
+
+
+def test_overlap_derivation_single_gpu() -> None:
+    model = derive_cost_model(LLAMA_3_1_8B, H200_SXM)
+    params = 8_030_261_248
+    assert model.form == "overlap"
+    assert model.per_prefill_token_s == pytest.approx(2 * params / (989.4e12 * 0.7))
+    assert model.weight_read_s == pytest.approx(2 * params / (4.8e12 * 0.85))  # 3.9 ms
+    # QK^T and PV: 4 x hidden 4096 x 32 layers FLOPs per query-key pair, at 30% of peak
+    assert model.per_prefill_pair_s == pytest.approx(4 * 4096 * 32 / (989.4e12 * 0.3))
+    assert model.per_context_token_s == pytest.approx(131_072 / (4.8e12 * 0.85))
+    assert (model.per_step_s, model.per_prefill_step_s, model.per_decode_seq_s) == (
+        2.5e-3,
+        6e-3,
+        10e-6,
+    )
+    assert model.per_prefill_seq_s == 0
+    assert model.transfer_bytes_per_s == pytest.approx(64e9 * 0.85)
+    assert model.transfer_per_chunk_s == 3e-6
+    assert model.transfer_layout == "cross-layer"
+
+
+def test_overlap_step_time_takes_the_max_of_each_kind() -> None:
+    model = CostModel(
+        form="overlap",
+        per_step_s=1.0,
+        per_prefill_step_s=10.0,
+        per_prefill_seq_s=1000.0,
+        per_decode_seq_s=100.0,
+        per_prefill_token_s=0.5,
+        weight_read_s=8.0,
+        per_prefill_pair_s=0.25,
+        per_context_token_s=0.125,
+        transfer_bytes_per_s=1.0,
+    )
+    # decode 4, context 32: 1 + 400 + max(0.5 x 4, 8) + max(0, 0.125 x 32) = 1 + 400 + 8 + 4
+    assert model.step_time(0, 4, 32) == 413.0
+    # prefill 100 (1 chunk, 400 pairs), context 16: 1 + 10 + 1000 + max(50, 8) + max(100, 2)
+    assert model.step_time(100, 0, 16, 1, 400) == 1161.0
+    # two chunks: the per-step prefill cost once, the per-chunk one twice
+    assert model.step_time(100, 0, 16, 2, 400) == 2161.0
+    # mixed: the decode tokens go through the same linear layers as the prefill tokens
+    assert model.step_time(100, 4, 48, 1, 400) == 1 + 10 + 1000 + 400 + 52 + 100
+    assert model.step_time(0, 0, 100) == 0.0
+
+
+def test_transfer_time_prices_each_copy() -> None:
+    model = simple_model(transfer_per_chunk_s=3e-6, transfer_layout="per-layer")
+    assert model.transfer_time(2_000_000, 10) == pytest.approx(2e-3 + 30e-6)
+    assert model.transfer_time(0, 10) == 0.0
+    with pytest.raises(ValueError, match="unknown transfer layout 'sideways'; known: "):
+        simple_model(transfer_layout="sideways")
+    with pytest.raises(ValueError, match="form must be one of additive, overlap, got 'sum'"):
+        simple_model(form="sum")
 
 
 def test_roofline_derivation_tensor_parallel() -> None:
-    model = derive_cost_model(LLAMA_3_1_70B, H100_SXM, tensor_parallel_size=4)
+    model = derive_cost_model(
+        LLAMA_3_1_70B,
+        H100_SXM,
+        tensor_parallel_size=4,
+        efficiency=EFFICIENCY_ADDITIVE,
+        form="additive",
+    )
     params = 70_553_706_496
     compute = 2 * params / (4 * 989.4e12 * 0.5)
     # 2 all-reduces x 80 layers x 8192 x 2 bytes, ring factor 2 * 3/4, at 450 GB/s x 0.7
@@ -106,6 +175,10 @@ def test_roofline_derivation_tensor_parallel() -> None:
     )
     assert model.per_context_token_s == pytest.approx(327_680 / (4 * 3.35e12 * 0.8))
     assert model.transfer_bytes_per_s == pytest.approx(4 * 64e9 * 0.8)
+    overlap = derive_cost_model(LLAMA_3_1_70B, H100_SXM, tensor_parallel_size=4)
+    assert overlap.per_prefill_token_s == pytest.approx(2 * params / (4 * 989.4e12 * 0.7) + comm)
+    assert overlap.weight_read_s == pytest.approx(params * 2 / 4 / (3.35e12 * 0.85))
+    assert overlap.per_step_s == pytest.approx(2.5e-3 + 2 * 80 * 8e-6)
 
 
 def test_kv_memory_budget_like_vllm() -> None:
@@ -143,7 +216,64 @@ def test_unknown_preset_lists_presets_and_suggests_the_closest() -> None:
         get_preset("llama-8b-h100")
     assert str(info.value) == (
         "unknown cost-model preset 'llama-8b-h100'; did you mean 'llama3.1-8b-h100'? "
-        "(available: llama3.1-70b-4xh100, llama3.1-8b-h100, smollm2-135m-cpu)"
+        "(available: llama3.1-70b-4xh100, llama3.1-70b-4xh100-additive, llama3.1-8b-h100, "
+        "llama3.1-8b-h100-additive, llama3.1-8b-h200, llama3.1-8b-h200-measured, "
+        "smollm2-135m-cpu)"
     )
     with pytest.raises(ValueError, match=r"^unknown cost-model preset 'gpt2' \(available: "):
         get_preset("gpt2")
+
+
+# -- the overlap form: invariants, and the fit against a known truth -------------------
+
+_coef = st.floats(min_value=0.0, max_value=1e-2, allow_nan=False, allow_infinity=False)
+_count = st.integers(min_value=0, max_value=100_000)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    coefficients=st.lists(_coef, min_size=7, max_size=7),
+    quantities=st.lists(_count, min_size=5, max_size=5),
+    which=st.integers(min_value=0, max_value=4),
+    more=st.integers(min_value=1, max_value=1000),
+)
+def test_overlap_step_time_grows_with_every_quantity_and_never_exceeds_the_sum(
+    coefficients: list[float], quantities: list[int], which: int, more: int
+) -> None:
+    """More work never costs less, and overlapping never costs more than adding."""
+    step, seq, dec, tok, weights, pair, ctx = coefficients
+    model = CostModel(form="overlap", per_step_s=step, per_prefill_step_s=seq,
+                      per_decode_seq_s=dec, per_prefill_token_s=tok, weight_read_s=weights,
+                      per_prefill_pair_s=pair, per_context_token_s=ctx,
+                      transfer_bytes_per_s=1.0)  # fmt: skip
+    prefill, decode, context, seqs, pairs = quantities
+    if prefill == 0 and decode == 0:
+        decode = 1
+    before = model.step_time(prefill, decode, context, seqs, pairs)
+    grown = list((prefill, decode, context, seqs, pairs))
+    grown[which] += more
+    assert model.step_time(*grown) >= before
+    added = (step + seq * min(seqs, 1) + dec * decode + tok * (prefill + decode) + weights
+             + pair * pairs + ctx * context)  # fmt: skip
+    assert before <= added * (1 + 1e-12)
+
+
+def test_the_overlap_fit_recovers_a_known_model_from_its_own_step_times() -> None:
+    """A differential check of the fit: step times made by a known overlap model on the
+    measured shapes (both sides of both maxes occur) give back its coefficients."""
+    from kvframe.calibrate.fit import fit_step_model
+    from kvframe.calibrate.steps import MeasuredStep, predict
+
+    truth = attrs.evolve(get_preset("llama3.1-8b-h200").cost_model, per_step_s=1.5e-3)
+    shapes = [(p, c, 0, 0) for p in (128, 512, 2048, 8192) for c in (0, 4096, 16384)]
+    shapes += [(0, 0, b, ctx) for b in (1, 8, 64, 256) for ctx in (512, 8192)]
+    shapes += [(512, 0, 64, 2048), (2048, 0, 128, 2048)]
+    steps = []
+    for p, c, b, ctx in shapes:
+        shape = MeasuredStep(kind="x", prefill_tokens=p, cached_tokens=c, decode_seqs=b,
+                           context_tokens_per_seq=ctx, seconds=1.0)  # fmt: skip
+        steps.append(attrs.evolve(shape, seconds=predict(truth, shape)))
+    fitted = fit_step_model(steps, transfer=truth)
+    for field in ("per_step_s", "per_prefill_step_s", "per_decode_seq_s", "per_prefill_token_s",
+                  "weight_read_s", "per_prefill_pair_s", "per_context_token_s"):  # fmt: skip
+        assert getattr(fitted, field) == pytest.approx(getattr(truth, field), rel=1e-6), field

@@ -1,64 +1,55 @@
-"""Fit the sim's cost model to measured step times of the torch executor.
+"""Fit a cost model's step coefficients to measured step times, in pure Python.
 
-**Clock.** What is measured is chosen once (:func:`default_clock`): on a CPU
-device with one intra-op thread, the CPU time the forward pass spends on the
-calling thread (``clock=cpu``), which other processes' load does not inflate
-the way it inflates wall time; otherwise (CUDA, or several threads) wall time
-(``clock=wall``). The fitted model predicts that clock: on CPU, the step's
-wall time on an idle machine with one thread.
+**Loss.** Relative squared error (each step's residual divided by its
+measured time), because the goals are relative and step times span two
+orders of magnitude; every coefficient non-negative.
 
-**Grid.** Steps of four kinds are timed directly on the model (its KV cache
-filled with the context first, so attention reads real blocks): a prefill
-chunk of ``p`` tokens after ``c`` cached tokens; several chunks in one step;
-a decode batch of ``b`` requests with ``l`` cached tokens each; and mixed
-steps (a chunk plus a decode batch), so the fit sees the terms together as
-the engine runs them. Each shape is timed ``repeats`` times after a warm-up
-and the median kept: the engine's steps, which the model must predict, are
-timed once each, so the median is the like-for-like statistic (the minimum
-would bias every prediction low). To the grid are added the steps of a
-*training* workload run through the engine
-(:mod:`kvframe.calibrate.replay`): the shapes a scheduler actually
-forms. The held-out check uses a different workload (another seed).
+**Additive form.** Linear in six terms: the exact non-negative solution is
+found by solving unconstrained least squares on every subset of the terms
+and keeping the best subset whose coefficients are all non-negative (the
+constrained optimum is the unconstrained one on its own support), as
+:mod:`kvframe.calibrate.torch_timing` does (with torch, on its own timings).
 
-**Fit.** Step time is linear in six quantities (:data:`TERMS`, the fields of
-:class:`~kvframe.domain.costs.CostModel`). The fit minimises
-*relative* squared error (each row divided by its measured time), because the
-acceptance criteria are relative, under non-negative coefficients. With six
-unknowns the exact non-negative least-squares solution is found by trying
-every subset of terms (64 small solves): the constrained optimum is the
-unconstrained optimum on its support, so the best feasible subset is it.
-Transfer coefficients are not fitted here: on CPU a "transfer" is a memcpy;
-they are measured as bytes / second of a block copy and written with the rest.
+**Overlap form.** Piecewise linear: once it is known which side of each
+``max`` wins for each step (the linear layers compute- or weight-bound,
+attention compute- or KV-bound), the time is linear in the seven
+coefficients. So the fit alternates: fix the sides, solve the non-negative
+linear problem, recompute the sides from the new coefficients, until they
+stop changing; from a few starting assignments, keeping the one of least
+loss. Each converged fit is only a local optimum of the true (``max``) loss:
+on the 37 measured H200 shapes the four starts end at losses 0.24, 1.25,
+1.85 and 1.63, and the best is the start that follows the roofline (chunks of
+512 tokens or more compute-bound, decode batches bandwidth-bound).
+
+Its fixed cost of a step with a prefill is per step (``per_prefill_step_s``),
+not per chunk: steps with one chunk cannot tell the two apart, and a forward
+pass pays its launches once, however many chunks it holds.
+
+Columns are scaled to unit norm before solving, so the answer does not
+depend on units (pairs run to 1e8, the constant is 1).
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
-import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-import attrs
-import torch
-
-from kvframe.domain.costs import CostModel, prefill_pairs
-from kvframe.executors.torch.model import LlamaModel, StepChunk
-from kvframe.executors.torch.options import check_cpu_clock
+from kvframe.calibrate.steps import MeasuredStep, predict
+from kvframe.domain.costs import CostModel
 
 __all__ = [
-    "LINEAR_TERMS",
-    "TERMS",
-    "Sample",
-    "default_clock",
-    "fit_cost_model",
-    "grid_samples",
-    "grid_steps",
-    "measure_copy_bandwidth",
-    "measure_grid",
-    "time_steps",
+    "ADDITIVE_TERMS",
+    "OVERLAP_TERMS",
+    "error_summary",
+    "fit_step_model",
+    "leave_one_out",
+    "nnls_relative",
 ]
 
-TERMS = (
+ADDITIVE_TERMS = (
     "per_step_s",
     "per_prefill_token_s",
     "per_decode_seq_s",
@@ -66,235 +57,196 @@ TERMS = (
     "per_prefill_seq_s",
     "per_prefill_pair_s",
 )
-"""The step coefficients a fit may use, in :meth:`Sample.features` order."""
-LINEAR_TERMS = TERMS[:4]
-"""The roofline's four terms (what the derived presets use)."""
+OVERLAP_TERMS = (
+    "per_step_s",
+    "per_prefill_step_s",
+    "per_decode_seq_s",
+    "per_prefill_token_s",
+    "weight_read_s",
+    "per_prefill_pair_s",
+    "per_context_token_s",
+)
+
+Sides = tuple[bool, bool]
+"""Which side of each ``max`` wins: (linear layers compute-bound, attention compute-bound)."""
 
 
-@attrs.frozen(slots=True)
-class Sample:
-    """One measured step: its shape in the cost model's quantities and its time."""
-
-    prefill: int
-    decode: int
-    context: int
-    seconds: float
-    prefill_seqs: int = 0
-    prefill_pairs: int = 0
-
-    def features(self) -> tuple[float, ...]:
-        """The multipliers of :data:`TERMS` for this step."""
-        return (
-            1.0,
-            float(self.prefill),
-            float(self.decode),
-            float(self.context),
-            float(self.prefill_seqs),
-            float(self.prefill_pairs),
-        )
+def _additive_row(q: tuple[int, int, int, int, int]) -> list[float]:
+    prefill, decode, context, chunks, pairs = q
+    return [1.0, prefill, decode, context, chunks, pairs]
 
 
-def default_clock(device_type: str, threads: int) -> str:
-    """``"cpu"`` where per-thread CPU time is the step's duration, else ``"wall"``."""
-    try:
-        check_cpu_clock(device_type, threads)
-    except ValueError:
-        return "wall"
-    return "cpu"
-
-
-def time_steps(
-    model: LlamaModel, steps: Sequence[Sequence[StepChunk]], repeats: int, clock: str
-) -> list[list[float]]:
-    """``repeats`` timings of each step on ``clock``, after one warm-up run of each."""
-    cuda = model.device.type == "cuda"
-    timings = []
-    for chunks in steps:
-        model.forward(chunks)  # warm-up
-        times = []
-        for _ in range(repeats):
-            started = time.perf_counter()
-            cpu_started = time.thread_time()
-            model.forward(chunks)
-            if cuda:
-                torch.cuda.synchronize(model.device)
-            cpu = time.thread_time() - cpu_started
-            wall = time.perf_counter() - started
-            times.append(cpu if clock == "cpu" else wall)
-        timings.append(times)
-    return timings
-
-
-def grid_samples(
-    steps: Sequence[Sequence[StepChunk]], timings: Sequence[Sequence[float]]
-) -> list[Sample]:
-    """One sample per grid step: its shape and the median of its timings."""
+def _overlap_row(q: tuple[int, int, int, int, int], sides: Sides) -> list[float]:
+    prefill, decode, context, chunks, pairs = q
+    linear, attention = sides
     return [
-        _sample(chunks, statistics.median(times))
-        for chunks, times in zip(steps, timings, strict=True)
+        1.0,
+        1.0 if chunks else 0.0,
+        decode,
+        prefill + decode if linear else 0.0,
+        0.0 if linear else 1.0,
+        pairs if attention else 0.0,
+        0.0 if attention else context,
     ]
 
 
-def _sample(chunks: Sequence[StepChunk], seconds: float) -> Sample:
-    """The shape of a grid step: one-token chunks after a context are decodes."""
-    prefill = decode = context = seqs = pairs = 0
-    for chunk in chunks:
-        n = len(chunk.token_ids)
-        context += chunk.start
-        if n == 1 and chunk.start > 0:
-            decode += 1
-        else:
-            prefill += n
-            seqs += 1
-            pairs += prefill_pairs(n, chunk.start)
-    return Sample(prefill, decode, context, seconds, seqs, pairs)
+def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
+    """Gaussian elimination with partial pivoting; ``None`` if (near) singular."""
+    n = len(b)
+    m = [[*row, b[i]] for i, row in enumerate(a)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(m[r][col]))
+        if abs(m[pivot][col]) < 1e-12:
+            return None
+        m[col], m[pivot] = m[pivot], m[col]
+        for r in range(col + 1, n):
+            f = m[r][col] / m[col][col]
+            if f:
+                for c in range(col, n + 1):
+                    m[r][c] -= f * m[col][c]
+    x = [0.0] * n
+    for r in range(n - 1, -1, -1):
+        x[r] = (m[r][n] - sum(m[r][c] * x[c] for c in range(r + 1, n))) / m[r][r]
+    return x
 
 
-def grid_steps(
-    model: LlamaModel,
-    *,
-    prefill_tokens: Sequence[int] = (16, 64, 128, 256, 512),
-    prefill_context: Sequence[int] = (0, 256, 1024),
-    prefill_chunks: Sequence[int] = (2, 4, 8),
-    decode_batch: Sequence[int] = (1, 2, 4, 8, 16, 32),
-    decode_context: Sequence[int] = (32, 128, 512),
-) -> list[list[StepChunk]]:
-    """The grid's steps on ``model``'s blocks (tokens are arbitrary: timing only).
-
-    :raises ValueError: an empty axis, or too few KV blocks for one request.
-    """
-    axes = {
-        "prefill_tokens": prefill_tokens,
-        "prefill_context": prefill_context,
-        "decode_batch": decode_batch,
-        "decode_context": decode_context,
-    }
-    empty = [name for name, values in axes.items() if not values]
-    if empty:
-        raise ValueError(f"calibration grid: empty axis {', '.join(empty)}")
-    bs = model.block_size
-    next_block = 1
-
-    def table(tokens: int) -> list[int]:
-        nonlocal next_block
-        n = -(-tokens // bs)
-        if n > model.num_blocks - 1:
-            raise ValueError(
-                f"calibration needs {n} KV blocks for one request; the model has "
-                f"{model.num_blocks - 1}: raise kv_memory"
-            )
-        if next_block + n > model.num_blocks:
-            next_block = 1  # reuse blocks: only their shape matters for timing
-        blocks = list(range(next_block, next_block + n))
-        next_block += n
-        return blocks
-
-    def ids(n: int, salt: int) -> list[int]:
-        return [(salt * 7919 + i * 31) % model.config.vocab_size for i in range(n)]
-
-    steps: list[list[StepChunk]] = []
-    for p, c in itertools.product(prefill_tokens, prefill_context):
-        steps.append([StepChunk(ids(p, p + c), c, table(c + p), True)])
-    for k, p in itertools.product(prefill_chunks, prefill_tokens[:3]):
-        steps.append([StepChunk(ids(p, i), 0, table(p), True) for i in range(k)])
-    for b, length in itertools.product(decode_batch, decode_context):
-        steps.append([StepChunk(ids(1, i), length, table(length + 1), True) for i in range(b)])
-    length = decode_context[len(decode_context) // 2]
-    for p, b in itertools.product(prefill_tokens[::2], decode_batch[::2]):
-        chunks = [StepChunk(ids(p, p), 0, table(p), True)]
-        chunks += [StepChunk(ids(1, i), length, table(length + 1), True) for i in range(b)]
-        steps.append(chunks)
-    return steps
-
-
-def measure_grid(
-    model: LlamaModel, *, clock: str = "wall", repeats: int = 5, **axes: Sequence[int]
-) -> list[Sample]:
-    """Time the grid (:func:`grid_steps`, whose axes ``axes`` may override) on ``model``."""
-    if repeats < 1:
-        raise ValueError(f"calibration grid: repeats must be >= 1, got {repeats}")
-    steps = grid_steps(model, **axes)
-    return grid_samples(steps, time_steps(model, steps, repeats, clock))
-
-
-def _solve(rows: torch.Tensor, y: torch.Tensor, terms: Sequence[int]) -> torch.Tensor | None:
-    """Least squares on ``terms`` only; ``None`` when a coefficient comes out negative."""
-    a = rows[:, list(terms)]
-    solution = torch.linalg.lstsq(a, y[:, None], driver="gelsd").solution[:, 0]
-    if (solution < 0).any() or not torch.isfinite(solution).all():
-        return None
-    coef = torch.zeros(rows.shape[1], dtype=torch.float64)
-    coef[list(terms)] = solution
-    return coef
-
-
-def fit_cost_model(
-    samples: Sequence[Sample],
-    *,
-    transfer_bytes_per_s: float,
-    transfer_latency_s: float = 0.0,
-    terms: Sequence[str] = TERMS,
-) -> tuple[CostModel, dict[str, float]]:
-    """Non-negative, relative-error least squares over ``terms``.
-
-    :returns: the model (terms not fitted are 0) and fit statistics: the
-        number of samples, the median and max relative residual.
-    :raises ValueError: no samples, a non-positive time, or an unknown term.
-    """
-    unknown = [t for t in terms if t not in TERMS]
-    if unknown:
-        raise ValueError(f"unknown cost-model term(s) {unknown}; choose from {', '.join(TERMS)}")
-    if not samples:
-        raise ValueError("no timed steps to fit (an empty calibration grid?)")
-    bad = [s for s in samples if not s.seconds > 0]
-    if bad:
-        raise ValueError(f"{len(bad)} timed steps have a non-positive time, e.g. {bad[0]}")
-    y = torch.tensor([s.seconds for s in samples], dtype=torch.float64)
-    raw = torch.tensor([s.features() for s in samples], dtype=torch.float64)
-    rows = raw / y[:, None]
-    # Scale columns to unit norm so that the solver's rank decisions do not
-    # depend on units (pairs run to 1e5, the constant is 1).
-    norms = rows.norm(dim=0)
-    norms[norms == 0] = 1.0
-    rows = rows / norms
-    ones = torch.ones_like(y)
-    allowed = [TERMS.index(t) for t in terms]
-    best: torch.Tensor | None = None
-    best_loss = float("inf")
-    for size in range(len(allowed), 0, -1):
-        for subset in itertools.combinations(allowed, size):
-            coef = _solve(rows, ones, subset)
-            if coef is None:
+def nnls_relative(rows: Sequence[Sequence[float]], seconds: Sequence[float]) -> list[float]:
+    """Non-negative ``c`` minimising ``sum((row . c / t - 1) ** 2)``, by subsets."""
+    k = len(rows[0])
+    scaled = [[v / t for v in row] for row, t in zip(rows, seconds, strict=True)]
+    norms = [math.sqrt(sum(r[j] ** 2 for r in scaled)) or 1.0 for j in range(k)]
+    scaled = [[r[j] / norms[j] for j in range(k)] for r in scaled]
+    gram = [[sum(r[i] * r[j] for r in scaled) for j in range(k)] for i in range(k)]
+    rhs = [sum(r[i] for r in scaled) for i in range(k)]
+    live = [j for j in range(k) if any(r[j] for r in scaled)]
+    best: list[float] | None = None
+    best_loss = math.inf
+    for size in range(len(live), 0, -1):
+        for subset in itertools.combinations(live, size):
+            x = _solve([[gram[i][j] for j in subset] for i in subset], [rhs[i] for i in subset])
+            if x is None or any(v < 0 for v in x):
                 continue
-            loss = float(((rows @ coef - ones) ** 2).sum())
-            if best is None or loss < best_loss * (1 - 1e-12):
-                best, best_loss = coef, loss
-    assert best is not None  # a single column's solution is positive
-    coef = best / norms
-    predicted = raw @ coef
-    errors = ((predicted - y).abs() / y).tolist()
-    model = CostModel(
-        **{name: float(value) for name, value in zip(TERMS, coef.tolist(), strict=True)},
-        transfer_bytes_per_s=transfer_bytes_per_s,
-        transfer_latency_s=transfer_latency_s,
-    )
-    stats = {
-        "num_samples": len(samples),
-        "median_abs_rel_error": statistics.median(errors),
-        "max_abs_rel_error": max(errors),
+            c = [0.0] * k
+            for j, v in zip(subset, x, strict=True):
+                c[j] = v
+            # ||S c - 1||^2 = c'Gc - 2 c'b + n
+            loss = sum(c[i] * gram[i][j] * c[j] for i in subset for j in subset) - 2 * sum(
+                c[i] * rhs[i] for i in subset
+            )
+            if loss < best_loss - 1e-15:
+                best, best_loss = c, loss
+    if best is None:  # every single column came out negative: impossible for data >= 0
+        best = [0.0] * k
+    return [c / n for c, n in zip(best, norms, strict=True)]
+
+
+def _model(form: str, terms: Sequence[str], coef: Sequence[float], base: CostModel) -> CostModel:
+    values: dict[str, Any] = {
+        "per_step_s": 0.0,
+        "per_prefill_token_s": 0.0,
+        "per_decode_seq_s": 0.0,
+        "per_context_token_s": 0.0,
+        "per_prefill_seq_s": 0.0,
+        "per_prefill_pair_s": 0.0,
+        "weight_read_s": 0.0,
+        "per_prefill_step_s": 0.0,
     }
-    return model, stats
+    values.update({t: float(c) for t, c in zip(terms, coef, strict=True)})
+    return CostModel(
+        form=form,
+        transfer_bytes_per_s=base.transfer_bytes_per_s,
+        transfer_latency_s=base.transfer_latency_s,
+        transfer_per_chunk_s=base.transfer_per_chunk_s,
+        transfer_layout=base.transfer_layout,
+        **values,
+    )
 
 
-def measure_copy_bandwidth(model: LlamaModel, repeats: int = 5) -> float:
-    """Bytes per second of copying KV blocks to host memory (the CPU tier's transfer)."""
-    n = min(64, model.num_blocks - 1)
-    host = [torch.empty_like(cache[1 : n + 1], device="cpu") for cache in model.kv_caches]
-    nbytes = sum(h.numel() * h.element_size() for h in host)
-    times = []
-    for _ in range(repeats + 1):
-        started = time.perf_counter()
-        for h, cache in zip(host, model.kv_caches, strict=True):
-            h.copy_(cache[1 : n + 1])
-        times.append(time.perf_counter() - started)
-    return nbytes / max(statistics.median(times[1:]), 1e-9)
+def _sides(model: CostModel, q: tuple[int, int, int, int, int]) -> Sides:
+    prefill, decode, context, _chunks, pairs = q
+    return (
+        model.per_prefill_token_s * (prefill + decode) >= model.weight_read_s,
+        model.per_prefill_pair_s * pairs >= model.per_context_token_s * context,
+    )
+
+
+def _loss(model: CostModel, steps: Sequence[MeasuredStep]) -> float:
+    return sum((predict(model, s) / s.seconds - 1) ** 2 for s in steps)
+
+
+_STARTS: tuple[Callable[[tuple[int, int, int, int, int]], Sides], ...] = (
+    lambda q: (q[0] + q[1] >= 512, q[4] > 0),  # prefill compute-bound, decode bandwidth-bound
+    lambda q: (True, True),
+    lambda q: (False, False),
+    lambda q: (q[0] + q[1] >= 512, False),
+)
+"""Starting side assignments of the overlap fit."""
+
+
+def fit_step_model(
+    steps: Sequence[MeasuredStep], *, form: str = "overlap", transfer: CostModel
+) -> CostModel:
+    """The cost model of ``form`` that best fits ``steps`` (module docstring).
+
+    :param transfer: supplies the transfer fields, which step times do not inform.
+    :raises ValueError: no steps, or an unknown form.
+    """
+    if not steps:
+        raise ValueError("no step timings to fit")
+    seconds = [s.seconds for s in steps]
+    quantities = [s.quantities() for s in steps]
+    if form == "additive":
+        coef = nnls_relative([_additive_row(q) for q in quantities], seconds)
+        return _model(form, ADDITIVE_TERMS, coef, transfer)
+    if form != "overlap":
+        raise ValueError(f"form must be 'additive' or 'overlap', got {form!r}")
+    best: CostModel | None = None
+    best_loss = math.inf
+    for start in _STARTS:
+        sides = [start(q) for q in quantities]
+        model = None
+        for _ in range(50):
+            coef = nnls_relative(
+                [_overlap_row(q, s) for q, s in zip(quantities, sides, strict=True)], seconds
+            )
+            model = _model(form, OVERLAP_TERMS, coef, transfer)
+            new_sides = [_sides(model, q) for q in quantities]
+            if new_sides == sides:
+                break
+            sides = new_sides
+        assert model is not None
+        loss = _loss(model, steps)
+        if loss < best_loss:
+            best, best_loss = model, loss
+    assert best is not None
+    return best
+
+
+def leave_one_out(
+    steps: Sequence[MeasuredStep], *, form: str = "overlap", transfer: CostModel
+) -> list[float]:
+    """For each step, the relative error (predicted / measured - 1) of a model
+    fitted to all the *other* steps: how well the form predicts a shape it has
+    not seen."""
+    errors = []
+    for i, step in enumerate(steps):
+        model = fit_step_model([*steps[:i], *steps[i + 1 :]], form=form, transfer=transfer)
+        errors.append(predict(model, step) / step.seconds - 1)
+    return errors
+
+
+def error_summary(steps: Sequence[MeasuredStep], errors: Sequence[float]) -> dict[str, Any]:
+    """Median and max absolute relative error, over all steps and per ``kind``."""
+
+    def summary(values: list[float]) -> dict[str, Any]:
+        magnitudes = [abs(v) for v in values]
+        return {
+            "steps": len(values),
+            "median_abs_rel_error": round(statistics.median(magnitudes), 4),
+            "max_abs_rel_error": round(max(magnitudes), 4),
+        }
+
+    kinds: dict[str, list[float]] = {}
+    for step, error in zip(steps, errors, strict=True):
+        kinds.setdefault(step.kind, []).append(error)
+    return {"all": summary(list(errors)), **{k: summary(v) for k, v in kinds.items()}}

@@ -1,9 +1,11 @@
-"""``kvframe calibrate``: fit the sim's cost model to the torch executor.
+"""``kvframe calibrate``: fit the sim's cost model to measured step times.
 
 ``calibrate`` times the torch executor over a grid of step shapes, fits the
-sim's cost model (:mod:`kvframe.calibrate.fit`) and writes a
+sim's cost model (:mod:`kvframe.calibrate.torch_timing`) and writes a
 cost-model file for ``kvframe run --cost-model FILE``; with ``--check`` it
 also replays a held-out workload both ways and reports the errors.
+``calibrate --from-steps FILE.csv`` instead fits step times measured on any
+engine (:mod:`kvframe.calibrate`), without torch.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 import attrs
 
 from kvframe.config import ConfigError
+from kvframe.domain.transfers import BLOCK_LAYOUTS
 
 __all__ = ["add_calibrate_command"]
 
@@ -54,11 +57,42 @@ def add_calibrate_command(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--form",
-        choices=("extended", "linear"),
-        default="extended",
-        help="cost-model terms to fit: extended (default; adds per-prefill-request and "
-        "prefill-attention-pair terms) or linear (the four roofline terms only)",
+        choices=("extended", "linear", "overlap", "additive"),
+        default=None,
+        help="cost-model terms to fit. Timing the torch executor: extended (default; adds "
+        "per-prefill-request and prefill-attention-pair terms) or linear (the four roofline "
+        "terms only). With --from-steps: overlap (default; compute and bandwidth overlapped, "
+        "see docs/cost-model.md) or additive",
     )
+    steps = parser.add_argument_group(
+        "fitting step times measured elsewhere (no torch executor is run)"
+    )
+    steps.add_argument(
+        "--from-steps",
+        metavar="FILE.csv",
+        help="per-step timings of a real engine (columns kind, prefill_tokens, cached_tokens, "
+        "decode_seqs, context_tokens_per_seq, median_s; see docs/cost-model.md)",
+    )
+    steps.add_argument(
+        "--base-preset",
+        default="llama3.1-8b-h200",
+        metavar="NAME",
+        help="preset supplying the model shape, KV memory and (without --copies) the "
+        "transfer model (default: llama3.1-8b-h200)",
+    )
+    steps.add_argument(
+        "--copies",
+        metavar="FILE.csv",
+        help="copy bandwidths by chunk size (chunk_KiB, dir, memcpy_GBps, contig_GBps) to fit "
+        "the transfer model's per-copy cost and bandwidth",
+    )
+    steps.add_argument(
+        "--layout",
+        choices=BLOCK_LAYOUTS,
+        default=None,
+        help="KV block layout the transfers assume (default: the base preset's)",
+    )
+    steps.add_argument("--name", metavar="NAME", help="the preset's name (default: from --out)")
     parser.add_argument(
         "--out", default="cost-model.json", metavar="FILE", help="(default: cost-model.json)"
     )
@@ -82,6 +116,20 @@ def add_calibrate_command(subparsers: Any) -> None:
 
 
 def _calibrate(args: argparse.Namespace, ctx: Any) -> int:
+    if args.from_steps is not None:
+        from kvframe.cli.calibrate_steps import calibrate_from_steps
+
+        return calibrate_from_steps(args)
+    for flag in ("copies", "layout", "name"):
+        if getattr(args, flag) is not None:
+            raise ConfigError(f"--{flag} needs --from-steps")
+    if args.form is None:
+        args.form = "extended"
+    if args.form not in ("extended", "linear"):
+        raise ConfigError(
+            f"{args.form} fits step times from a file: use it with --from-steps",
+            origin="--form",
+        )
     from kvframe.executors.torch.options import parse_executor
 
     try:
@@ -99,7 +147,13 @@ def _calibrate(args: argparse.Namespace, ctx: Any) -> int:
             check_cpu_clock(options.device.partition(":")[0], options.threads)
         except ValueError as err:
             raise ConfigError(str(err), origin="--clock") from None
-    from kvframe.calibrate.fit import (
+    from kvframe.calibrate.replay import (
+        compare,
+        engine_samples,
+        held_out_workload,
+        measure_interleaved,
+    )
+    from kvframe.calibrate.torch_timing import (
         LINEAR_TERMS,
         TERMS,
         Sample,
@@ -107,12 +161,6 @@ def _calibrate(args: argparse.Namespace, ctx: Any) -> int:
         fit_cost_model,
         grid_steps,
         measure_copy_bandwidth,
-    )
-    from kvframe.calibrate.replay import (
-        compare,
-        engine_samples,
-        held_out_workload,
-        measure_interleaved,
     )
     from kvframe.domain.costs import ModelShape
     from kvframe.executors.cost_model_file import write_cost_model_file

@@ -2,29 +2,31 @@
 
 The sim executor has no tensors; it advances a virtual clock by
 :meth:`CostModel.step_time` per engine step and by :meth:`CostModel.transfer_time`
-per offload transfer. The model is deliberately *linear* in four step
-quantities, because
+per offload transfer. A step is priced from five quantities of what it does
+(prefill tokens, decode sequences, context tokens, prefill chunks, prefill
+query-key pairs), in one of two *forms*:
 
-* it is what a roofline gives in the two regimes a serving step lives in
-  (compute-bound prefill, bandwidth-bound decode), see :mod:`.presets`;
-* its coefficients can be fitted by least squares to the per-step timings of a
-  real vLLM server, so a user can calibrate it for their own hardware;
-* it is cheap: a step costs a few multiply-adds.
+``overlap`` (the derived presets since the H200 measurement)
+    the structure of the hardware: a step runs the linear layers (compute
+    ``per_prefill_token_s`` per token, prefill and decode alike, overlapped
+    with streaming the weights once, ``weight_read_s``: their ``max``), then
+    attention (compute ``per_prefill_pair_s`` per prefill query-key pair,
+    overlapped with streaming the cached K and V, ``per_context_token_s`` per
+    context token: their ``max``), plus fixed costs per step, per step with a
+    prefill chunk and per decoding sequence. Kernels of one kind overlap their
+    arithmetic with their memory traffic; kernels of different kinds run one
+    after the other, so the two ``max`` terms add.
 
-Four terms are the roofline's (fixed, prefill tokens, decode sequences,
-context tokens); the derived presets use only those. Two more default to 0
-and are there for fitted models (``kvframe calibrate``): a cost per request
-with a prefill chunk (per-request overhead that decodes already pay through
-``per_decode_seq_s``), and a cost per query-key pair of prefill attention
-(quadratic in the chunk, and ``chunk x cached`` after a prefix hit), which a
-small model on a CPU does not hide behind its matmuls.
+``additive`` (every result before it; still selectable)
+    all terms added, the form of a roofline's two regimes glued together. It
+    over-prices steps where compute and weight reads overlap (large decode
+    batches, up to 1.5x on an H200) and, with ``per_prefill_pair_s`` 0 as in
+    the derived presets before, under-prices prefill after a long cached
+    context (0.42x-0.56x after 16k cached tokens).
 
-Its known bias: the terms add where the hardware overlaps them. In a step that
-is both weight-read-bound and compute-heavy (a decode batch near the roofline
-ridge, ~200-300 sequences on an H100) it overestimates by up to the smaller of
-the two terms. Prefill attention's quadratic FLOPs are not modelled (about +20%
-at 12k-token prompts for an 8B model, more for longer ones); the context term
-models the memory-bound KV reads that dominate decode attention.
+Either form costs a few multiply-adds and at most two comparisons per step,
+and its coefficients can be fitted to a real engine's step timings
+(``kvframe calibrate``). Measured accuracy is in ``docs/cost-model.md``.
 """
 
 from __future__ import annotations
@@ -34,12 +36,26 @@ from typing import Any
 
 import attrs
 
-__all__ = ["CostModel", "ModelShape", "num_gpu_blocks_for", "prefill_pairs"]
+from kvframe.domain.transfers import check_layout
+
+__all__ = ["COST_FORMS", "CostModel", "ModelShape", "num_gpu_blocks_for", "prefill_pairs"]
+
+COST_FORMS = ("additive", "overlap")
+"""The step-time forms :class:`CostModel` knows (see the module docstring)."""
 
 
 def _positive(instance: Any, attribute: attrs.Attribute, value: float) -> None:
     if not value > 0:
         raise ValueError(f"{attribute.name} must be > 0, got {value!r}")
+
+
+def _form(instance: Any, attribute: attrs.Attribute, value: str) -> None:
+    if value not in COST_FORMS:
+        raise ValueError(f"form must be one of {', '.join(COST_FORMS)}, got {value!r}")
+
+
+def _layout(instance: Any, attribute: attrs.Attribute, value: str) -> None:
+    check_layout(value)
 
 
 def _non_negative(instance: Any, attribute: attrs.Attribute, value: float) -> None:
@@ -109,19 +125,25 @@ def prefill_pairs(num_tokens: int, num_cached: int) -> int:
 
 @attrs.frozen(slots=True, kw_only=True)
 class CostModel:
-    """Seconds per engine step and per KV transfer, linear in what a step does.
+    """Seconds per engine step and per KV transfer.
 
-    All coefficients are in seconds (or bytes per second). See :mod:`.presets`
+    All coefficients are in seconds (or bytes per second). What each step
+    coefficient multiplies depends on :attr:`form` (module docstring; the
+    formulas are in :meth:`step_time`). See :mod:`kvframe.executors.presets`
     for derived values and :doc:`/cost-model` for how to fit your own.
     """
 
     per_step_s: float = attrs.field(validator=_non_negative)
-    """Paid by every step that runs a forward pass: weight reads when decode is
-    memory-bound, kernel launches, scheduler and sampler overhead."""
+    """Paid by every step that runs a forward pass: kernel launches, scheduler
+    and sampler overhead (``additive``: also the weight reads)."""
     per_prefill_token_s: float = attrs.field(validator=_non_negative)
-    """Per token computed in a prompt chunk (compute-bound: ~2 x params FLOPs)."""
+    """``additive``: per token computed in a prompt chunk. ``overlap``: the
+    linear layers' compute per token, prefill and decode tokens alike
+    (``2 x params`` FLOPs at the achieved FLOP/s)."""
     per_decode_seq_s: float = attrs.field(validator=_non_negative)
-    """Per request generating one token this step (its matmul FLOPs + sampling)."""
+    """``additive``: per request generating one token (its matmul FLOPs and
+    sampling). ``overlap``: per request generating, its overhead only
+    (sampling, output processing); its FLOPs are in ``per_prefill_token_s``."""
     per_context_token_s: float = attrs.field(validator=_non_negative)
     """Per already-cached token that the step's attention reads (KV bytes / HBM bandwidth)."""
     transfer_bytes_per_s: float = attrs.field(validator=_positive)
@@ -133,7 +155,22 @@ class CostModel:
     attention set-up, block-table gather). 0 in the derived presets."""
     per_prefill_pair_s: float = attrs.field(default=0.0, validator=_non_negative)
     """Per query-key pair that prefill attention computes (see
-    :func:`prefill_pairs`). 0 in the derived presets."""
+    :func:`prefill_pairs`). 0 in the ``additive`` derived presets."""
+    form: str = attrs.field(default="additive", validator=_form)
+    """``"additive"`` or ``"overlap"``: how the terms combine (module docstring)."""
+    weight_read_s: float = attrs.field(default=0.0, validator=_non_negative)
+    """``overlap`` only: streaming the weights once, the bandwidth side of the
+    linear layers (``weight bytes / achieved HBM bandwidth``)."""
+    per_prefill_step_s: float = attrs.field(default=0.0, validator=_non_negative)
+    """``overlap`` only: paid once by a step with any prefill chunk, however
+    many: such a step runs outside the full CUDA graph of a decode-only step
+    (vLLM: piecewise graphs, attention eager), so it pays more launches."""
+    transfer_per_chunk_s: float = attrs.field(default=0.0, validator=_non_negative)
+    """Fixed cost of each separate copy in a transfer (one ``cudaMemcpyAsync``);
+    how many copies a transfer takes follows from :attr:`transfer_layout`."""
+    transfer_layout: str = attrs.field(default="contiguous", validator=_layout)
+    """The KV block layout this model's transfers assume, one of
+    :data:`kvframe.domain.transfers.BLOCK_LAYOUTS`."""
 
     def step_time(
         self,
@@ -144,6 +181,19 @@ class CostModel:
         num_prefill_pairs: int = 0,
     ) -> float:
         """Duration of one step.
+
+        ``additive``::
+
+            per_step_s + per_prefill_token_s x prefill + per_decode_seq_s x decode
+            + per_context_token_s x context + per_prefill_seq_s x prefill_seqs
+            + per_prefill_pair_s x pairs
+
+        ``overlap``::
+
+            per_step_s + per_prefill_step_s x (1 if prefill_seqs else 0)
+            + per_prefill_seq_s x prefill_seqs + per_decode_seq_s x decode
+            + max(per_prefill_token_s x (prefill + decode), weight_read_s)
+            + max(per_prefill_pair_s x pairs, per_context_token_s x context)
 
         :param num_prefill_tokens: tokens scheduled this step for requests still
             in their prompt (including resumed, recomputing requests), plus any
@@ -159,6 +209,22 @@ class CostModel:
         """
         if num_prefill_tokens <= 0 and num_decode_seqs <= 0:
             return 0.0
+        if self.form == "overlap":
+            linear = self.per_prefill_token_s * (num_prefill_tokens + num_decode_seqs)
+            if linear < self.weight_read_s:
+                linear = self.weight_read_s
+            attention = self.per_prefill_pair_s * num_prefill_pairs
+            reads = self.per_context_token_s * num_context_tokens
+            if attention < reads:
+                attention = reads
+            return (
+                self.per_step_s
+                + (self.per_prefill_step_s if num_prefill_seqs > 0 else 0.0)
+                + self.per_prefill_seq_s * num_prefill_seqs
+                + self.per_decode_seq_s * num_decode_seqs
+                + linear
+                + attention
+            )
         seconds = (
             self.per_step_s
             + self.per_prefill_token_s * num_prefill_tokens
@@ -174,8 +240,12 @@ class CostModel:
             )
         return seconds
 
-    def transfer_time(self, num_bytes: int) -> float:
-        """Duration of moving ``num_bytes`` between device and host in one batch."""
+    def transfer_time(self, num_bytes: int, num_chunks: int = 1) -> float:
+        """Duration of moving ``num_bytes`` between device and host in one batch
+        of ``num_chunks`` separate copies (:func:`kvframe.domain.transfers.num_chunks`)."""
         if num_bytes <= 0:
             return 0.0
-        return self.transfer_latency_s + num_bytes / self.transfer_bytes_per_s
+        seconds = self.transfer_latency_s + num_bytes / self.transfer_bytes_per_s
+        if self.transfer_per_chunk_s:
+            seconds += self.transfer_per_chunk_s * num_chunks
+        return seconds

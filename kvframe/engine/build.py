@@ -178,6 +178,7 @@ def build_offload(
     ``config.eviction`` sets the tier's ``eviction`` option; if the offload
     config string sets it too, they must name the same policy with the same options.
     """
+    from kvframe.domain.transfers import num_chunks
     from kvframe.offload.manager import FilteredOffloadManager
     from kvframe.offload.offloading_connector import OffloadingConnector
     from kvframe.offload.worker import OffloadWorker, SimTransferHandler
@@ -227,15 +228,24 @@ def build_offload(
     if config.offload_bandwidth is not None:
         cost_model = attrs.evolve(cost_model, transfer_bytes_per_s=float(config.offload_bandwidth))
     kv_bytes = context.kv_bytes_per_token
+    layers = preset.shape.num_layers
+    block_size = config.block_size
+
+    def load_time(num_tokens: int) -> float:
+        # The tier view's load estimate is the sim transfer model's (what a load costs here).
+        blocks = -(-num_tokens // block_size)
+        return cost_model.transfer_time(
+            num_tokens * kv_bytes, num_chunks(cost_model.transfer_layout, blocks, layers)
+        )
+
     connector = OffloadingConnector(
         manager,
         gpu_block_size=config.block_size,
         block_size_factor=factor,
         enable_prefix_caching=config.enable_prefix_caching,
-        # The tier view's load estimate is the sim transfer model's (what a load costs here).
-        load_time=lambda num_tokens: cost_model.transfer_time(num_tokens * kv_bytes),
+        load_time=load_time,
     )
-    handler: Any = SimTransferHandler(cost_model, context.gpu_block_bytes)
+    handler: Any = SimTransferHandler(cost_model, context.gpu_block_bytes, layers)
     if real_bytes:
         from kvframe.executors.torch.executor import RealBytesTransferHandler
 

@@ -2,17 +2,20 @@
 
 A JSON object (so it needs no TOML writer)::
 
-    {"format": "kvframe-cost-model/2",
+    {"format": "kvframe-cost-model/3",
      "name": "calibrated-torch-tiny-cpu",
      "description": "...",
      "model": {"name": ..., "num_layers": ..., "num_kv_heads": ..., "head_dim": ...,
                "dtype_bytes": ..., "num_params": ..., "hidden_size": ...},
      "device": "cpu",
      "kv_memory_bytes": ...,
-     "cost_model": {"per_step_s": ..., "per_prefill_token_s": ..., "per_decode_seq_s": ...,
-                    "per_context_token_s": ..., "per_prefill_seq_s": ...,
-                    "per_prefill_pair_s": ..., "transfer_bytes_per_s": ...,
-                    "transfer_latency_s": ...},
+     "cost_model": {"form": "overlap", "per_step_s": ..., "per_prefill_token_s": ...,
+                    "per_decode_seq_s": ..., "per_context_token_s": ...,
+                    "per_prefill_seq_s": ..., "per_prefill_pair_s": ...,
+                    "weight_read_s": ..., "per_prefill_step_s": ...,
+                    "transfer_bytes_per_s": ...,
+                    "transfer_latency_s": ..., "transfer_per_chunk_s": ...,
+                    "transfer_layout": "cross-layer"},
      "calibration": {...}}
 
 ``calibration`` (the clock, the grid, the fit's residuals) is informational.
@@ -21,8 +24,13 @@ the run that was timed.
 
 Format 2 added the two fitted-only terms (``per_prefill_seq_s``,
 ``per_prefill_pair_s``); a format-1 file has neither and still loads (both
-0). Any other key in ``cost_model`` is an error rather than silently ignored:
-a typo there would otherwise change a run's timing without a word.
+0). Format 3 added the form (``"additive"`` or ``"overlap"``, see
+:mod:`kvframe.domain.costs`), ``weight_read_s``, ``per_prefill_step_s`` and the layout-priced
+transfers (``transfer_per_chunk_s``, ``transfer_layout``); a file of format
+1 or 2 has none of them and loads as the ``additive`` form it was fitted
+with, so its results reproduce. Any other key in ``cost_model`` is an error
+rather than silently ignored: a typo there would otherwise change a run's
+timing without a word.
 """
 
 from __future__ import annotations
@@ -38,9 +46,11 @@ from kvframe.executors.presets import GpuSpec, Preset
 
 __all__ = ["FORMAT", "load_cost_model_file", "write_cost_model_file"]
 
-FORMAT = "kvframe-cost-model/2"
-READABLE_FORMATS = ("kvframe-cost-model/1", FORMAT)
+FORMAT = "kvframe-cost-model/3"
+READABLE_FORMATS = ("kvframe-cost-model/1", "kvframe-cost-model/2", FORMAT)
 _COST_FIELDS = tuple(f.name for f in attrs.fields(CostModel))
+_TEXT_FIELDS = ("form", "transfer_layout")
+"""The ``cost_model`` fields that are names, not numbers."""
 _cache: dict[tuple[str, float], Preset] = {}
 
 
@@ -103,8 +113,9 @@ def load_cost_model_file(path: str | Path) -> Preset:
     return preset
 
 
-def _coefficients(table: Any) -> dict[str, float]:
-    """The ``cost_model`` object's numbers, refusing unknown keys and non-numbers."""
+def _coefficients(table: Any) -> dict[str, Any]:
+    """The ``cost_model`` object's fields, refusing unknown keys and values of the
+    wrong kind (the ``CostModel`` validators check the ranges and the names)."""
     if not isinstance(table, dict):
         raise ValueError("'cost_model' must be an object of coefficients")
     unknown = sorted(set(table) - set(_COST_FIELDS))
@@ -112,8 +123,13 @@ def _coefficients(table: Any) -> dict[str, float]:
         raise ValueError(
             f"unknown cost_model field(s) {', '.join(unknown)}; known: {', '.join(_COST_FIELDS)}"
         )
-    values = {}
+    values: dict[str, Any] = {}
     for key, value in table.items():
+        if key in _TEXT_FIELDS:
+            if not isinstance(value, str):
+                raise ValueError(f"cost_model field {key} must be a string, got {value!r}")
+            values[key] = value
+            continue
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError(f"cost_model field {key} must be a number, got {value!r}")
         values[key] = float(value)

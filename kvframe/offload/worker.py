@@ -20,9 +20,11 @@ reports which requests' transfers are done. Its calls, in a step's order:
    ``finished_recving`` when it lands.
 
 :class:`SimTransferHandler` is the sim executor's handler: no bytes move; a
-transfer of ``n`` bytes takes :meth:`~kvframe.domain.costs.CostModel.transfer_time`
-on one of two copy engines, host-to-device for loads and device-to-host for
-stores (a PCIe link is full duplex and a GPU has a copy engine each way).
+transfer of ``n`` bytes in ``k`` copies (``k`` from the cost model's block layout,
+:mod:`kvframe.domain.transfers`) takes
+:meth:`~kvframe.domain.costs.CostModel.transfer_time` on one of two copy
+engines, host-to-device for loads and device-to-host for stores (a PCIe link
+is full duplex and a GPU has a copy engine each way).
 Each engine runs its transfers one after another in submission order, so a
 transfer ends at ``max(submitted, engine free) + transfer_time(bytes)``.
 Completion is observed at the end of a step (or when the engine's clock
@@ -37,6 +39,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kvframe.core.scheduler_output import KVConnectorOutput
+from kvframe.domain.transfers import num_chunks
 
 if TYPE_CHECKING:
     from kvframe.contract.offload import TransferHandler
@@ -132,13 +135,16 @@ class OffloadWorker:
 class SimTransferHandler:
     """Transfers that take time on a cost model's link and move no bytes.
 
-    :param cost_model: supplies ``transfer_time(bytes)`` (bandwidth and latency).
+    :param cost_model: supplies ``transfer_time(bytes, chunks)`` (bandwidth,
+        latency, per-copy cost) and the block layout that decides the chunks.
     :param gpu_block_bytes: bytes one (gpu block, host block) pair moves.
+    :param num_layers: the model's layers (per-layer layouts copy each layer apart).
     """
 
-    def __init__(self, cost_model: CostModel, gpu_block_bytes: int) -> None:
+    def __init__(self, cost_model: CostModel, gpu_block_bytes: int, num_layers: int = 1) -> None:
         self.cost_model = cost_model
         self.gpu_block_bytes = gpu_block_bytes
+        self.num_layers = num_layers
         self.now = 0.0
         """The virtual time; the executor sets it at a step's start and end."""
         self._engine_free_at = [0.0, 0.0]
@@ -165,7 +171,8 @@ class SimTransferHandler:
             if not pairs:
                 continue
             num_bytes = len(pairs) * self.gpu_block_bytes
-            duration = self.cost_model.transfer_time(num_bytes)
+            chunks = num_chunks(self.cost_model.transfer_layout, len(pairs), self.num_layers)
+            duration = self.cost_model.transfer_time(num_bytes, chunks)
             end = max(self.now, self._engine_free_at[direction]) + duration
             self._engine_free_at[direction] = end
             finish = max(finish, end)

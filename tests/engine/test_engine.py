@@ -12,6 +12,7 @@ import pytest
 
 import kvframe
 from kvframe.config import ConfigError
+from kvframe.domain.costs import prefill_pairs
 from kvframe.domain.request import Request, RequestStatus
 from kvframe.engine import Engine, EngineConfig, EngineStalled, RunProgress
 from kvframe.executors import get_preset
@@ -21,6 +22,11 @@ from kvframe.workloads.chat import generate_chat
 
 PRESET = get_preset("llama3.1-8b-h100")
 COST = PRESET.cost_model
+
+
+def prefill_time(num_tokens: int) -> float:
+    """One step prefilling a single ``num_tokens`` prompt from scratch."""
+    return COST.step_time(num_tokens, 0, 0, 1, prefill_pairs(num_tokens, 0))
 
 
 def spec(
@@ -51,7 +57,7 @@ def rows(result) -> dict:
 def test_first_token_time_is_the_end_of_the_step_that_sampled_it():
     _, result = run([spec("a", 100, 3)], num_gpu_blocks=64)
     row = rows(result)["a"]
-    prefill = COST.step_time(100, 0, 0)
+    prefill = prefill_time(100)
     decode1 = COST.step_time(0, 1, 100)
     decode2 = COST.step_time(0, 1, 101)
     assert row.first_scheduled_time == 0.0
@@ -67,14 +73,14 @@ def test_the_clock_jumps_over_idle_gaps_to_the_next_arrival():
     # Four steps in all: no stepping through the 1,000 idle seconds.
     assert result.counters["num_steps"] == 4
     assert b.request_queue_time_seconds == 0.0
-    assert b.time_to_first_token_seconds == pytest.approx(COST.step_time(32, 0, 0))
+    assert b.time_to_first_token_seconds == pytest.approx(prefill_time(32))
     assert result.counters["simulated_duration_seconds"] == pytest.approx(
-        1000.0 + COST.step_time(32, 0, 0) + COST.step_time(0, 1, 32)
+        1000.0 + prefill_time(32) + COST.step_time(0, 1, 32)
     )
 
 
 def test_a_request_arriving_mid_step_waits_for_the_step_to_end():
-    step = COST.step_time(4000, 0, 0)
+    step = prefill_time(4000)
     _, result = run([spec("a", 4000, 1), spec("b", 16, 1, arrival=step / 2)], num_gpu_blocks=512)
     b = rows(result)["b"]
     assert b.arrival_time == step / 2
