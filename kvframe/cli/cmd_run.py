@@ -52,7 +52,11 @@ from kvframe.cli.common import (
 from kvframe.config import ConfigError
 
 if TYPE_CHECKING:
+    from kvframe.engine import Engine
+    from kvframe.engine.engine import RunResult
+    from kvframe.engine.interrupt import Interrupts
     from kvframe.engine.metrics import MetricsSummary
+    from kvframe.workloads import Workload
 
 __all__ = [
     "OUTPUT_FILES",
@@ -141,28 +145,13 @@ def run_command(args: argparse.Namespace, ctx: Context) -> int:
     from kvframe.cli.progress import ProgressLine
     from kvframe.engine import Engine, EngineStalled
     from kvframe.engine.interrupt import sigterm_as_interrupt
-    from kvframe.workloads import WorkloadError, load_workload
 
     config = engine_config(args)
     if args.limit is not None and args.limit < 1:
         raise ConfigError(f"--limit must be >= 1, got {args.limit}")
-    try:
-        workload = load_workload(
-            args.trace,
-            format=args.format,
-            limit=args.limit,
-            skip_bad_lines=args.skip_bad_lines,
-            sort_arrivals=args.sort_arrivals,
-        )
-    except FileNotFoundError as err:  # WorkloadNotFoundError words it, did-you-mean included
-        print(f"kvframe run: error: {err}", file=sys.stderr)
-        return EXIT_USAGE
-    except (WorkloadError, OSError, EOFError) as err:
-        print(f"kvframe run: error: {err}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("kvframe run: interrupted while reading the trace", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    workload = _load_workload(args)
+    if isinstance(workload, int):
+        return workload
 
     # Checked before the replay, so a bad --out costs nothing already computed.
     out_dir = Path(args.out) if args.out else _default_out_dir(args.trace)
@@ -184,6 +173,45 @@ def run_command(args: argparse.Namespace, ctx: Context) -> int:
             return EXIT_FAILED
         progress.close()
 
+    return _save_and_report(args, ctx, engine, result, interrupts, out_dir, run_id)
+
+
+def _load_workload(args: argparse.Namespace) -> Workload | int:
+    """The workload ``--trace`` names, or the exit status after printing why it can't be read."""
+    from kvframe.workloads import WorkloadError, load_workload
+
+    try:
+        return load_workload(
+            args.trace,
+            format=args.format,
+            limit=args.limit,
+            skip_bad_lines=args.skip_bad_lines,
+            sort_arrivals=args.sort_arrivals,
+        )
+    except FileNotFoundError as err:  # WorkloadNotFoundError words it, did-you-mean included
+        print(f"kvframe run: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except (WorkloadError, OSError, EOFError) as err:
+        print(f"kvframe run: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("kvframe run: interrupted while reading the trace", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _save_and_report(
+    args: argparse.Namespace,
+    ctx: Context,
+    engine: Engine,
+    result: RunResult,
+    interrupts: Interrupts,
+    out_dir: Path,
+    run_id: str,
+) -> int:
+    """Write the results, print the summary, and choose the exit status.
+
+    The summary is printed even when writing fails, so a finished replay is never lost.
+    """
     source = config_file(args)
     summary = attrs.evolve(
         result.summary,
@@ -394,7 +422,7 @@ def _report(
         if where:
             print(where, file=sys.stderr)
         return
-    from kvframe.console import counted, emit
+    from kvframe.console import emit
 
     emit(ctx.stdout, *summary.tables())
     ctx.print("")
@@ -403,8 +431,23 @@ def _report(
         metadata.get("engine", {}), config_source, metadata.get("clock", "virtual")
     ):
         ctx.print(line)
+    notes = _notes(summary)
+    if notes:
+        ctx.print("")
+        for note in notes:
+            ctx.print(f"note: {note}")
+    if where:
+        ctx.print("")
+        ctx.print(where)
+
+
+def _notes(summary: MetricsSummary) -> list[str]:
+    """The footnotes a reader needs to read the tables right: ignored requests, the
+    offload tier's traffic, skipped trace lines, and what an interrupt left undone."""
+    from kvframe.console import counted
+
     counters = summary.counters
-    notes = []
+    notes: list[str] = []
     if counters.get("num_requests_ignored"):
         notes.append(
             f"{counted(counters['num_requests_ignored'], 'request')} ignored: their prompt exceeds "
@@ -431,10 +474,4 @@ def _report(
             f"{counters.get('num_requests_unfinished', 0)} requests unfinished, "
             f"{counters.get('num_requests_not_arrived', 0)} not yet arrived"
         )
-    if notes:
-        ctx.print("")
-        for note in notes:
-            ctx.print(f"note: {note}")
-    if where:
-        ctx.print("")
-        ctx.print(where)
+    return notes

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from kvframe.cli.common import Context
+    from kvframe.sweep.runner import SweepReport
+    from kvframe.sweep.spec import SweepSpec
 
 __all__ = ["add_sweep_command"]
 
@@ -90,8 +92,9 @@ def _dry_run(spec: Any, done: set[str], ctx: Context) -> None:
 
 
 def sweep_command(args: argparse.Namespace, ctx: Context) -> int:
+    """The ``sweep`` handler: run a sweep's cells (or list them, ``--dry-run``)."""
     from kvframe.config import ConfigError
-    from kvframe.sweep.runner import LocalBackend, RayBackend, check_ray_address, run_sweep
+    from kvframe.sweep.runner import run_sweep
     from kvframe.sweep.spec import load_sweep
     from kvframe.sweep.store import ResultStore
 
@@ -110,34 +113,66 @@ def sweep_command(args: argparse.Namespace, ctx: Context) -> int:
 
     # Every check that can fail runs before the database is touched and any cell starts:
     # Ray importable and its address answering, then the database's schema version.
-    if args.ray:
-        check_ray_address(args.ray)
-    if args.ray is not None and importlib.util.find_spec("ray") is None:
-        raise ConfigError(
-            "Ray is not installed", origin="--ray", hints=["pip install 'kvframe[ray]'"]
-        )
+    _check_ray(args.ray)
     store = ResultStore(db)
     try:
         current = {cell.key for cell in spec.cells}
         store.renumber(spec.cells)
         if args.retry_failed:
             store.forget_failed(current)
-        jobs = args.jobs or spec.jobs
-        if args.ray is not None:
-            backend: Any = RayBackend(args.ray or None, jobs)
-        else:
-            backend = LocalBackend(jobs or os.cpu_count() or 1)
-        if args.progress is None:
-            mode = "live" if sys.stderr.isatty() else "lines"
-        else:
-            mode = "live" if args.progress else "off"
-        with _Display(mode, len(spec.cells)) as display:
+        backend = _backend(args.ray, args.jobs or spec.jobs)
+        with _Display(_progress_mode(args.progress), len(spec.cells)) as display:
             report = run_sweep(spec, store, backend, on_update=display.update)
         if args.ray is not None:
             backend.stop()
         all_failed = [c for c in store.cells() if c["status"] == "failed"]
     finally:
         store.close()
+    return _print_outcome(args, ctx, spec, db, report, all_failed, current)
+
+
+def _check_ray(ray: str | None) -> None:
+    """With ``--ray``: the address answers and Ray imports, before any cell starts."""
+    from kvframe.config import ConfigError
+    from kvframe.sweep.runner import check_ray_address
+
+    if ray:
+        check_ray_address(ray)
+    if ray is not None and importlib.util.find_spec("ray") is None:
+        raise ConfigError(
+            "Ray is not installed", origin="--ray", hints=["pip install 'kvframe[ray]'"]
+        )
+
+
+def _backend(ray: str | None, jobs: int | None) -> Any:
+    """Ray workers with ``--ray`` (its address, or a local cluster); else local processes."""
+    from kvframe.sweep.runner import LocalBackend, RayBackend
+
+    if ray is not None:
+        return RayBackend(ray or None, jobs)
+    return LocalBackend(jobs or os.cpu_count() or 1)
+
+
+def _progress_mode(progress: bool | None) -> str:
+    """``--progress``/``--no-progress``, else live on a terminal and one line per cell elsewhere."""
+    if progress is None:
+        return "live" if sys.stderr.isatty() else "lines"
+    return "live" if progress else "off"
+
+
+def _print_outcome(
+    args: argparse.Namespace,
+    ctx: Context,
+    spec: SweepSpec,
+    db: Path,
+    report: SweepReport,
+    all_failed: list[dict[str, Any]],
+    current: set[str],
+) -> int:
+    """Print what ran and what failed, and choose the exit status.
+
+    Failed cells no longer in the sweep file are listed apart and do not fail the run.
+    """
     from kvframe.console import counted
 
     failed = [c for c in all_failed if c["key"] in current]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import base64
 import html
 import io
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -258,35 +258,6 @@ def write_report(
 
     headings, rows = table_rows(entries)
     note = coverage_note(entries)
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headings)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows
-    )
-    figures = "".join(
-        f"<figure><h2>{html.escape(p.title)}</h2>"
-        f'<img alt="{html.escape(p.title)}" src="data:image/png;base64,'
-        f'{base64.b64encode(p.png).decode("ascii")}">'
-        f"<figcaption>{html.escape(p.caption)}</figcaption></figure>"
-        for p in plots
-    )
-    from kvframe.compare.effects import repeated, settings_of, settings_rows, verdicts
-
-    settings = settings_of(entries)
-    effects = ""
-    if repeated(settings):
-        heads, cells = settings_rows(settings)
-        effects = (
-            "<h2>Per setting: mean ± 95% confidence interval over seeds</h2><table><thead><tr>"
-            + "".join(f"<th>{html.escape(h)}</th>" for h in heads)
-            + "</tr></thead><tbody>"
-            + "".join(
-                "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
-                for row in cells
-            )
-            + "</tbody></table><ul>"
-            + "".join(f"<li>{html.escape(v.sentence())}</li>" for v in verdicts(settings))
-            + "</ul>"
-        )
     failed = "".join(
         f"<li>{html.escape(e.name)}: {html.escape((e.error or '?').splitlines()[0])}</li>"
         for e in entries
@@ -303,11 +274,49 @@ figure {{ margin: 2em 0; }} img {{ max-width: 100%; }}
 figcaption {{ color: #444; max-width: 60em; }}
 </style></head><body>
 <h1>{html.escape(title)}</h1>
-<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>
+{_html_table(headings, rows)}
 {f"<p>{html.escape(note)}</p>" if note else ""}
-{effects}
+{_effects_html(entries)}
 {f"<h2>Failed runs</h2><ul>{failed}</ul>" if failed else ""}
-{figures}
+{_figures_html(plots)}
 </body></html>
 """
     path.write_text(document, encoding="utf-8")
+
+
+def _html_table(headings: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """A plain HTML table, every cell escaped: the one shape both report tables use."""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headings)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _effects_html(entries: Sequence[Entry]) -> str:
+    """Per-setting means with confidence intervals and the verdicts; empty unless some
+    setting was run with more than one seed (one run has no interval)."""
+    from kvframe.compare.effects import repeated, settings_of, settings_rows, verdicts
+
+    settings = settings_of(entries)
+    if not repeated(settings):
+        return ""
+    heads, cells = settings_rows(settings)
+    return (
+        "<h2>Per setting: mean ± 95% confidence interval over seeds</h2>"
+        + _html_table(heads, cells)
+        + "<ul>"
+        + "".join(f"<li>{html.escape(v.sentence())}</li>" for v in verdicts(settings))
+        + "</ul>"
+    )
+
+
+def _figures_html(plots: Sequence[PlotFile]) -> str:
+    """Every figure with its PNG inlined as base64, so the report is one file."""
+    return "".join(
+        f"<figure><h2>{html.escape(p.title)}</h2>"
+        f'<img alt="{html.escape(p.title)}" src="data:image/png;base64,'
+        f'{base64.b64encode(p.png).decode("ascii")}">'
+        f"<figcaption>{html.escape(p.caption)}</figcaption></figure>"
+        for p in plots
+    )

@@ -187,56 +187,18 @@ def convert_option(text: str, annotation: Any, *, quoted: bool = False) -> Any:
     :raises _BadValue: (internal) when the text does not fit.
     """
     if _is_bytes(annotation):
-        stripped = text.strip()
-        if INT_RE.fullmatch(stripped):
-            return int(stripped)
-        size = parse_size(stripped)
-        if size is None:
-            raise _BadValue("bytes (a number, or a size such as 512MiB or 8GiB)")
-        return size
+        return _convert_bytes(text)
     origin = typing.get_origin(annotation)
     if origin is typing.Annotated:
         return convert_option(text, typing.get_args(annotation)[0], quoted=quoted)
     if origin is Literal:
-        choices = typing.get_args(annotation)
-        for choice in choices:
-            try:
-                if convert_option(text, type(choice), quoted=quoted) == choice:
-                    return choice
-            except _BadValue:
-                continue
-        best = suggest(text, [str(c) for c in choices])
-        raise _BadValue(
-            "one of " + ", ".join(repr(c) for c in choices),
-            f"did you mean {best!r}?" if best else None,
-        )
+        return _convert_literal(text, annotation, quoted)
     if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(annotation)
-        if _NoneType in args and not quoted and text.lower() in ("none", "null"):
-            return None
-        # Try the strict types first so that "3" becomes 3 for ``int | str``.
-        for arg in sorted((a for a in args if a is not _NoneType), key=lambda a: a is str):
-            try:
-                return convert_option(text, arg, quoted=quoted)
-            except _BadValue:
-                continue
-        raise _BadValue(type_text(annotation))
+        return _convert_union(text, annotation, quoted)
     if annotation is bool:
-        lowered = text.strip().lower()
-        if lowered in BOOL_WORDS:
-            return BOOL_WORDS[lowered]
-        if lowered in ("1", "0"):
-            return lowered == "1"
-        raise _BadValue("bool (true/false, yes/no, on/off, 1/0)")
+        return _convert_bool(text)
     if annotation is int:
-        stripped = text.strip()
-        if INT_RE.fullmatch(stripped):
-            return int(stripped)
-        if parse_size(stripped) is not None:
-            raise _BadValue(
-                "int (a count, not a size: units such as KiB are for options typed Bytes)"
-            )
-        raise _BadValue("int")
+        return _convert_int(text)
     if annotation is float:
         try:
             return float(text)
@@ -252,6 +214,67 @@ def convert_option(text: str, annotation: Any, *, quoted: bool = False) -> Any:
                 return member
         raise _BadValue("one of " + ", ".join(repr(m.name) for m in annotation))
     return text if quoted else guess_value(text)
+
+
+def _convert_bytes(text: str) -> int:
+    """A plain int, or a size with a unit: options typed Bytes take both."""
+    stripped = text.strip()
+    if INT_RE.fullmatch(stripped):
+        return int(stripped)
+    size = parse_size(stripped)
+    if size is None:
+        raise _BadValue("bytes (a number, or a size such as 512MiB or 8GiB)")
+    return size
+
+
+def _convert_literal(text: str, annotation: Any, quoted: bool) -> Any:
+    """The first choice the text converts to (by the choice's own type), or a did-you-mean."""
+    choices = typing.get_args(annotation)
+    for choice in choices:
+        try:
+            if convert_option(text, type(choice), quoted=quoted) == choice:
+                return choice
+        except _BadValue:
+            continue
+    best = suggest(text, [str(c) for c in choices])
+    raise _BadValue(
+        "one of " + ", ".join(repr(c) for c in choices),
+        f"did you mean {best!r}?" if best else None,
+    )
+
+
+def _convert_union(text: str, annotation: Any, quoted: bool) -> Any:
+    """``none``/``null`` for an optional (unless quoted), else the first member that fits."""
+    args = typing.get_args(annotation)
+    if _NoneType in args and not quoted and text.lower() in ("none", "null"):
+        return None
+    # Try the strict types first so that "3" becomes 3 for ``int | str``.
+    for arg in sorted((a for a in args if a is not _NoneType), key=lambda a: a is str):
+        try:
+            return convert_option(text, arg, quoted=quoted)
+        except _BadValue:
+            continue
+    raise _BadValue(type_text(annotation))
+
+
+def _convert_bool(text: str) -> bool:
+    """The words of :data:`BOOL_WORDS`, or 1/0."""
+    lowered = text.strip().lower()
+    if lowered in BOOL_WORDS:
+        return BOOL_WORDS[lowered]
+    if lowered in ("1", "0"):
+        return lowered == "1"
+    raise _BadValue("bool (true/false, yes/no, on/off, 1/0)")
+
+
+def _convert_int(text: str) -> int:
+    """An integer; a size such as ``8GiB`` gets its own message, since only Bytes takes one."""
+    stripped = text.strip()
+    if INT_RE.fullmatch(stripped):
+        return int(stripped)
+    if parse_size(stripped) is not None:
+        raise _BadValue("int (a count, not a size: units such as KiB are for options typed Bytes)")
+    raise _BadValue("int")
 
 
 def bind_options(cls: type, spec: PluginSpec, *, what: str | None = None) -> dict[str, Any]:

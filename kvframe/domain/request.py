@@ -185,6 +185,16 @@ class Request:
         self.is_last_turn = is_last_turn
         self.tool_name = tool_name
 
+        self._init_progress(prompt_token_ids, block_hasher)
+
+    def _init_progress(
+        self,
+        prompt_token_ids: Sequence[int],
+        block_hasher: Callable[[Request], list[BlockHash]] | None,
+    ) -> None:
+        """The state the engine advances as the request runs: status, tokens so far,
+        the scheduler's counters and the block-hash chain. Called once, from ``__init__``;
+        apart from what the caller asked for, so each reads as one job."""
         self.status = RequestStatus.WAITING
         self.stop_reason: int | str | None = None
         self.first_token_time: float | None = None

@@ -340,6 +340,15 @@ class MetricsSummary:
         ``kvframe run`` prints them with :func:`kvframe.console.emit` (rich on a
         terminal, plain text elsewhere); :meth:`render_table` is the plain text.
         """
+        out: list[Any] = [self._counters_table()]
+        latency = self._latency_table()
+        if latency is not None:
+            out += ["", latency]
+        return out
+
+    def _counters_table(self) -> Any:
+        """The counters present in this run, in a fixed reading order; absent ones are left
+        out rather than shown as zero (a run without jobs has no job rows)."""
         from kvframe.console import new_table
 
         c = self.counters
@@ -347,10 +356,7 @@ class MetricsSummary:
         if self.partial:
             title += " (PARTIAL: the run was interrupted)"
         counters = new_table("metric", "value", title=title, numeric_from=1)
-
-        def row(label: str, value: str) -> None:
-            counters.add_row(label, value)
-
+        row = counters.add_row
         row(
             "requests finished / arrived",
             f"{c.get('num_requests_finished', 0):,} / {c.get('num_requests', 0):,}",
@@ -385,24 +391,25 @@ class MetricsSummary:
         ):
             if c.get(key) is not None:
                 row(key, fmt.format(c[key]))
-        out: list[Any] = [counters]
+        return counters
+
+    def _latency_table(self) -> Any | None:
+        """Percentiles of every latency with at least one value; ``None`` when none has."""
+        from kvframe.console import new_table
 
         shown = [(name, dist) for name, dist in self.distributions.items() if dist is not None]
-        if shown:
-            latency = new_table(
-                "latency (seconds)", "count", "mean", "p50", "p90", "p99", "max", numeric_from=1
+        if not shown:
+            return None
+        latency = new_table(
+            "latency (seconds)", "count", "mean", "p50", "p90", "p99", "max", numeric_from=1
+        )
+        for name, dist in shown:
+            latency.add_row(
+                name,
+                f"{dist.count:,}",
+                *(f"{value:.4f}" for value in (dist.mean, dist.p50, dist.p90, dist.p99, dist.max)),
             )
-            for name, dist in shown:
-                latency.add_row(
-                    name,
-                    f"{dist.count:,}",
-                    *(
-                        f"{value:.4f}"
-                        for value in (dist.mean, dist.p50, dist.p90, dist.p99, dist.max)
-                    ),
-                )
-            out += ["", latency]
-        return out
+        return latency
 
 
 class MetricsCollector:
@@ -572,7 +579,39 @@ class MetricsCollector:
         end = self.last_event_time if end_time is None else end_time
         duration = max(0.0, end - start)
 
-        merged: dict[str, int | float] = {
+        merged = self._request_counters(rows, ran, num_ignored, num_finished)
+        merged.update(self._counters)
+        if counters:
+            # The scheduler keeps vLLM's internal names (``connector_prefix_cache_*``,
+            # as vLLM's SchedulerStats); reports use vLLM's metric names.
+            merged.update(canonical_counters(counters))
+        _add_rates(merged, duration, num_finished, wall_clock_seconds)
+        distributions: dict[str, Distribution | None] = {
+            name: Distribution.of(
+                value for value in (getattr(row, name) for row in ran) if value is not None
+            )
+            for name in LATENCY_METRICS
+            if not name.startswith("job_")
+        }
+        _add_job_figures(merged, distributions, _job_metrics(rows))
+        return MetricsSummary(
+            partial=partial,
+            counters=merged,
+            distributions=distributions,
+            requests=rows,
+            metadata=dict(metadata or {}),
+        )
+
+    def _request_counters(
+        self,
+        rows: tuple[RequestMetrics, ...],
+        ran: list[RequestMetrics],
+        num_ignored: int,
+        num_finished: int,
+    ) -> dict[str, int | float]:
+        """The counters derived from the per-request rows; ignored requests never ran, so
+        their prompts count in no token or cache total."""
+        return {
             "num_requests": len(rows),
             "num_requests_finished": num_finished,
             "num_requests_ignored": num_ignored,
@@ -594,53 +633,51 @@ class MetricsCollector:
             "num_steps": self.num_steps,
             "busy_seconds": self.busy_seconds,
         }
-        merged.update(self._counters)
-        if counters:
-            # The scheduler keeps vLLM's internal names (``connector_prefix_cache_*``,
-            # as vLLM's SchedulerStats); reports use vLLM's metric names.
-            merged.update(canonical_counters(counters))
-        for prefix in _HIT_RATE_PAIRS:
-            queries = merged.get(f"{prefix}_queries")
-            hits = merged.get(f"{prefix}_hits")
-            if queries is not None and hits is not None:
-                merged[f"{prefix}_hit_rate"] = hits / queries if queries else 0.0
-        generated = merged["generation_tokens_total"]
-        merged["simulated_duration_seconds"] = duration
-        merged["output_throughput_tokens_per_second"] = generated / duration if duration else 0.0
-        merged["request_throughput_per_second"] = num_finished / duration if duration else 0.0
-        if wall_clock_seconds is not None:
-            merged["wall_clock_seconds"] = wall_clock_seconds
-            merged["simulated_requests_per_wall_second"] = (
-                num_finished / wall_clock_seconds if wall_clock_seconds > 0 else 0.0
-            )
 
-        distributions: dict[str, Distribution | None] = {
-            name: Distribution.of(
-                value for value in (getattr(row, name) for row in ran) if value is not None
-            )
-            for name in LATENCY_METRICS
-            if not name.startswith("job_")
-        }
-        jobs = _job_metrics(rows)
-        distributions["job_completion_time_seconds"] = Distribution.of(
-            job.completion_time for job in jobs if job.completion_time is not None
+
+def _add_rates(
+    merged: dict[str, int | float],
+    duration: float,
+    num_finished: int,
+    wall_clock_seconds: float | None,
+) -> None:
+    """Hit rates and throughputs, computed after the engine's counters are merged so a
+    rate always agrees with the hits, queries and tokens printed beside it."""
+    for prefix in _HIT_RATE_PAIRS:
+        queries = merged.get(f"{prefix}_queries")
+        hits = merged.get(f"{prefix}_hits")
+        if queries is not None and hits is not None:
+            merged[f"{prefix}_hit_rate"] = hits / queries if queries else 0.0
+    generated = merged["generation_tokens_total"]
+    merged["simulated_duration_seconds"] = duration
+    merged["output_throughput_tokens_per_second"] = generated / duration if duration else 0.0
+    merged["request_throughput_per_second"] = num_finished / duration if duration else 0.0
+    if wall_clock_seconds is not None:
+        merged["wall_clock_seconds"] = wall_clock_seconds
+        merged["simulated_requests_per_wall_second"] = (
+            num_finished / wall_clock_seconds if wall_clock_seconds > 0 else 0.0
         )
-        distributions["job_waiting_time_seconds"] = Distribution.of(
-            job.waiting_time for job in jobs if job.completion_time is not None
-        )
-        if jobs:
-            reprefilled = [job.reprefilled_tokens for job in jobs]
-            merged["num_jobs"] = len(jobs)
-            merged["num_jobs_completed"] = sum(job.completion_time is not None for job in jobs)
-            merged["reprefilled_tokens_total"] = sum(reprefilled)
-            merged["reprefilled_tokens_per_job_mean"] = sum(reprefilled) / len(reprefilled)
-        return MetricsSummary(
-            partial=partial,
-            counters=merged,
-            distributions=distributions,
-            requests=rows,
-            metadata=dict(metadata or {}),
-        )
+
+
+def _add_job_figures(
+    merged: dict[str, int | float],
+    distributions: dict[str, Distribution | None],
+    jobs: list[JobMetrics],
+) -> None:
+    """The job latencies (always present, ``None`` without jobs) and, for a run with
+    agentic jobs, the job counters."""
+    distributions["job_completion_time_seconds"] = Distribution.of(
+        job.completion_time for job in jobs if job.completion_time is not None
+    )
+    distributions["job_waiting_time_seconds"] = Distribution.of(
+        job.waiting_time for job in jobs if job.completion_time is not None
+    )
+    if jobs:
+        reprefilled = [job.reprefilled_tokens for job in jobs]
+        merged["num_jobs"] = len(jobs)
+        merged["num_jobs_completed"] = sum(job.completion_time is not None for job in jobs)
+        merged["reprefilled_tokens_total"] = sum(reprefilled)
+        merged["reprefilled_tokens_per_job_mean"] = sum(reprefilled) / len(reprefilled)
 
 
 @attrs.frozen(slots=True)

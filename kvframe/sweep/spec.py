@@ -194,6 +194,34 @@ def parse_sweep(data: Mapping[str, Any], *, path: Path | None = None) -> SweepSp
 
     :raises ConfigError: naming the file, table and key of the first problem.
     """
+    sweep, base, grid, explicit = _tables(data, path)
+    _check_table_values(base, grid, explicit, path)
+
+    jobs = sweep.get("jobs")
+    if jobs is not None and (type(jobs) is not int or jobs < 1):
+        raise ConfigError(
+            f"jobs must be an integer >= 1, got {jobs!r}", origin=_where(path, "sweep", "jobs")
+        )
+    base_dir = path.parent if path is not None else Path.cwd()
+    name = str(sweep.get("name") or (path.stem if path else "sweep"))
+    db = Path(sweep.get("db") or f"{name}.sqlite")
+    if not db.is_absolute():
+        db = base_dir / db
+
+    cells = _expand_cells(base, grid, explicit, path, base_dir)
+    varying = tuple(
+        k
+        for k in sorted({k for c in cells for k in c.settings})
+        if len({json.dumps(c.settings.get(k)) for c in cells}) > 1
+    )
+    return SweepSpec(name, path, db, jobs, tuple(cells), varying)
+
+
+def _tables(
+    data: Mapping[str, Any], path: Path | None
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], list[Any]]:
+    """The ``[sweep]``, ``[base]``, ``[grid]`` and ``[[cells]]`` tables, each of the right
+    shape and with known keys, so the value checks after this can trust their types."""
     _check_keys(data, TOP_KEYS, str(path) if path else "sweep")
     sweep = data.get("sweep", {})
     base = data.get("base", {})
@@ -213,6 +241,14 @@ def parse_sweep(data: Mapping[str, Any], *, path: Path | None = None) -> SweepSp
     _check_keys(sweep, SWEEP_KEYS, _where(path, "sweep"))
     _check_keys(base, CELL_KEYS, _where(path, "base"))
     _check_keys(grid, CELL_KEYS, _where(path, "grid"))
+    return sweep, base, grid, explicit
+
+
+def _check_table_values(
+    base: dict[str, Any], grid: dict[str, Any], explicit: list[Any], path: Path | None
+) -> None:
+    """Check every value where it is written, so an error names its table and key
+    rather than the expanded cell it ends up in."""
     for key, value in base.items():
         _check_value(key, value, _where(path, "base", key))
     for key, values in grid.items():
@@ -235,17 +271,16 @@ def parse_sweep(data: Mapping[str, Any], *, path: Path | None = None) -> SweepSp
         for key, value in cell.items():
             _check_value(key, value, f"{where} key {key!r}")
 
-    jobs = sweep.get("jobs")
-    if jobs is not None and (type(jobs) is not int or jobs < 1):
-        raise ConfigError(
-            f"jobs must be an integer >= 1, got {jobs!r}", origin=_where(path, "sweep", "jobs")
-        )
-    base_dir = path.parent if path is not None else Path.cwd()
-    name = str(sweep.get("name") or (path.stem if path else "sweep"))
-    db = Path(sweep.get("db") or f"{name}.sqlite")
-    if not db.is_absolute():
-        db = base_dir / db
 
+def _expand_cells(
+    base: dict[str, Any],
+    grid: dict[str, Any],
+    explicit: list[Any],
+    path: Path | None,
+    base_dir: Path,
+) -> list[Cell]:
+    """Every explicit cell crossed with the grid, over ``[base]``; two cells that are the
+    same run are an error (the second would only repeat the first)."""
     combos = [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())]
     rows = [{**base, **cell, **combo} for cell in (explicit or [{}]) for combo in combos]
     if not rows or (not grid and not explicit):
@@ -257,20 +292,7 @@ def parse_sweep(data: Mapping[str, Any], *, path: Path | None = None) -> SweepSp
     seen: dict[str, int] = {}
     for i, row in enumerate(rows):
         where = f"{path or 'sweep'}, cell #{i + 1}"
-        if "workload" not in row:
-            raise ConfigError(
-                "no workload: set 'workload' in [base], [grid] or the cell", origin=where
-            )
-        if "scheduler" in row and "scheduling" in row:
-            raise ConfigError(
-                "'scheduler' and 'scheduling' are the same key; give one", origin=where
-            )
-        settings = {k: v for k, v in row.items() if v != NONE or k not in OPTIONAL_KEYS}
-        if "scheduling" in settings:
-            settings["scheduler"] = settings.pop("scheduling")
-        settings["workload"] = _resolve_workload(settings["workload"], base_dir)
-        settings = dict(sorted(settings.items()))
-        check_generated(settings, where)
+        settings = _cell_settings(row, where, base_dir)
         key = cell_hash(settings)
         if key in seen:
             raise ConfigError(
@@ -278,12 +300,23 @@ def parse_sweep(data: Mapping[str, Any], *, path: Path | None = None) -> SweepSp
             )
         seen[key] = i
         cells.append(Cell(i, settings, key))
-    varying = tuple(
-        k
-        for k in sorted({k for c in cells for k in c.settings})
-        if len({json.dumps(c.settings.get(k)) for c in cells}) > 1
-    )
-    return SweepSpec(name, path, db, jobs, tuple(cells), varying)
+    return cells
+
+
+def _cell_settings(row: dict[str, Any], where: str, base_dir: Path) -> dict[str, Any]:
+    """One merged row as a cell's settings: ``none`` optional keys dropped, ``scheduling``
+    spelled ``scheduler``, the workload path resolved, keys sorted (so the hash is stable)."""
+    if "workload" not in row:
+        raise ConfigError("no workload: set 'workload' in [base], [grid] or the cell", origin=where)
+    if "scheduler" in row and "scheduling" in row:
+        raise ConfigError("'scheduler' and 'scheduling' are the same key; give one", origin=where)
+    settings = {k: v for k, v in row.items() if v != NONE or k not in OPTIONAL_KEYS}
+    if "scheduling" in settings:
+        settings["scheduler"] = settings.pop("scheduling")
+    settings["workload"] = _resolve_workload(settings["workload"], base_dir)
+    settings = dict(sorted(settings.items()))
+    check_generated(settings, where)
+    return settings
 
 
 def load_sweep(path: str | os.PathLike[str]) -> SweepSpec:

@@ -224,37 +224,68 @@ def _check_node(
     order = _drain(state, "draining")
     last = ops[-1] if ops else None
     if last is not None and last[0] == "evict" and run.outcomes[-1] is None:
-        assert parent_order is not None
-        if order != parent_order:
-            raise _differs(
-                target,
-                ops[:-1],
-                parent_order,
-                order,
-                "a refused evict (it returned None) changes nothing, eviction order included",
-                f"with the refused {_describe(last)} added",
-            )
+        _check_refused_evict(target, ops, parent_order, order)
     if last is not None and last[0] == "touch" and last[1]:
-        probe = _replay(target, ops[:-1])
-        keys = last[1]
-        try:
-            probe.policy.touch(key for key in keys)
-        except Exception as err:
-            raise probe.log.violation(
-                f"then touch(<generator of {fmt(list(keys))}>) raised {type(err).__name__}: {err}",
-                "rule: touch accepts any iterable of keys, not only a list (kvframe's own "
-                "connector passes an iterator)",
-            ) from err
-        got = _drain(probe, "draining")
-        if got != order:
-            raise _differs(
-                target,
-                ops,
-                order,
-                got,
-                "touch accepts any iterable of keys and acts on an iterator as on a list",
-                f"with the last touch given a generator of {fmt(list(keys))} instead of a list",
-            )
+        _check_touch_takes_an_iterator(target, ops, order)
+    _check_reads_change_nothing(target, ops, order)
+    return run, order
+
+
+def _check_refused_evict(
+    target: PluginTarget,
+    ops: list[Op],
+    parent_order: tuple[Hashable, ...] | None,
+    order: tuple[Hashable, ...],
+) -> None:
+    """A refused evict (the last op, returned None) leaves the parent's order as it was."""
+    __tracebackhide__ = True
+    last = ops[-1]
+    assert parent_order is not None
+    if order != parent_order:
+        raise _differs(
+            target,
+            ops[:-1],
+            parent_order,
+            order,
+            "a refused evict (it returned None) changes nothing, eviction order included",
+            f"with the refused {_describe(last)} added",
+        )
+
+
+def _check_touch_takes_an_iterator(
+    target: PluginTarget, ops: list[Op], order: tuple[Hashable, ...]
+) -> None:
+    """The last op, a touch, given a generator acts as given a list: kvframe's connector
+    passes an iterator, so a policy that only handles lists breaks there."""
+    __tracebackhide__ = True
+    last = ops[-1]
+    probe = _replay(target, ops[:-1])
+    keys = last[1]
+    try:
+        probe.policy.touch(key for key in keys)
+    except Exception as err:
+        raise probe.log.violation(
+            f"then touch(<generator of {fmt(list(keys))}>) raised {type(err).__name__}: {err}",
+            "rule: touch accepts any iterable of keys, not only a list (kvframe's own "
+            "connector passes an iterator)",
+        ) from err
+    got = _drain(probe, "draining")
+    if got != order:
+        raise _differs(
+            target,
+            ops,
+            order,
+            got,
+            "touch accepts any iterable of keys and acts on an iterator as on a list",
+            f"with the last touch given a generator of {fmt(list(keys))} instead of a list",
+        )
+
+
+def _check_reads_change_nothing(
+    target: PluginTarget, ops: list[Op], order: tuple[Hashable, ...]
+) -> None:
+    """``get`` of every key (and one unknown) and ``evict(0)`` change no order."""
+    __tracebackhide__ = True
     # get and evict(0) in one probe; only a failure pays to tell which one it was.
     probe = _replay(target, ops)
     _evict_zero(probe)
@@ -278,7 +309,6 @@ def _check_node(
             "get changes no order",
             f"with get({'), get('.join(fmt(k) for k in keys)}) added",
         )
-    return run, order
 
 
 def check_all_short_sequences(target: PluginTarget) -> int:

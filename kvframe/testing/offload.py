@@ -171,6 +171,31 @@ class _Model:
         to_store = tuple(result.block_hashes_to_store)
         slots = tuple(result.slot_ids)
         evicted = tuple(result.evicted_block_hashes)
+        self._check_chosen(call, batch, to_store, slots)
+        self._check_evicted(call, batch, evicted)
+        self._place(call, to_store, slots, evicted)
+        stored, removed = self.events(call)
+        if stored or sorted(removed) != sorted(evicted):
+            raise self.violation(
+                f"then {call}'s events reported stored {fmt(stored)} and removed {fmt(removed)}; "
+                f"expected removed {fmt(list(evicted))} and nothing stored yet"
+            )
+        self.log.add(
+            f"{call} -> store {fmt(list(to_store))} in slots {fmt(list(slots))}"
+            + (f", evicted {fmt(list(evicted))}" if evicted else "")
+        )
+        return result
+
+    def _check_chosen(
+        self,
+        call: str,
+        batch: Sequence[bytes],
+        to_store: tuple[bytes, ...],
+        slots: tuple[int, ...],
+    ) -> None:
+        """The blocks to store are a subsequence of the batch, none already in the tier,
+        each with its own slot."""
+        __tracebackhide__ = True
         position = 0
         for h in to_store:
             try:
@@ -191,6 +216,10 @@ class _Model:
                 f"then {call} gave slots {fmt(list(slots))} for {len(to_store)} block(s): "
                 "one distinct slot per block"
             )
+
+    def _check_evicted(self, call: str, batch: Sequence[bytes], evicted: tuple[bytes, ...]) -> None:
+        """Only idle blocks of the tier outside the batch may be evicted, each once."""
+        __tracebackhide__ = True
         for h in evicted:
             if h in batch:
                 raise self.violation(
@@ -205,6 +234,17 @@ class _Model:
                 raise self.violation(f"then {call} evicted {fmt(h)}, which is {state}")
         if len(set(evicted)) != len(evicted):
             raise self.violation(f"then {call} reported evicting {fmt(list(evicted))}: duplicates")
+
+    def _place(
+        self,
+        call: str,
+        to_store: tuple[bytes, ...],
+        slots: tuple[int, ...],
+        evicted: tuple[bytes, ...],
+    ) -> None:
+        """Drop the evicted blocks, then put each new one, being written, in its slot; a slot
+        still holding a live block is a violation (two blocks would share bytes)."""
+        __tracebackhide__ = True
         for h in evicted:
             del self.state[h]
         live = {slot: h for h, (slot, _) in self.state.items()}
@@ -216,17 +256,6 @@ class _Model:
                 )
             live[slot] = h
             self.state[h] = [slot, -1]
-        stored, removed = self.events(call)
-        if stored or sorted(removed) != sorted(evicted):
-            raise self.violation(
-                f"then {call}'s events reported stored {fmt(stored)} and removed {fmt(removed)}; "
-                f"expected removed {fmt(list(evicted))} and nothing stored yet"
-            )
-        self.log.add(
-            f"{call} -> store {fmt(list(to_store))} in slots {fmt(list(slots))}"
-            + (f", evicted {fmt(list(evicted))}" if evicted else "")
-        )
-        return result
 
     def complete_store(self, hashes: Sequence[bytes], success: bool) -> None:
         __tracebackhide__ = True

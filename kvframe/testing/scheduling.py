@@ -141,67 +141,92 @@ def workloads() -> Any:
     @st.composite
     def build(draw: Any) -> Workload:
         block_size = draw(st.sampled_from((2, 4)))
-        plans: list[PlannedRequest] = []
-        prefixes = {g: [900_000 + 1000 * g + i for i in range(32)] for g in range(2)}
-        num_single = draw(st.integers(0, 6))
-        for i in range(num_single):
-            group = draw(st.sampled_from((None, 0, 1)))
-            shared = prefixes[group][: draw(st.integers(1, 16))] if group is not None else []
-            own = [(i + 1) * 10_000 + j for j in range(draw(st.integers(0 if shared else 1, 24)))]
-            plans.append(
-                PlannedRequest(
-                    f"r{i}",
-                    tuple(shared + own),
-                    draw(st.integers(1, 8)),
-                    arrival_step=draw(st.integers(0, 12)),
-                    priority=draw(st.integers(0, 2)),
-                )
-            )
-        num_jobs = draw(st.integers(0 if num_single else 1, 2))
-        for j in range(num_jobs):
-            prompt = [(50 + j) * 10_000 + t for t in range(draw(st.integers(1, 16)))]
-            turns = draw(st.integers(2, 3))
-            priority = draw(st.integers(0, 2))
-            previous: PlannedRequest | None = None
-            for t in range(turns):
-                max_tokens = draw(st.integers(1, 6))
-                plan = PlannedRequest(
-                    f"j{j}t{t}",
-                    tuple(prompt),
-                    max_tokens,
-                    arrival_step=draw(st.integers(0, 8)) if previous is None else None,
-                    priority=priority,
-                    job_id=f"j{j}",
-                    turn=t,
-                    is_last_turn=t == turns - 1,
-                    after=previous.request_id if previous is not None else None,
-                    gap=draw(st.integers(0, 6)) if previous is not None else 0,
-                )
-                plans.append(plan)
-                previous = plan
-                new = [(60 + j) * 10_000 + 100 * t + k for k in range(draw(st.integers(1, 8)))]
-                prompt = prompt + [SAMPLED_TOKEN] * max_tokens + new
-        longest = max(len(p.prompt) + p.max_tokens for p in plans)
-        need = -(-longest // block_size)
-        max_model_len = longest + 8
-        chunked = draw(st.sampled_from((True, True, True, False)))
-        budget = draw(st.integers(4, 48))
-        if not chunked:
-            budget = max(budget, max_model_len)
-        settings = (
-            ("block_size", block_size),
-            ("num_gpu_blocks", 1 + need + draw(st.sampled_from((0, 0, 1, 2, need // 2, 2 * need)))),
-            ("max_num_batched_tokens", budget),
-            ("max_num_seqs", draw(st.integers(1, 5))),
-            ("max_model_len", max_model_len),
-            ("long_prefill_token_threshold", draw(st.sampled_from((0, 0, 3, 8)))),
-            ("enable_chunked_prefill", chunked),
-            ("enable_prefix_caching", draw(st.sampled_from((True, True, True, False)))),
-            ("reserve_full_sequence", draw(st.sampled_from((False, False, False, True)))),
-        )
-        return Workload(settings, tuple(plans))
+        plans = _draw_single_requests(draw, st)
+        plans += _draw_jobs(draw, st, num_single=len(plans))
+        return Workload(_draw_settings(draw, st, block_size, plans), tuple(plans))
 
     return build()
+
+
+def _draw_single_requests(draw: Any, st: Any) -> list[PlannedRequest]:
+    """Up to six one-off requests, some sharing one of two prefixes (so caching has hits).
+
+    The draws of :func:`workloads` are split by part but made in one fixed order, so a
+    hypothesis example (and its shrinking) means the same workload as before.
+    """
+    plans: list[PlannedRequest] = []
+    prefixes = {g: [900_000 + 1000 * g + i for i in range(32)] for g in range(2)}
+    num_single = draw(st.integers(0, 6))
+    for i in range(num_single):
+        group = draw(st.sampled_from((None, 0, 1)))
+        shared = prefixes[group][: draw(st.integers(1, 16))] if group is not None else []
+        own = [(i + 1) * 10_000 + j for j in range(draw(st.integers(0 if shared else 1, 24)))]
+        plans.append(
+            PlannedRequest(
+                f"r{i}",
+                tuple(shared + own),
+                draw(st.integers(1, 8)),
+                arrival_step=draw(st.integers(0, 12)),
+                priority=draw(st.integers(0, 2)),
+            )
+        )
+    return plans
+
+
+def _draw_jobs(draw: Any, st: Any, *, num_single: int) -> list[PlannedRequest]:
+    """Up to two agentic jobs (at least one when there is no single request); each turn's
+    prompt is the previous turn's prompt, its outputs and a few new tokens."""
+    plans: list[PlannedRequest] = []
+    num_jobs = draw(st.integers(0 if num_single else 1, 2))
+    for j in range(num_jobs):
+        prompt = [(50 + j) * 10_000 + t for t in range(draw(st.integers(1, 16)))]
+        turns = draw(st.integers(2, 3))
+        priority = draw(st.integers(0, 2))
+        previous: PlannedRequest | None = None
+        for t in range(turns):
+            max_tokens = draw(st.integers(1, 6))
+            plan = PlannedRequest(
+                f"j{j}t{t}",
+                tuple(prompt),
+                max_tokens,
+                arrival_step=draw(st.integers(0, 8)) if previous is None else None,
+                priority=priority,
+                job_id=f"j{j}",
+                turn=t,
+                is_last_turn=t == turns - 1,
+                after=previous.request_id if previous is not None else None,
+                gap=draw(st.integers(0, 6)) if previous is not None else 0,
+            )
+            plans.append(plan)
+            previous = plan
+            new = [(60 + j) * 10_000 + 100 * t + k for k in range(draw(st.integers(1, 8)))]
+            prompt = prompt + [SAMPLED_TOKEN] * max_tokens + new
+    return plans
+
+
+def _draw_settings(
+    draw: Any, st: Any, block_size: int, plans: list[PlannedRequest]
+) -> tuple[tuple[str, Any], ...]:
+    """Scheduler settings sized to the requests: every request fits the model length and
+    the pool, which ranges from just enough (heavy preemption) to roomy."""
+    longest = max(len(p.prompt) + p.max_tokens for p in plans)
+    need = -(-longest // block_size)
+    max_model_len = longest + 8
+    chunked = draw(st.sampled_from((True, True, True, False)))
+    budget = draw(st.integers(4, 48))
+    if not chunked:
+        budget = max(budget, max_model_len)
+    return (
+        ("block_size", block_size),
+        ("num_gpu_blocks", 1 + need + draw(st.sampled_from((0, 0, 1, 2, need // 2, 2 * need)))),
+        ("max_num_batched_tokens", budget),
+        ("max_num_seqs", draw(st.integers(1, 5))),
+        ("max_model_len", max_model_len),
+        ("long_prefill_token_threshold", draw(st.sampled_from((0, 0, 3, 8)))),
+        ("enable_chunked_prefill", chunked),
+        ("enable_prefix_caching", draw(st.sampled_from((True, True, True, False)))),
+        ("reserve_full_sequence", draw(st.sampled_from((False, False, False, True)))),
+    )
 
 
 def pressure_workload() -> Workload:

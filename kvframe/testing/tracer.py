@@ -40,7 +40,11 @@ __all__ = ["TracerSuite", "sample_records"]
 
 def sample_records() -> list[tuple[str, dict[str, Any]]]:
     """One call of every tracing hook, in the order the engine makes them: ``(hook, kwargs)``."""
-    h = [bytes([i]) * 8 for i in range(1, 6)]
+    return [*_step_records(), _kv_events_record(), *_finished_records()]
+
+
+def _step_records() -> list[tuple[str, dict[str, Any]]]:
+    """Step 1's snapshot, prefix-cache event and decision: the per-step hooks."""
     return [
         (
             "kvframe_step_snapshot",
@@ -85,21 +89,32 @@ def sample_records() -> list[tuple[str, dict[str, Any]]]:
                 )
             },
         ),
-        (
-            "kvframe_kv_events",
-            {
-                "step": 1,
-                "now": 0.0,
-                "events": [
-                    BlockStored((h[0], h[1]), None, 16),
-                    BlockRemoved((h[2],)),
-                    BlockRemoved((h[3],)),
-                    BlockStored((h[4],), h[1], 16, medium="CPU"),
-                    AllBlocksCleared(),
-                    AllBlocksCleared(medium="CPU"),
-                ],
-            },
-        ),
+    ]
+
+
+def _kv_events_record() -> tuple[str, dict[str, Any]]:
+    """One batch of every KV event kind, on both media, with parents and without."""
+    h = [bytes([i]) * 8 for i in range(1, 6)]
+    return (
+        "kvframe_kv_events",
+        {
+            "step": 1,
+            "now": 0.0,
+            "events": [
+                BlockStored((h[0], h[1]), None, 16),
+                BlockRemoved((h[2],)),
+                BlockRemoved((h[3],)),
+                BlockStored((h[4],), h[1], 16, medium="CPU"),
+                AllBlocksCleared(),
+                AllBlocksCleared(medium="CPU"),
+            ],
+        },
+    )
+
+
+def _finished_records() -> list[tuple[str, dict[str, Any]]]:
+    """Two finished requests: one that ran (with a preemption) and one ignored at admission."""
+    return [
         (
             "kvframe_request_finished",
             {

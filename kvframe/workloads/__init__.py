@@ -224,74 +224,14 @@ def load_workload(
     display = os.fspath(path)
     source = _resolve(path)
     started = time.perf_counter()
-
-    parser: _RecordParser | None = None
-    if format == "mooncake":
-        parser = MooncakeParser(path=display, block_tokens=mooncake_block_tokens)
-    elif format == "kvframe":
-        parser = KvframeJsonlParser(path=display)
-
-    specs: list[RequestSpec] = []
-    kept_errors: list[WorkloadError] = []
-    num_skipped = 0
-    last_arrival = 0.0
-    last_arrival_line = 0
-    unsorted = False
-
+    reader = _SpecReader(display, format, mooncake_block_tokens)
     if isinstance(source, Path) and source.is_dir():
         raise WorkloadError("is a directory, not a workload file", path=display)
     with _open_text(source) as stream, _unreadable_as_workload_error(source, display):
-        for line_no, item in _decoded_lines(stream, display):
-            try:
-                if isinstance(item, WorkloadError):
-                    raise item
-                if parser is None:
-                    detected = detect_format(item)
-                    parser = (
-                        MooncakeParser(path=display, block_tokens=mooncake_block_tokens)
-                        if detected == "mooncake"
-                        else KvframeJsonlParser(path=display)
-                    )
-                spec = parser.parse(item, line_no)
-            except WorkloadError as exc:
-                if not skip_bad_lines:
-                    raise
-                num_skipped += 1
-                if len(kept_errors) < MAX_KEPT_ERRORS:
-                    kept_errors.append(exc)
-                continue
-            if spec is None:  # a header line
-                continue
-            if spec.arrival_time < last_arrival:
-                if not sort_arrivals:
-                    raise WorkloadError(
-                        f"arrival {spec.arrival_time:g} s is earlier than "
-                        f"{last_arrival:g} s on line {last_arrival_line}; arrivals must "
-                        "not decrease (kvframe run --sort-arrivals, sort_arrivals = true in a "
-                        "sweep, or load_workload(sort_arrivals=True) sorts them stably)",
-                        path=display,
-                        line=line_no,
-                        field="timestamp" if parser.format == "mooncake" else "arrival",
-                    )
-                unsorted = True
-            else:
-                last_arrival, last_arrival_line = spec.arrival_time, line_no
-            specs.append(spec)
-            if limit is not None and len(specs) >= limit and not sort_arrivals:
-                break
+        reader.read(stream, limit=limit, skip_bad_lines=skip_bad_lines, sort_arrivals=sort_arrivals)
+    specs = reader.finish(limit)
 
-    if unsorted:
-        specs.sort(key=attrgetter("arrival_time"))  # list.sort is stable
-    if limit is not None:
-        del specs[limit:]
-    if parser is not None:
-        specs = parser.finish(specs)
-    if not specs:
-        reason = "no requests in the file"
-        if num_skipped:
-            reason += f" ({num_skipped} bad lines skipped; first: {kept_errors[0]})"
-        raise WorkloadError(reason, path=display)
-
+    parser = reader.parser
     metadata = dict(parser.metadata) if parser is not None else {}
     workload = Workload(
         specs,
@@ -300,8 +240,8 @@ def load_workload(
         or (source.stem if isinstance(source, BundledWorkload) else _stem(source)),
         source=source.name if isinstance(source, BundledWorkload) else source,
         format=parser.format if parser is not None else "kvframe",
-        num_skipped_lines=num_skipped,
-        errors=tuple(kept_errors),
+        num_skipped_lines=reader.num_skipped,
+        errors=tuple(reader.kept_errors),
         metadata=metadata,
     )
     log.debug(
@@ -309,15 +249,123 @@ def load_workload(
         path=display,
         format=workload.format,
         requests=len(workload),
-        skipped_lines=num_skipped,
-        sorted=unsorted,
+        skipped_lines=reader.num_skipped,
+        sorted=reader.unsorted,
         seconds=round(time.perf_counter() - started, 4),
     )
-    if num_skipped:
+    if reader.num_skipped:
         log.warning(
-            "workload_lines_skipped", path=display, skipped=num_skipped, first=str(kept_errors[0])
+            "workload_lines_skipped",
+            path=display,
+            skipped=reader.num_skipped,
+            first=str(reader.kept_errors[0]),
         )
     return workload
+
+
+class _SpecReader:
+    """One pass of :func:`load_workload` over a file's lines.
+
+    The parser (fixed by ``format`` or detected from the first object), the
+    specs kept, the skipped-line count and the arrival-order bookkeeping live
+    here rather than in locals so that each step of loading -- parse a line,
+    check its arrival, finish the list -- is its own short method.
+    """
+
+    __slots__ = (
+        "block_tokens",
+        "display",
+        "kept_errors",
+        "last_arrival",
+        "last_arrival_line",
+        "num_skipped",
+        "parser",
+        "specs",
+        "unsorted",
+    )
+
+    def __init__(self, display: str, format: Format, block_tokens: int) -> None:
+        self.display = display
+        self.block_tokens = block_tokens
+        self.parser: _RecordParser | None = None
+        if format == "mooncake":
+            self.parser = MooncakeParser(path=display, block_tokens=block_tokens)
+        elif format == "kvframe":
+            self.parser = KvframeJsonlParser(path=display)
+        self.specs: list[RequestSpec] = []
+        self.kept_errors: list[WorkloadError] = []
+        self.num_skipped = 0
+        self.last_arrival = 0.0
+        self.last_arrival_line = 0
+        self.unsorted = False
+
+    def read(
+        self, stream: IO[str], *, limit: int | None, skip_bad_lines: bool, sort_arrivals: bool
+    ) -> None:
+        """Parse lines into :attr:`specs` until the file (or, unsorted, ``limit``) ends."""
+        for line_no, item in _decoded_lines(stream, self.display):
+            try:
+                spec = self._parse(item, line_no)
+            except WorkloadError as exc:
+                if not skip_bad_lines:
+                    raise
+                self.num_skipped += 1
+                if len(self.kept_errors) < MAX_KEPT_ERRORS:
+                    self.kept_errors.append(exc)
+                continue
+            if spec is None:  # a header line
+                continue
+            self._check_arrival(spec, line_no, sort_arrivals)
+            self.specs.append(spec)
+            if limit is not None and len(self.specs) >= limit and not sort_arrivals:
+                break
+
+    def _parse(self, item: dict[str, Any] | WorkloadError, line_no: int) -> RequestSpec | None:
+        """One decoded line as a spec (``None`` for a header), detecting the format first."""
+        if isinstance(item, WorkloadError):
+            raise item
+        if self.parser is None:
+            detected = detect_format(item)
+            self.parser = (
+                MooncakeParser(path=self.display, block_tokens=self.block_tokens)
+                if detected == "mooncake"
+                else KvframeJsonlParser(path=self.display)
+            )
+        return self.parser.parse(item, line_no)
+
+    def _check_arrival(self, spec: RequestSpec, line_no: int, sort_arrivals: bool) -> None:
+        """Reject (or, when sorting, note) an arrival earlier than the last one kept."""
+        if spec.arrival_time >= self.last_arrival:
+            self.last_arrival, self.last_arrival_line = spec.arrival_time, line_no
+            return
+        if not sort_arrivals:
+            mooncake = self.parser is not None and self.parser.format == "mooncake"
+            raise WorkloadError(
+                f"arrival {spec.arrival_time:g} s is earlier than "
+                f"{self.last_arrival:g} s on line {self.last_arrival_line}; arrivals must "
+                "not decrease (kvframe run --sort-arrivals, sort_arrivals = true in a "
+                "sweep, or load_workload(sort_arrivals=True) sorts them stably)",
+                path=self.display,
+                line=line_no,
+                field="timestamp" if mooncake else "arrival",
+            )
+        self.unsorted = True
+
+    def finish(self, limit: int | None) -> list[RequestSpec]:
+        """Sort, cut to ``limit`` and let the parser finish; an empty result is an error."""
+        specs = self.specs
+        if self.unsorted:
+            specs.sort(key=attrgetter("arrival_time"))  # list.sort is stable
+        if limit is not None:
+            del specs[limit:]
+        if self.parser is not None:
+            specs = self.parser.finish(specs)
+        if not specs:
+            reason = "no requests in the file"
+            if self.num_skipped:
+                reason += f" ({self.num_skipped} bad lines skipped; first: {self.kept_errors[0]})"
+            raise WorkloadError(reason, path=self.display)
+        return specs
 
 
 def _stem(path: Path) -> str:

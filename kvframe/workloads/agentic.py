@@ -383,14 +383,7 @@ def generate_agentic(config: AgenticConfig | None = None, /, **options: Any) -> 
     ]
 
     tools = config.tools
-    total_weight = sum(tool.weight for tool in tools)
-    cumulative: list[float] = []
-    acc = 0.0
-    for tool in tools:
-        acc += tool.weight / total_weight
-        cumulative.append(acc)
-
-    max_context = config.max_context_tokens
+    cumulative = _cumulative_weights(tools)
     generated: list[RequestSpec] = []
     job_arrival = config.start_time
     for index in range(config.num_jobs):
@@ -400,51 +393,18 @@ def generate_agentic(config: AgenticConfig | None = None, /, **options: Any) -> 
         agent = min(int(agent_choice.random() * config.num_system_prompts),
                     config.num_system_prompts - 1)  # fmt: skip
         task_length = config.task_length.sample(task_len)
-        job_id = f"{config.id_prefix}{index:05d}"
-        key = f"s{config.seed}-{job_id}"
-        system_id = f"s{config.seed}-agent{agent}" if config.share_system_prompt else None
-        system_length = system_lengths[agent]
-
-        # The job's own stream: four draws per turn, always in this order
-        # (output length, tool, duration, result length).
-        turns = random.Random(f"kvframe.agentic:{config.seed}:job:{index}")
-
-        prompt_length = min(system_length + task_length, max_context - 1)
-        placeholder = job_arrival
-        job_specs: list[RequestSpec] = []
-        for turn in range(num_turns):
-            output_length = config.output_length.sample(turns)
-            tool = tools[min(bisect.bisect_left(cumulative, turns.random()), len(tools) - 1)]
-            duration = round(tool.duration.sample(turns) * config.tool_time_scale, 6)
-            result_length = tool.result_length.sample(turns)
-            if turn == 0:
-                output_length = min(output_length, max_context - prompt_length)
-            elif prompt_length + output_length > max_context:
-                break  # the context is full: the previous turn was the last
-            if system_id is not None:
-                prompt = SyntheticPrompt(
-                    prompt_length, system_id, min(system_length, prompt_length), key=key
-                )
-            else:
-                prompt = SyntheticPrompt(prompt_length, key=key)
-            job_specs.append(
-                RequestSpec(
-                    request_id=f"{job_id}-t{turn}",
-                    prompt=prompt,
-                    max_tokens=output_length,
-                    arrival_time=placeholder,
-                    job_id=job_id,
-                    turn=turn,
-                    is_last_turn=False,
-                    tool_name=tool.name,
-                    tool_duration=duration,
-                )
+        generated.extend(
+            _job_specs(
+                config,
+                cumulative,
+                index=index,
+                num_turns=num_turns,
+                agent=agent,
+                system_length=system_lengths[agent],
+                task_length=task_length,
+                arrival=job_arrival,
             )
-            placeholder += duration
-            prompt_length += output_length + result_length
-        last = job_specs[-1]
-        job_specs[-1] = attrs.evolve(last, is_last_turn=True, tool_name=None, tool_duration=None)
-        generated.extend(job_specs)
+        )
 
     generated.sort(key=lambda spec: spec.arrival_time)  # stable: ties keep job, turn order
     return generated
@@ -488,3 +448,79 @@ def write_agentic_jsonl(
         generator="agentic",
         params=config.to_params(),
     )
+
+
+def _cumulative_weights(tools: tuple[ToolSpec, ...]) -> list[float]:
+    """Each tool's cumulative share of the total weight, for a bisect draw per turn."""
+    total_weight = sum(tool.weight for tool in tools)
+    cumulative: list[float] = []
+    acc = 0.0
+    for tool in tools:
+        acc += tool.weight / total_weight
+        cumulative.append(acc)
+    return cumulative
+
+
+def _job_specs(
+    config: AgenticConfig,
+    cumulative: list[float],
+    *,
+    index: int,
+    num_turns: int,
+    agent: int,
+    system_length: int,
+    task_length: int,
+    arrival: float,
+) -> list[RequestSpec]:
+    """One job's turns, drawn from the job's own stream.
+
+    Kept apart from :func:`generate_agentic` so the per-job streams (arrival,
+    turn count, agent, task length) are drawn there in one visible order, and
+    the per-turn draws here in theirs.
+    """
+    tools = config.tools
+    max_context = config.max_context_tokens
+    job_id = f"{config.id_prefix}{index:05d}"
+    key = f"s{config.seed}-{job_id}"
+    system_id = f"s{config.seed}-agent{agent}" if config.share_system_prompt else None
+
+    # The job's own stream: four draws per turn, always in this order
+    # (output length, tool, duration, result length).
+    turns = random.Random(f"kvframe.agentic:{config.seed}:job:{index}")
+
+    prompt_length = min(system_length + task_length, max_context - 1)
+    placeholder = arrival
+    job_specs: list[RequestSpec] = []
+    for turn in range(num_turns):
+        output_length = config.output_length.sample(turns)
+        tool = tools[min(bisect.bisect_left(cumulative, turns.random()), len(tools) - 1)]
+        duration = round(tool.duration.sample(turns) * config.tool_time_scale, 6)
+        result_length = tool.result_length.sample(turns)
+        if turn == 0:
+            output_length = min(output_length, max_context - prompt_length)
+        elif prompt_length + output_length > max_context:
+            break  # the context is full: the previous turn was the last
+        if system_id is not None:
+            prompt = SyntheticPrompt(
+                prompt_length, system_id, min(system_length, prompt_length), key=key
+            )
+        else:
+            prompt = SyntheticPrompt(prompt_length, key=key)
+        job_specs.append(
+            RequestSpec(
+                request_id=f"{job_id}-t{turn}",
+                prompt=prompt,
+                max_tokens=output_length,
+                arrival_time=placeholder,
+                job_id=job_id,
+                turn=turn,
+                is_last_turn=False,
+                tool_name=tool.name,
+                tool_duration=duration,
+            )
+        )
+        placeholder += duration
+        prompt_length += output_length + result_length
+    last = job_specs[-1]
+    job_specs[-1] = attrs.evolve(last, is_last_turn=True, tool_name=None, tool_duration=None)
+    return job_specs

@@ -56,19 +56,51 @@ def load_checkpoint(directory: str | Path) -> tuple[LlamaConfig, dict[str, torch
         duplicated, of the wrong shape or an unsupported dtype.
     """
     root = Path(directory)
+    config = _read_config(root)
+    files = sorted(root.glob("*.safetensors"))
+    if not files:
+        raise CheckpointError(f"{root}: no *.safetensors files")
+    expected = expected_weight_shapes(config)
+    where = _index_tensors(files)
+    _check_tensor_set(root, expected, where)
+    weights: dict[str, torch.Tensor] = {}
+    blobs: dict[Path, bytes] = {}
+    for name in expected:
+        path, info, data_start = where[name]
+        blob = blobs.get(path)
+        if blob is None:
+            blob = blobs[path] = path.read_bytes()
+        begin, end = info["data_offsets"]
+        dtype = _ST_DTYPES[info["dtype"]]
+        count = 1
+        for dim in expected[name]:
+            count *= dim
+        if end - begin != count * torch.empty((), dtype=dtype).element_size():
+            raise CheckpointError(f"{path}: tensor {name}'s byte range does not match its shape")
+        weights[name] = (
+            torch.frombuffer(bytearray(blob[data_start + begin : data_start + end]), dtype=dtype)
+            .reshape(expected[name])
+            .clone()
+        )
+    return config, weights
+
+
+def _read_config(root: Path) -> LlamaConfig:
+    """The architecture from ``config.json``; a missing directory or file names itself."""
     if not root.is_dir():
         raise CheckpointError(f"checkpoint directory {root} does not exist")
     config_path = root / "config.json"
     if not config_path.is_file():
         raise CheckpointError(f"{root}: no config.json")
     try:
-        config = LlamaConfig.from_hf(json.loads(config_path.read_text()))
+        return LlamaConfig.from_hf(json.loads(config_path.read_text()))
     except ValueError as err:
         raise CheckpointError(f"{config_path}: {err}") from err
-    files = sorted(root.glob("*.safetensors"))
-    if not files:
-        raise CheckpointError(f"{root}: no *.safetensors files")
-    expected = expected_weight_shapes(config)
+
+
+def _index_tensors(files: list[Path]) -> dict[str, tuple[Path, dict, int]]:
+    """Each tensor's file, header entry and data offset, read from the headers alone
+    (no tensor bytes), so a bad checkpoint fails before anything large is read."""
     where: dict[str, tuple[Path, dict, int]] = {}
     for path in files:
         header, data_start = _read_header(path)
@@ -76,6 +108,13 @@ def load_checkpoint(directory: str | Path) -> tuple[LlamaConfig, dict[str, torch
             if name in where:
                 raise CheckpointError(f"tensor {name} is in both {where[name][0]} and {path}")
             where[name] = (path, info, data_start)
+    return where
+
+
+def _check_tensor_set(
+    root: Path, expected: dict[str, tuple[int, ...]], where: dict[str, tuple[Path, dict, int]]
+) -> None:
+    """Every expected tensor present with its shape and a supported dtype; nothing else."""
     missing = [name for name in expected if name not in where]
     if missing:
         shown = ", ".join(missing[:5]) + (
@@ -98,26 +137,6 @@ def load_checkpoint(directory: str | Path) -> tuple[LlamaConfig, dict[str, torch
             raise CheckpointError(
                 f"{path}: tensor {name} has unsupported dtype {info.get('dtype')!r}"
             )
-    weights: dict[str, torch.Tensor] = {}
-    blobs: dict[Path, bytes] = {}
-    for name in expected:
-        path, info, data_start = where[name]
-        blob = blobs.get(path)
-        if blob is None:
-            blob = blobs[path] = path.read_bytes()
-        begin, end = info["data_offsets"]
-        dtype = _ST_DTYPES[info["dtype"]]
-        count = 1
-        for dim in expected[name]:
-            count *= dim
-        if end - begin != count * torch.empty((), dtype=dtype).element_size():
-            raise CheckpointError(f"{path}: tensor {name}'s byte range does not match its shape")
-        weights[name] = (
-            torch.frombuffer(bytearray(blob[data_start + begin : data_start + end]), dtype=dtype)
-            .reshape(expected[name])
-            .clone()
-        )
-    return config, weights
 
 
 def save_checkpoint(

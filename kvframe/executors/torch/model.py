@@ -231,6 +231,23 @@ class _Singles:
     count: int
 
 
+@attrs.define(slots=True)
+class _StepLayout:
+    """Where each token of a step goes, gathered once in plain lists so the step
+    builds each index tensor with one host-to-device copy."""
+
+    ids: list[int] = attrs.Factory(list)
+    positions: list[int] = attrs.Factory(list)
+    slot_blocks: list[int] = attrs.Factory(list)
+    slot_offsets: list[int] = attrs.Factory(list)
+    spans: list[tuple[int, int, int, torch.Tensor]] = attrs.Factory(list)
+    """Multi-token chunks: (first row, tokens, start position, context blocks)."""
+    single_rows: list[int] = attrs.Factory(list)
+    single_tables: list[Sequence[int]] = attrs.Factory(list)
+    single_contexts: list[int] = attrs.Factory(list)
+    sample_rows: list[int] = attrs.Factory(list)
+
+
 class LlamaModel:
     """Llama forward over paged KV caches owned by this object.
 
@@ -400,20 +417,43 @@ class LlamaModel:
         """
         config = self.config
         device = self.device
+        step = self._lay_out(chunks)
+        vocab = config.vocab_size
+        token_tensor = torch.tensor(step.ids, dtype=torch.long, device=device) % vocab
+        pos_tensor = torch.tensor(step.positions, dtype=torch.long, device=device)
+        block_index = torch.tensor(step.slot_blocks, dtype=torch.long, device=device)
+        offset_index = torch.tensor(step.slot_offsets, dtype=torch.long, device=device)
+        cos, sin = self._rope(pos_tensor)
+        singles = self._singles(
+            step.single_rows, step.single_tables, step.single_contexts, len(step.ids)
+        )
+        x = self.embed[token_tensor]
+        for layer, weights in enumerate(self.layers):
+            x = self._layer(
+                x,
+                self.kv_caches[layer],
+                weights,
+                (cos, sin),
+                (block_index, offset_index),
+                singles,
+                step.spans,
+            )
+        if not step.sample_rows:
+            return torch.empty((0, vocab), dtype=self.dtype, device=device)
+        last = self._rms_norm(x[torch.tensor(step.sample_rows, device=device)], self.norm)
+        return last @ self.lm_head.t()
+
+    def _lay_out(self, chunks: Sequence[StepChunk]) -> _StepLayout:
+        """Each chunk's tokens, cache slots and attention group (one-token or span).
+
+        :raises RuntimeError: a chunk's block table is too short for its tokens.
+        """
         bs = self.block_size
-        ids: list[int] = []
-        positions: list[int] = []
-        slot_blocks: list[int] = []
-        slot_offsets: list[int] = []
-        spans: list[tuple[int, int, int, torch.Tensor]] = []
-        single_rows: list[int] = []
-        single_tables: list[Sequence[int]] = []
-        single_contexts: list[int] = []
-        sample_rows: list[int] = []
+        step = _StepLayout()
         for chunk in chunks:
             n = len(chunk.token_ids)
-            offset = len(ids)
-            ids.extend(chunk.token_ids)
+            offset = len(step.ids)
+            step.ids.extend(chunk.token_ids)
             end = chunk.start + n
             table = chunk.block_ids
             needed = -(-end // bs)
@@ -422,55 +462,56 @@ class LlamaModel:
                     f"block table of {len(table)} blocks cannot hold {end} tokens (block size {bs})"
                 )
             for pos in range(chunk.start, end):
-                positions.append(pos)
-                slot_blocks.append(table[pos // bs])
-                slot_offsets.append(pos % bs)
+                step.positions.append(pos)
+                step.slot_blocks.append(table[pos // bs])
+                step.slot_offsets.append(pos % bs)
             if n == 1:
-                single_rows.append(offset)
-                single_tables.append(table[:needed])
-                single_contexts.append(end)
+                step.single_rows.append(offset)
+                step.single_tables.append(table[:needed])
+                step.single_contexts.append(end)
             else:
-                context_blocks = torch.tensor(table[:needed], dtype=torch.long, device=device)
-                spans.append((offset, n, chunk.start, context_blocks))
+                context_blocks = torch.tensor(table[:needed], dtype=torch.long, device=self.device)
+                step.spans.append((offset, n, chunk.start, context_blocks))
             if chunk.sample:
-                sample_rows.append(offset + n - 1)
-        vocab = config.vocab_size
-        token_tensor = torch.tensor(ids, dtype=torch.long, device=device) % vocab
-        pos_tensor = torch.tensor(positions, dtype=torch.long, device=device)
-        block_index = torch.tensor(slot_blocks, dtype=torch.long, device=device)
-        offset_index = torch.tensor(slot_offsets, dtype=torch.long, device=device)
-        cos, sin = self._rope(pos_tensor)
-        singles = self._singles(single_rows, single_tables, single_contexts, len(ids))
+                step.sample_rows.append(offset + n - 1)
+        return step
+
+    def _layer(
+        self,
+        x: torch.Tensor,
+        cache: torch.Tensor,
+        weights: tuple[torch.Tensor, ...],
+        rope: tuple[torch.Tensor, torch.Tensor],
+        slots: tuple[torch.Tensor, torch.Tensor],
+        singles: _Singles | None,
+        spans: list[tuple[int, int, int, torch.Tensor]],
+    ) -> torch.Tensor:
+        """One decoder layer: write this step's K/V into the cache, attend, then the MLP."""
+        ln1, w_qkv, w_o, ln2, w_gate_up, w_down = weights
+        cos, sin = rope
+        block_index, offset_index = slots
+        config = self.config
         nh, nkv, hd = config.num_heads, config.num_kv_heads, config.head_dim
         q_size, kv_size = nh * hd, nkv * hd
-        x = self.embed[token_tensor]
-        for layer, (ln1, w_qkv, w_o, ln2, w_gate_up, w_down) in enumerate(self.layers):
-            cache = self.kv_caches[layer]
-            h = self._rms_norm(x, ln1)
-            qkv = h @ w_qkv
-            q = self._rotate(qkv[:, :q_size].view(-1, nh, hd), cos, sin)
-            k = self._rotate(qkv[:, q_size : q_size + kv_size].view(-1, nkv, hd), cos, sin)
-            v = qkv[:, q_size + kv_size :].view(-1, nkv, hd)
-            cache[block_index, 0, offset_index] = k
-            cache[block_index, 1, offset_index] = v
-            attn = torch.empty((x.shape[0], q_size), dtype=x.dtype, device=device)
-            k_cache, v_cache = cache[:, 0], cache[:, 1]
-            if singles is not None:
-                self._attend_singles(q, k_cache, v_cache, singles, attn)
-            for offset, n, start, blocks in spans:
-                # One gather each for K and V; the result is contiguous, so the
-                # flattening view below copies nothing more.
-                context = start + n
-                keys = k_cache.index_select(0, blocks).view(-1, nkv, hd)[:context]
-                values = v_cache.index_select(0, blocks).view(-1, nkv, hd)[:context]
-                attn[offset : offset + n] = self._attend(
-                    q[offset : offset + n], keys, values, start
-                )
-            x = x + attn @ w_o
-            h = self._rms_norm(x, ln2)
-            gate, up = (h @ w_gate_up).chunk(2, dim=-1)
-            x = x + (torch.nn.functional.silu(gate) * up) @ w_down
-        if not sample_rows:
-            return torch.empty((0, vocab), dtype=self.dtype, device=device)
-        last = self._rms_norm(x[torch.tensor(sample_rows, device=device)], self.norm)
-        return last @ self.lm_head.t()
+        h = self._rms_norm(x, ln1)
+        qkv = h @ w_qkv
+        q = self._rotate(qkv[:, :q_size].view(-1, nh, hd), cos, sin)
+        k = self._rotate(qkv[:, q_size : q_size + kv_size].view(-1, nkv, hd), cos, sin)
+        v = qkv[:, q_size + kv_size :].view(-1, nkv, hd)
+        cache[block_index, 0, offset_index] = k
+        cache[block_index, 1, offset_index] = v
+        attn = torch.empty((x.shape[0], q_size), dtype=x.dtype, device=self.device)
+        k_cache, v_cache = cache[:, 0], cache[:, 1]
+        if singles is not None:
+            self._attend_singles(q, k_cache, v_cache, singles, attn)
+        for offset, n, start, blocks in spans:
+            # One gather each for K and V; the result is contiguous, so the
+            # flattening view below copies nothing more.
+            context = start + n
+            keys = k_cache.index_select(0, blocks).view(-1, nkv, hd)[:context]
+            values = v_cache.index_select(0, blocks).view(-1, nkv, hd)[:context]
+            attn[offset : offset + n] = self._attend(q[offset : offset + n], keys, values, start)
+        x = x + attn @ w_o
+        h = self._rms_norm(x, ln2)
+        gate, up = (h @ w_gate_up).chunk(2, dim=-1)
+        return x + (torch.nn.functional.silu(gate) * up) @ w_down

@@ -134,6 +134,14 @@ def parse_executor(text: str) -> tuple[str, TorchOptions | None]:
         if rest.strip():
             raise ValueError(f"the sim executor takes no options (got {rest!r}); use --preset")
         return "sim", None
+    values, arch = _parse_items(text, rest)
+    _check_values(values)
+    return "torch", TorchOptions(**values, arch=tuple(arch))
+
+
+def _parse_items(text: str, rest: str) -> tuple[dict[str, Any], list[tuple[str, int]]]:
+    """The ``key=value`` items after ``torch:`` as TorchOptions fields and architecture
+    overrides, each converted to its type; a bad item raises naming itself and ``text``."""
     values: dict[str, Any] = {}
     arch: list[tuple[str, int]] = []
     known = [f.name for f in attrs.fields(TorchOptions) if f.name != "arch"] + list(_ARCH_KEYS)
@@ -166,6 +174,12 @@ def parse_executor(text: str) -> tuple[str, TorchOptions | None]:
                 values[key] = value
         except ValueError as err:
             raise ValueError(f"torch executor option {key}={value!r}: {err}") from None
+    return values, arch
+
+
+def _check_values(values: dict[str, Any]) -> None:
+    """The checks that need more than one item (clock=cpu and the device) or a fixed
+    list of choices, made once every item is read so each names the whole choice."""
     dtype = values.get("dtype", "float32")
     if dtype not in DTYPE_NAMES:
         raise ValueError(
@@ -190,4 +204,3 @@ def parse_executor(text: str) -> tuple[str, TorchOptions | None]:
             "torch executor: give model= or checkpoint=, not both (model= also takes a "
             "checkpoint directory)"
         )
-    return "torch", TorchOptions(**values, arch=tuple(arch))
