@@ -113,7 +113,7 @@ def test_run_writes_outputs_and_outputs_diff_compares_them(tmp_path, capsys):
     assert len(outputs) == 6 and all(outputs.values())
     # Random weights have no tokenizer: token ids only, no "text".
     first = json.loads((tmp_path / "a" / "outputs.jsonl").read_text().splitlines()[0])
-    assert sorted(first) == ["output_token_ids", "request_id"]
+    assert sorted(first) == ["output_token_ids", "request_id", "run_id"]
     steps = (tmp_path / "a" / "steps.csv").read_text().splitlines()
     assert steps[0].startswith("step,prefill_tokens") and len(steps) > 1
     metrics = json.loads((tmp_path / "a" / "metrics.json").read_text())
