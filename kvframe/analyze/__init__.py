@@ -54,6 +54,7 @@ def analyze(
     sizes: Sequence[int] | None = None,
     sample_rate: float | str = "auto",
     limit: int | None = None,
+    metric: str = "tokens",
     registry: PluginRegistry | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Analysis:
@@ -74,12 +75,13 @@ def analyze(
 
             registry = get_registry()
         policies = default_policy_specs(registry)
-    trace = build_block_trace(loaded.requests, block_size, name=str(workload))
+    trace = build_block_trace(loaded.requests, block_size, name=str(workload), metric=metric)
     return analyze_trace(
         trace,
         policies=policies,
         registry=registry,
         sizes=sizes,
         sample_rate=sample_rate,
+        metric=metric,
         progress=progress,
     )

@@ -85,6 +85,8 @@ class Analysis:
     sample_rate: float
     sample_depth: int | None
     seconds: dict[str, float]
+    metric: str = "tokens"
+    """``"tokens"`` (vLLM's hit rate) or ``"blocks"``: see :func:`build_block_trace`."""
 
     def curve(self, policy: str) -> Curve:
         for curve in self.curves:
@@ -98,7 +100,7 @@ class Analysis:
         return out
 
     def rows(self) -> list[dict[str, Any]]:
-        """Long-form rows (size, policy, hit rate): the CSV."""
+        """Long-form rows (size, policy, hit rate to 6 decimals): the CSV."""
         rows = []
         for curve in self.curves:
             for size, rate in zip(self.sizes, curve.hit_rates, strict=True):
@@ -108,7 +110,7 @@ class Analysis:
                         "block_size": self.block_size,
                         "size_blocks": size,
                         "policy": curve.policy,
-                        "hit_rate": rate,
+                        "hit_rate": round(rate, 6),
                         "method": curve.method,
                     }
                 )
@@ -174,6 +176,7 @@ def analyze_trace(
     sizes: Sequence[int] | None = None,
     sample_rate: float | str = 1.0,
     optimal: bool = True,
+    metric: str = "tokens",
     progress: Callable[[str], None] | None = None,
 ) -> Analysis:
     """Compute the ceiling and the curves of ``policies`` (config strings) at ``sizes``.
@@ -235,7 +238,7 @@ def analyze_trace(
         note("optimal bound")
         nxt = next_uses(trace)
         ceiling_tokens = stack.hit_tokens(None)
-        bound: list[float] = []
+        bound: list[int] = []
         for size in grid:
             # MIN is a stack algorithm (more room never loses a hit): once it
             # reaches the ceiling, every larger size does too.
@@ -261,7 +264,8 @@ def analyze_trace(
         sizes=grid,
         curves=tuple(curves),
         reuse=profile,
-        sample_rate=sample_rate,
-        sample_depth=depth,
+        sample_rate=sample_rate if sampled is not trace else 1.0,
+        sample_depth=depth if sampled is not trace else None,
         seconds=seconds,
+        metric=metric,
     )

@@ -23,6 +23,12 @@ DEFINITION = (
     "(cache only: no scheduler, no generated tokens)"
 )
 
+BLOCK_DEFINITION = (
+    "hit rate = full prompt blocks served from the prefix cache / full prompt blocks looked "
+    "up (--metric blocks: no last-token rule, partial blocks not counted); every request "
+    "served at its arrival (cache only)"
+)
+
 
 def _size_label(blocks: int, block_size: int) -> str:
     tokens = blocks * block_size
@@ -46,7 +52,7 @@ def summary_lines(result: Analysis) -> list[str]:
         f"{result.prompt_tokens:,} prompt tokens, block size {result.block_size} tokens",
         f"footprint {result.footprint:,} distinct blocks; {result.lookups:,} block lookups",
         f"ceiling (unlimited cache): {result.ceiling:.4f}",
-        f"definition: {DEFINITION}",
+        f"definition: {DEFINITION if result.metric == 'tokens' else BLOCK_DEFINITION}",
         "reuse: "
         + ", ".join(
             f"<{edge:g}s {count:,}" if edge is not None else f">=1h {count:,}"

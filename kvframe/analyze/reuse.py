@@ -79,7 +79,7 @@ def reuse_profile(trace: BlockTrace, stack: StackProfile) -> ReuseProfile:
     job_tokens: dict[str, int] = defaultdict(int)
     for r, hit_blocks in enumerate(stack.request_hit_blocks):
         tokens = trace.num_tokens[r]
-        share = hit_blocks * bs / tokens
+        share = hit_blocks * bs / tokens if tokens else 0.0
         shares[min(9, int(share * 10))] += 1
         if not hit_blocks:
             without += 1

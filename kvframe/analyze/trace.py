@@ -25,7 +25,10 @@ from kvframe.core.hashing import make_block_hasher
 from kvframe.request import Request
 from kvframe.workloads.spec import MOONCAKE_BLOCK_TOKENS, MooncakePrompt, PromptTokens, RequestSpec
 
-__all__ = ["DEFAULT_BLOCK_SIZE", "BlockTrace", "auto_block_size", "build_block_trace"]
+__all__ = ["DEFAULT_BLOCK_SIZE", "METRICS", "BlockTrace", "auto_block_size", "build_block_trace"]
+
+METRICS = ("tokens", "blocks")
+"""What a hit rate counts: see :func:`build_block_trace`."""
 
 DEFAULT_BLOCK_SIZE = 16
 """vLLM's default block size, used for traces without blocks of their own."""
@@ -45,6 +48,8 @@ class BlockTrace:
     block_size: int
     blocks: tuple[array, ...]
     num_tokens: array
+    """Each request's prompt tokens: the hit rate's denominator (with
+    ``metric="blocks"``, its full blocks times the block size instead)."""
     eligible: array
     arrival: array
     """Arrival times in seconds."""
@@ -99,10 +104,20 @@ def build_block_trace(
     block_size: int,
     *,
     name: str = "workload",
+    metric: str = "tokens",
 ) -> BlockTrace:
-    """Hash every prompt as the engine does and intern the hashes (ids in first-seen order)."""
+    """Hash every prompt as the engine does and intern the hashes (ids in first-seen order).
+
+    ``metric="tokens"`` (the default) is vLLM's hit rate: prompt tokens, the
+    last-token rule. ``metric="blocks"`` counts full blocks instead, every
+    block eligible (hit blocks / looked-up blocks): the definition other
+    replays of the Mooncake traces use, kept so their numbers can be compared.
+    """
     if block_size < 1:
         raise ValueError(f"block_size must be >= 1, got {block_size}")
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
+    by_blocks = metric == "blocks"
     hasher = make_block_hasher(block_size)
     ids: dict[bytes, int] = {}
     blocks: list[array] = []
@@ -122,9 +137,13 @@ def build_block_trace(
         setdefault = ids.setdefault
         chain = array("q", [setdefault(h, len(ids)) for h in hashes])
         blocks.append(chain)
-        n = len(spec.prompt)
-        num_tokens.append(n)
-        eligible.append(min(len(chain), (n - 1) // block_size))
+        if by_blocks:
+            num_tokens.append(len(chain) * block_size)
+            eligible.append(len(chain))
+        else:
+            n = len(spec.prompt)
+            num_tokens.append(n)
+            eligible.append(min(len(chain), (n - 1) // block_size))
         arrival.append(spec.arrival_time)
         groups.append(spec.job_id)
     return BlockTrace(

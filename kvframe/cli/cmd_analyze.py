@@ -58,6 +58,13 @@ def add_analyze_command(subparsers: Any) -> None:
         help="fraction of requests replayed for policies other than lru (spatial "
         "sampling; default auto: all of a trace up to 60,000 block lookups)",
     )
+    parser.add_argument(
+        "--metric",
+        choices=("tokens", "blocks"),
+        default="tokens",
+        help="tokens: vLLM's prefix-cache hit rate (default); blocks: hit blocks / "
+        "looked-up blocks with no last-token rule, as other Mooncake replays count",
+    )
     parser.add_argument("--limit", type=int, help="read only the first N requests")
     parser.add_argument(
         "--no-optimal", action="store_true", help="skip the optimal bound (Belady's MIN)"
@@ -126,7 +133,7 @@ def analyze_command(args: argparse.Namespace, ctx: Context) -> int:
         print(f"kvframe analyze: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     block_size = args.block_size or auto_block_size(workload)
-    trace = build_block_trace(workload.requests, block_size, name=args.trace)
+    trace = build_block_trace(workload.requests, block_size, name=args.trace, metric=args.metric)
     result = analyze_trace(
         trace,
         policies=policies,
@@ -134,6 +141,7 @@ def analyze_command(args: argparse.Namespace, ctx: Context) -> int:
         sizes=sizes,
         sample_rate=rate,
         optimal=not args.no_optimal,
+        metric=args.metric,
     )
     if args.json:
         ctx.print(to_json(result))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,10 +22,13 @@ from .reference import (
     traces,
 )
 
-POLICIES = ("lru", "arc", "arc:variant=paper")
+POLICIES = ("lru", "arc", "arc:variant=paper", "s3fifo", "kvframe_s3fifo:S3FIFOPolicy")
+"""The s3fifo example (examples/third_party_policy) counts when installed or importable."""
 
 
 def _installed(spec: str) -> bool:
+    if "." in spec.split(":")[0]:
+        return importlib.util.find_spec(spec.split(":")[0]) is not None
     return spec.split(":")[0] in get_registry().names("eviction")
 
 
@@ -95,3 +100,17 @@ def test_bundled_traces_lru_exact_within_a_tenth_of_a_point_and_bound_above_all(
         assert all(b >= r for b, r in zip(bound, curve.hit_rates, strict=True)), curve.policy
     assert bound[-1] == result.ceiling
     assert result.sizes[-1] == result.footprint
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["mooncake:synthetic", "mooncake:conversation"])
+def test_whole_bundled_traces_bound_above_every_exact_policy_curve(name):
+    """About 20 s (synthetic) and 50 s (conversation): every policy replayed on the whole trace."""
+    workload = load_workload(name)
+    trace = build_block_trace(workload.requests, 512, name=name)
+    specs = [s for s in POLICIES if _installed(s)]
+    result = analyze_trace(trace, policies=specs, sample_rate=1.0)
+    bound = result.curve("optimal").hit_rates
+    for curve in result.curves:
+        assert all(b >= r for b, r in zip(bound, curve.hit_rates, strict=True)), curve.policy
+    assert bound[-1] == result.ceiling

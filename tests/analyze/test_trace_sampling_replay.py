@@ -1,0 +1,98 @@
+"""Building block traces, spatial sampling, the metric, and policies that break the contract."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Set
+
+import pytest
+
+import kvframe
+from kvframe.analyze import PolicyContractError, build_block_trace, replay_policy
+from kvframe.analyze.sampling import sample_depth, sample_trace, scaled_capacity
+from kvframe.analyze.stack import stack_profile
+from kvframe.workloads import RequestSpec, load_workload
+
+from .reference import make_trace
+
+
+def _spec(request_id: str, tokens: list[int]) -> RequestSpec:
+    return RequestSpec(request_id, tokens, max_tokens=1)
+
+
+def test_equal_prefixes_share_block_ids_as_the_engine_hashes_them():
+    shared = list(range(32))
+    trace = build_block_trace(
+        [_spec("a", shared + [1] * 16), _spec("b", shared + [2] * 16), _spec("c", shared)], 16
+    )
+    a, b, c = (list(chain) for chain in trace.blocks)
+    assert a[:2] == b[:2] == c
+    assert a[2] != b[2]
+    assert list(trace.eligible) == [2, 2, 1]  # 48 and 32 tokens: the last-token rule
+    assert trace.num_distinct == 4
+
+
+def test_blocks_metric_counts_every_full_block_and_no_tokens():
+    specs = [_spec("a", list(range(40))), _spec("b", list(range(40)))]
+    tokens = build_block_trace(specs, 16)
+    blocks = build_block_trace(specs, 16, metric="blocks")
+    assert list(tokens.eligible) == [2, 2] and list(tokens.num_tokens) == [40, 40]
+    assert list(blocks.eligible) == [2, 2] and list(blocks.num_tokens) == [32, 32]
+    assert stack_profile(tokens).hit_rate(None) == 32 / 80
+    assert stack_profile(blocks).hit_rate(None) == 0.5
+    with pytest.raises(ValueError, match="metric must be one of tokens, blocks, got 'bytes'"):
+        build_block_trace(specs, 16, metric="bytes")
+
+
+def test_sampling_keeps_whole_requests_deterministically_below_a_shared_root():
+    workload = load_workload("mooncake:conversation", limit=2000)
+    trace = build_block_trace(workload.requests, 512)
+    # Every request starts with the same block: the root cannot be the key.
+    assert len({chain[0] for chain in trace.blocks}) == 1
+    assert sample_depth(trace) == 1
+    first = sample_trace(trace, 0.25)
+    again = sample_trace(trace, 0.25)
+    assert first.blocks == again.blocks
+    assert 0.15 < len(first) / len(trace) < 0.35
+    kept = {bytes(chain) for chain in first.blocks}
+    assert kept <= {bytes(chain) for chain in trace.blocks}
+    assert sample_trace(trace, 1.0) is trace
+    assert scaled_capacity(1000, 0.25) == 250 and scaled_capacity(1, 0.01) == 1
+    with pytest.raises(ValueError, match=r"sample rate must be in \(0, 1\], got 0"):
+        sample_trace(trace, 0)
+
+
+class _ReturnsTooFew(kvframe.EvictionPolicy):
+    """Breaks the contract: evicts one block whatever n is."""
+
+    name = "too-few"
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__(capacity)
+        self.keys: dict[Hashable, object] = {}
+
+    def get(self, key: Hashable) -> object | None:
+        return self.keys.get(key)
+
+    def insert(self, key: Hashable, block: object) -> None:
+        self.keys[key] = block
+
+    def remove(self, key: Hashable) -> None:
+        del self.keys[key]
+
+    def touch(self, keys: Iterable[Hashable]) -> None:
+        pass
+
+    def evict(self, n: int, protected: Set[Hashable]) -> list[tuple[Hashable, object]] | None:
+        for key in self.keys:
+            if key not in protected:
+                return [(key, self.keys.pop(key))]
+        return None
+
+
+def test_a_policy_breaking_evict_is_named_with_the_request_and_the_call():
+    trace = make_trace([[0, 1, 2], [3, 4, 5]], [1, 1])
+    with pytest.raises(PolicyContractError) as err:
+        replay_policy(trace, _ReturnsTooFew(3), 3, spec="too-few")
+    assert str(err.value) == (
+        "eviction policy 'too-few': evict(3, ...) at request 1 returned 1 victims, not 3"
+    )
