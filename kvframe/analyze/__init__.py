@@ -55,6 +55,7 @@ def analyze(
     sample_rate: float | str = "auto",
     limit: int | None = None,
     metric: str = "tokens",
+    partial_blocks: bool = False,
     registry: PluginRegistry | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Analysis:
@@ -75,7 +76,13 @@ def analyze(
 
             registry = get_registry()
         policies = default_policy_specs(registry)
-    trace = build_block_trace(loaded.requests, block_size, name=str(workload), metric=metric)
+    trace = build_block_trace(
+        loaded.requests,
+        block_size,
+        name=str(workload),
+        metric=metric,
+        partial_blocks=partial_blocks,
+    )
     return analyze_trace(
         trace,
         policies=policies,

@@ -87,6 +87,8 @@ class Analysis:
     seconds: dict[str, float]
     metric: str = "tokens"
     """``"tokens"`` (vLLM's hit rate) or ``"blocks"``: see :func:`build_block_trace`."""
+    partial_blocks: bool = False
+    """Whether partial prompt blocks took cache slots: see :func:`build_block_trace`."""
 
     def curve(self, policy: str) -> Curve:
         for curve in self.curves:
@@ -268,4 +270,5 @@ def analyze_trace(
         sample_depth=depth if sampled is not trace else None,
         seconds=seconds,
         metric=metric,
+        partial_blocks=trace.partial_blocks,
     )

@@ -50,7 +50,12 @@ def summary_lines(result: Analysis) -> list[str]:
     lines = [
         f"trace {result.trace}: {result.num_requests:,} requests, "
         f"{result.prompt_tokens:,} prompt tokens, block size {result.block_size} tokens",
-        f"footprint {result.footprint:,} distinct blocks; {result.lookups:,} block lookups",
+        f"footprint {result.footprint:,} distinct blocks; {result.lookups:,} block lookups"
+        + (
+            " (partial prompt blocks take slots, as in vLLM's default GPU pool)"
+            if result.partial_blocks
+            else " (full blocks only)"
+        ),
         f"ceiling (unlimited cache): {result.ceiling:.4f}",
         f"definition: {DEFINITION if result.metric == 'tokens' else BLOCK_DEFINITION}",
         "reuse: "

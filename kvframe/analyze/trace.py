@@ -57,6 +57,8 @@ class BlockTrace:
     """Each request's job (conversation) id, where the trace has one."""
     num_distinct: int
     name: str = "workload"
+    partial_blocks: bool = False
+    """Whether each chain ends with its prompt's partial block (see :func:`build_block_trace`)."""
 
     def __len__(self) -> int:
         return len(self.blocks)
@@ -80,6 +82,7 @@ class BlockTrace:
             groups=tuple(self.groups[i] for i in keep),
             num_distinct=len({b for i in keep for b in self.blocks[i]}),
             name=self.name,
+            partial_blocks=self.partial_blocks,
         )
 
 
@@ -105,6 +108,7 @@ def build_block_trace(
     *,
     name: str = "workload",
     metric: str = "tokens",
+    partial_blocks: bool = False,
 ) -> BlockTrace:
     """Hash every prompt as the engine does and intern the hashes (ids in first-seen order).
 
@@ -112,6 +116,14 @@ def build_block_trace(
     last-token rule. ``metric="blocks"`` counts full blocks instead, every
     block eligible (hit blocks / looked-up blocks): the definition other
     replays of the Mooncake traces use, kept so their numbers can be compared.
+
+    ``partial_blocks=True`` appends to each chain whose prompt ends inside a
+    block an id of its own (negative, never seen again): the partial block
+    takes a slot until it is evicted, as in vLLM's default GPU pool, whose
+    free queue orders it like any other block. By default only full blocks
+    occupy the cache, as in kvframe's policy-ordered GPU pool (it reuses
+    uncached free blocks first) and in offload tiers. The tests pin both
+    against the engine's KV cache manager.
     """
     if block_size < 1:
         raise ValueError(f"block_size must be >= 1, got {block_size}")
@@ -125,6 +137,7 @@ def build_block_trace(
     eligible = array("q")
     arrival = array("d")
     groups: list[str | None] = []
+    partial_id = -1
     for spec in specs:
         request = Request(
             spec.request_id,
@@ -136,7 +149,6 @@ def build_block_trace(
         hashes = request.block_hashes
         setdefault = ids.setdefault
         chain = array("q", [setdefault(h, len(ids)) for h in hashes])
-        blocks.append(chain)
         if by_blocks:
             num_tokens.append(len(chain) * block_size)
             eligible.append(len(chain))
@@ -144,6 +156,10 @@ def build_block_trace(
             n = len(spec.prompt)
             num_tokens.append(n)
             eligible.append(min(len(chain), (n - 1) // block_size))
+        if partial_blocks and len(spec.prompt) % block_size:
+            chain.append(partial_id)
+            partial_id -= 1
+        blocks.append(chain)
         arrival.append(spec.arrival_time)
         groups.append(spec.job_id)
     return BlockTrace(
@@ -153,6 +169,7 @@ def build_block_trace(
         eligible=eligible,
         arrival=arrival,
         groups=tuple(groups),
-        num_distinct=len(ids),
+        num_distinct=len(ids) - 1 - partial_id,
         name=name,
+        partial_blocks=partial_blocks,
     )

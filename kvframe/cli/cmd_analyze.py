@@ -65,6 +65,13 @@ def add_analyze_command(subparsers: Any) -> None:
         help="tokens: vLLM's prefix-cache hit rate (default); blocks: hit blocks / "
         "looked-up blocks with no last-token rule, as other Mooncake replays count",
     )
+    parser.add_argument(
+        "--partial-blocks",
+        action="store_true",
+        help="a prompt's partial last block takes a cache slot until evicted, as in vLLM's "
+        "default GPU pool (default: full blocks only, as kvframe's policy-ordered GPU pool "
+        "and offload tiers)",
+    )
     parser.add_argument("--limit", type=int, help="read only the first N requests")
     parser.add_argument(
         "--no-optimal", action="store_true", help="skip the optimal bound (Belady's MIN)"
@@ -133,7 +140,13 @@ def analyze_command(args: argparse.Namespace, ctx: Context) -> int:
         print(f"kvframe analyze: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     block_size = args.block_size or auto_block_size(workload)
-    trace = build_block_trace(workload.requests, block_size, name=args.trace, metric=args.metric)
+    trace = build_block_trace(
+        workload.requests,
+        block_size,
+        name=args.trace,
+        metric=args.metric,
+        partial_blocks=args.partial_blocks,
+    )
     result = analyze_trace(
         trace,
         policies=policies,

@@ -96,3 +96,13 @@ def test_a_policy_breaking_evict_is_named_with_the_request_and_the_call():
     assert str(err.value) == (
         "eviction policy 'too-few': evict(3, ...) at request 1 returned 1 victims, not 3"
     )
+
+
+def test_partial_blocks_are_unique_never_eligible_slots_at_the_chain_tail():
+    specs = [_spec("a", list(range(40))), _spec("b", list(range(40))), _spec("c", list(range(32)))]
+    trace = build_block_trace(specs, 16, partial_blocks=True)
+    a, b, c = (list(chain) for chain in trace.blocks)
+    assert a[:2] == b[:2] == c and a[2] < 0 and b[2] < 0 and a[2] != b[2]
+    assert list(trace.eligible) == [2, 2, 1]
+    assert trace.num_distinct == 4
+    assert build_block_trace(specs, 16).num_distinct == 2
