@@ -119,7 +119,7 @@ class KvframeImpl:
         """A manager whose cache holds a 2k-block prompt among other content."""
         from kvframe.core.hashing import make_block_hasher
         from kvframe.core.kv_cache_manager import KVCacheManager
-        from kvframe.request import Request
+        from kvframe.domain.request import Request
 
         hasher = make_block_hasher(BLOCK_SIZE)
         manager = KVCacheManager(num_blocks, BLOCK_SIZE, max_model_len=1 << 30)
@@ -345,7 +345,7 @@ def bench_lookup(
 
 def bench_hashing(repeats: int, number: int) -> dict[str, float]:
     from kvframe.core.hashing import make_block_hasher
-    from kvframe.request import Request
+    from kvframe.domain.request import Request
 
     tokens = [random.Random(2).randrange(150_000) for _ in range(32_768)]
     hasher = make_block_hasher(BLOCK_SIZE)

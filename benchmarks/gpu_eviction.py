@@ -38,7 +38,7 @@ from typing import Any
 
 from kvframe.core.hashing import make_block_hasher
 from kvframe.core.kv_cache_manager import KVCacheManager
-from kvframe.request import Request
+from kvframe.domain.request import Request
 from kvframe.workloads.mooncake_tokens import expand_hash_ids
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,7 +57,7 @@ def make_policy(spec: str, capacity: int) -> Any:
         from kvframe_s3fifo import S3FIFOPolicy
 
         return S3FIFOPolicy(capacity)
-    from kvframe.plugins import get_registry
+    from kvframe.host.registry import get_registry
 
     return get_registry().create("eviction", spec, capacity)
 

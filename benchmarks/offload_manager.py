@@ -57,7 +57,7 @@ def key(i: int) -> bytes:
 def kvframe_manager(policy: str, num_blocks: int) -> Any:
     from kvframe_cpu_offload import CPUOffloadSpec
 
-    from kvframe.offload.contract import OffloadContext
+    from kvframe.contract.offload import OffloadContext
 
     context = OffloadContext(gpu_block_size=16, kv_bytes_per_token=1, num_gpu_blocks=1)
     return CPUOffloadSpec(capacity=num_blocks * 16, eviction=policy).create_manager(context)

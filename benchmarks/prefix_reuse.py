@@ -32,7 +32,7 @@ from pathlib import Path
 
 from kvframe.core.hashing import make_block_hasher
 from kvframe.core.kv_cache_manager import KVCacheManager
-from kvframe.request import Request
+from kvframe.domain.request import Request
 from kvframe.workloads.mooncake_tokens import expand_hash_ids
 
 REPO = Path(__file__).resolve().parents[1]

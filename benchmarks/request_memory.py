@@ -27,7 +27,7 @@ import gc
 import tracemalloc
 
 from kvframe.core.hashing import make_block_hasher
-from kvframe.request import Request
+from kvframe.domain.request import Request
 from kvframe.workloads import load_workload
 from kvframe.workloads.spec import PromptTokens
 

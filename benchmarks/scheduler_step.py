@@ -60,7 +60,7 @@ def run_kvframe_case(case: dict[str, Any]) -> dict[str, float]:
     from kvframe.core.scheduler import Scheduler
     from kvframe.core.scheduler_config import SchedulerConfig
     from kvframe.core.scheduler_output import ModelRunnerOutput
-    from kvframe.request import Request
+    from kvframe.domain.request import Request
 
     cfg = bench_common.case_config(case["running"], case["num_gpu_blocks"])
     config = SchedulerConfig(

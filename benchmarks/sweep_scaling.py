@@ -84,7 +84,7 @@ def _cpu() -> float:
 
 def _bare(sweep: Path) -> dict[str, float]:
     from kvframe.engine import Engine
-    from kvframe.plugins import get_registry
+    from kvframe.host.registry import get_registry
     from kvframe.sweep import load_sweep
     from kvframe.sweep.cell import build_engine_config, load_cell_workload
 

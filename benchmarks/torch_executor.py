@@ -43,11 +43,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from kvframe.calibrate.replay import held_out_workload
 from kvframe.engine import Engine, EngineConfig
 from kvframe.executors.torch.build import plan_model
 from kvframe.executors.torch.model import LlamaModel, StepChunk
 from kvframe.executors.torch.options import parse_executor
-from kvframe.executors.torch.replay import held_out_workload
 
 
 def quiet_logs() -> None:

@@ -32,7 +32,7 @@ import timeit
 
 import kvframe
 from kvframe.engine import Engine, EngineConfig
-from kvframe.plugins import PluginRegistry
+from kvframe.host.registry import PluginRegistry
 from kvframe.workloads import load_workload
 
 TRACE = "mooncake:conversation"  # bundled with kvframe; a path works too

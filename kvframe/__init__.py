@@ -1,8 +1,14 @@
 """kvframe: try KV-cache scheduling, eviction and offload policies on vLLM V1's semantics.
 
-``import kvframe`` is deliberately light: it imports pluggy, attrs and the plugin
-base classes, never torch, and it does not scan entry points (that happens when
-a :class:`kvframe.plugins.PluginRegistry` is first built).
+A plugin author's one import: every name a policy subclasses, reads or returns is
+an attribute of ``kvframe`` -- the plugin bases, the views the host passes
+(:class:`SchedulerContext`, :class:`TierView`, ...), :class:`Request` and
+:class:`RequestStatus`, the request queues, the KV and trace records,
+:class:`CostModel`, :func:`hookimpl` -- wherever it lives in the package's floors.
+
+``import kvframe`` is deliberately light: it imports pluggy and the plugin base
+classes, never torch, and it does not scan entry points (that happens when a
+:class:`PluginRegistry` is first asked). Every other name loads on first access.
 """
 
 from __future__ import annotations
@@ -16,41 +22,105 @@ import types
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from kvframe.bases import (
+from kvframe.contract.bases import (
     EvictionPolicy,
     OffloadSpec,
     ReuseFilter,
     SchedulingPolicy,
     Tracer,
 )
-from kvframe.hookspecs import hookimpl, hookspec
+from kvframe.contract.hookspecs import hookimpl, hookspec
+from kvframe.domain.version import __version__
 
 if TYPE_CHECKING:
-    from kvframe.config import ConfigError, PluginSpec
-    from kvframe.plugins import PluginRegistry, get_registry
+    from kvframe.config import Bytes, ConfigError, PluginSpec
+    from kvframe.contract.offload import OffloadContext, OffloadManager, TransferHandler
+    from kvframe.contract.records import (
+        AllBlocksCleared,
+        BlockRemoved,
+        BlockStored,
+        KVEvent,
+        PrefixCacheEvent,
+        RequestFinished,
+        StepDecision,
+        StepSnapshot,
+    )
+    from kvframe.contract.support import TouchWalkCache, claimed_max_evictable
+    from kvframe.contract.views import EvictableBlock, Retention, SchedulerContext, TierView
+    from kvframe.domain.costs import CostModel, ModelShape, prefill_pairs
+    from kvframe.domain.queues import FIFORequestQueue, RequestQueue, SortedRequestQueue
+    from kvframe.domain.request import Request, RequestStatus
+    from kvframe.domain.tokens import BlockHash
+    from kvframe.executors.catalog import get_preset
+    from kvframe.host.registry import PluginRegistry, get_registry
+    from kvframe.offload.manager import SlotOffloadManager
 
-__version__ = "0.1.0"
 
-# Loaded on first access (PEP 562) so that `import kvframe` does not pay for the
-# plugin host; the host itself only scans entry points when first asked.
-_LAZY = {
-    "ConfigError": "kvframe.config",
-    "PluginSpec": "kvframe.config",
-    "PluginRegistry": "kvframe.plugins",
-    "get_registry": "kvframe.plugins",
+# Loaded on first access (PEP 562; every name here is in __all__ too) so that
+# `import kvframe` pays only for the plugin bases; the host itself only scans entry
+# points when first asked.
+_LAZY: dict[str, str] = {
+    **dict.fromkeys(("Bytes", "ConfigError", "PluginSpec"), "kvframe.config"),
+    **dict.fromkeys(
+        ("OffloadContext", "OffloadManager", "TransferHandler"), "kvframe.contract.offload"
+    ),
+    **dict.fromkeys(
+        (
+            "AllBlocksCleared",
+            "BlockRemoved",
+            "BlockStored",
+            "KVEvent",
+            "PrefixCacheEvent",
+            "RequestFinished",
+            "StepDecision",
+            "StepSnapshot",
+        ),
+        "kvframe.contract.records",
+    ),
+    **dict.fromkeys(("TouchWalkCache", "claimed_max_evictable"), "kvframe.contract.support"),
+    **dict.fromkeys(
+        ("EvictableBlock", "Retention", "SchedulerContext", "TierView"), "kvframe.contract.views"
+    ),
+    **dict.fromkeys(("CostModel", "ModelShape", "prefill_pairs"), "kvframe.domain.costs"),
+    **dict.fromkeys(
+        ("FIFORequestQueue", "RequestQueue", "SortedRequestQueue"), "kvframe.domain.queues"
+    ),
+    **dict.fromkeys(("Request", "RequestStatus"), "kvframe.domain.request"),
+    "BlockHash": "kvframe.domain.tokens",
+    "get_preset": "kvframe.executors.catalog",
+    **dict.fromkeys(("PluginRegistry", "get_registry"), "kvframe.host.registry"),
+    "SlotOffloadManager": "kvframe.offload.manager",
 }
 
 
-MOVED: dict[str, str] = {
-    "kvframe.executors.cost_model": "kvframe.domain.costs",
+MOVED: dict[str, tuple[str, ...]] = {
+    "kvframe.bases": (
+        "kvframe.contract.bases",
+        "kvframe.contract.views",
+        "kvframe.contract.support",
+    ),
+    "kvframe.events": ("kvframe.contract.records", "kvframe.domain.tokens"),
+    "kvframe.hookspecs": ("kvframe.contract.hookspecs",),
+    "kvframe.policy_support": ("kvframe.contract.support",),
+    "kvframe.request": ("kvframe.domain.request", "kvframe.domain.tokens", "kvframe.domain.queues"),
+    "kvframe.request_queues": ("kvframe.domain.queues",),
+    "kvframe.plugins": ("kvframe.host.registry", "kvframe.host.tracing"),
+    "kvframe.metrics": ("kvframe.engine.metrics",),
+    "kvframe.config.kinds": ("kvframe.contract.kinds",),
+    "kvframe.offload.contract": ("kvframe.contract.offload",),
+    "kvframe.offload.connector": ("kvframe.core.connector",),
+    "kvframe.executors.cost_model": ("kvframe.domain.costs",),
+    "kvframe.executors.torch.calibrate": ("kvframe.calibrate.fit",),
+    "kvframe.executors.torch.replay": ("kvframe.calibrate.replay",),
 }
-"""Old module paths that still import, for one release, as the module at their new
-path (with a :class:`DeprecationWarning` naming it). No file stays behind at the old
-path, so a package folder holds only what lives on its floor."""
+"""Old module paths that still import, for one release, with a :class:`DeprecationWarning`
+naming the new path. An old module whose names now live in several modules imports as a
+module that finds each name in those, in order. No file stays behind at an old path, so
+each folder holds only what lives on its floor."""
 
 
 class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Imports a moved module's old name as an alias of its new module."""
+    """Imports a moved module's old name from its new home(s)."""
 
     def find_spec(self, fullname: str, path: object, target: object = None) -> Any:
         if fullname not in MOVED:
@@ -58,17 +128,39 @@ class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return importlib.util.spec_from_loader(fullname, self)
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
-        new = MOVED[spec.name]
+        homes = MOVED[spec.name]
         warnings.warn(
-            f"{spec.name} moved to {new}; import it from there (or from kvframe): "
-            "the old path goes away in the next release",
+            f"{spec.name} moved to {' and '.join(homes)}; import from there (a plugin "
+            "author's names are all on `import kvframe`): the old path goes away in the "
+            "next release",
             DeprecationWarning,
             stacklevel=_importer_stacklevel(),
         )
-        return importlib.import_module(new)
+        if len(homes) == 1:
+            return importlib.import_module(homes[0])
+        return _merged_module(spec.name, homes)
 
     def exec_module(self, module: types.ModuleType) -> None:
-        """The new module is already executed."""
+        """The new modules are already executed."""
+
+
+def _merged_module(name: str, homes: tuple[str, ...]) -> types.ModuleType:
+    """A module whose attributes are looked up in ``homes``, first one first."""
+    modules = [importlib.import_module(home) for home in homes]
+    merged = types.ModuleType(name, f"Moved: see {', '.join(homes)}.")
+    exported: list[str] = []
+    for module in modules:
+        exported.extend(n for n in getattr(module, "__all__", ()) if n not in exported)
+    merged.__all__ = exported  # type: ignore[attr-defined]
+
+    def find(attribute: str) -> object:
+        for module in modules:
+            if hasattr(module, attribute):
+                return getattr(module, attribute)
+        raise AttributeError(f"module {name!r} has no attribute {attribute!r}")
+
+    merged.__getattr__ = find  # type: ignore[method-assign]
+    return merged
 
 
 def _importer_stacklevel() -> int:
@@ -99,16 +191,45 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "AllBlocksCleared",
+    "BlockHash",
+    "BlockRemoved",
+    "BlockStored",
+    "Bytes",
     "ConfigError",
+    "CostModel",
+    "EvictableBlock",
     "EvictionPolicy",
+    "FIFORequestQueue",
+    "KVEvent",
+    "ModelShape",
+    "OffloadContext",
+    "OffloadManager",
     "OffloadSpec",
     "PluginRegistry",
     "PluginSpec",
+    "PrefixCacheEvent",
+    "Request",
+    "RequestFinished",
+    "RequestQueue",
+    "RequestStatus",
+    "Retention",
     "ReuseFilter",
+    "SchedulerContext",
     "SchedulingPolicy",
+    "SlotOffloadManager",
+    "SortedRequestQueue",
+    "StepDecision",
+    "StepSnapshot",
+    "TierView",
+    "TouchWalkCache",
     "Tracer",
+    "TransferHandler",
     "__version__",
+    "claimed_max_evictable",
+    "get_preset",
     "get_registry",
     "hookimpl",
     "hookspec",
+    "prefill_pairs",
 ]

@@ -29,12 +29,26 @@ if TYPE_CHECKING:
     from rich.console import Console, RenderableType
     from rich.table import Table
 
-__all__ = ["PLAIN_WIDTH", "emit", "is_terminal", "make_console", "new_table", "render_text"]
+__all__ = [
+    "PLAIN_WIDTH",
+    "counted",
+    "emit",
+    "is_terminal",
+    "make_console",
+    "new_table",
+    "render_text",
+]
 
 PLAIN_WIDTH = 1000
 """Columns of plain output: tables are only as wide as their cells, so this only
 means "never wrap" (free-text columns wrap at their own ``max_width``, the same
 everywhere); a terminal's own width applies on a terminal."""
+
+
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """``1 cell``, ``2 cells``, ``1,204 requests``: a count and its noun, in agreement."""
+    word = noun if count == 1 else (plural or noun + "s")
+    return f"{count:,} {word}"
 
 
 def is_terminal(stream: Any) -> bool:

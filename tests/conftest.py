@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kvframe.plugins import PluginRegistry
+from kvframe.host.registry import PluginRegistry
 
 
 @pytest.fixture

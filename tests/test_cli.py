@@ -16,7 +16,7 @@ import structlog
 
 import kvframe
 from kvframe.cli import main
-from kvframe.plugins import PluginRegistry
+from kvframe.host.registry import PluginRegistry
 
 
 class Frequency(kvframe.EvictionPolicy):
@@ -116,7 +116,7 @@ def test_plugins_json_and_kind_filter(
 def test_check_prints_what_would_be_built(
     check_registry: PluginRegistry, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["check", "--no-config", "--gpu-eviction", "frequency:window=4KiB", "--tracer", "stats"]
+    argv = ["check", "--no-config", "--gpu-eviction", "frequency:window=4096", "--tracer", "stats"]
     assert main(argv, registry=check_registry) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["role", "plugin", "class", "options"]
@@ -125,6 +125,10 @@ def test_check_prints_what_would_be_built(
         "gpu_eviction", "frequency", f"{__name__}:Frequency", "decay=0.0,", "window=4096"
     ]  # fmt: skip
     assert out[3].split() == ["tracer", "stats", f"{__name__}:Stats"]
+    # A size on a count (window is a number of steps) is refused, not read as 4096.
+    argv[3] = "frequency:window=4KiB"
+    assert main(argv, registry=check_registry) == 2
+    assert "expected int (a count, not a size" in capsys.readouterr().err
 
 
 def test_config_errors_exit_2_with_the_message_on_stderr_and_no_traceback(
@@ -327,7 +331,7 @@ def test_pip_installed_plugins_are_listed_selectable_and_broken_ones_harmless(
             "-c",
             textwrap.dedent(
                 """
-                from kvframe.plugins import get_registry
+                from kvframe.host.registry import get_registry
                 policy = get_registry().create("eviction", "lfu_demo:decay=0.25", 8)
                 print("RESULT", type(policy).__module__, type(policy).__name__,
                       policy.capacity, policy.decay)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import kvframe
 from kvframe.config import (
+    Bytes,
     ConfigError,
     OptionValue,
     PluginSpec,
@@ -49,7 +50,8 @@ class OptionsPolicy(kvframe.EvictionPolicy):
         capacity: int,
         *,
         decay: float = 0.0,
-        size: int = 4096,
+        size: Bytes = 4096,
+        count: int = 1,
         enabled: bool = True,
         label: str = "x",
         limit: int | None = None,
@@ -293,7 +295,7 @@ def test_parse_size(text: str, size: int | None) -> None:
 @pytest.mark.parametrize(
     ("text", "annotation", "expected"),
     [
-        ("8GiB", int, 8 * 2**30),
+        ("8GiB", Bytes, 8 * 2**30),
         ("-3", int, -3),
         ("0.5", float, 0.5),
         ("3", float, 3.0),
@@ -333,6 +335,7 @@ def test_options_are_the_keyword_only_init_parameters_and_context_the_positional
     assert list(options) == [
         "decay",
         "size",
+        "count",
         "enabled",
         "label",
         "limit",
@@ -344,6 +347,7 @@ def test_options_are_the_keyword_only_init_parameters_and_context_the_positional
     assert context_params(OptionsPolicy) == ("capacity",)
     # `from __future__ import annotations` makes these strings; they are resolved.
     assert options["decay"].annotation is float
+    assert options["size"].type_text == "bytes" and options["count"].type_text == "int"
     assert options["limit"].type_text == "int | None"
     assert options["variant"].type_text == "'paper' | 'vllm'"
     assert options["decay"].describe() == "decay: float = 0.0"
@@ -374,8 +378,9 @@ def test_unknown_option_names_it_suggests_the_closest_and_lists_accepted_with_de
     err = info.value
     assert err.message == "unknown option 'decy' for eviction policy 'opts'; did you mean 'decay'?"
     assert caret_line(err) == "     ^^^^"
-    assert "accepted options: decay: float = 0.0, size: int = 4096, enabled: bool = True" in str(
-        err
+    assert (
+        "accepted options: decay: float = 0.0, size: bytes = 4096, count: int = 1, enabled: bool"
+        in str(err)
     )
     assert "variant: 'paper' | 'vllm' = 'paper'" in str(err)
 
@@ -402,7 +407,8 @@ def test_context_parameters_cannot_be_set_from_config() -> None:
     ("text", "expected", "column"),
     [
         ("opts:decay=fast", "expected float, got 'fast' at column 12", 12),
-        ("opts:size=12XB", "expected int (or a size such as 512MiB or 8GiB), got '12XB'", 11),
+        ("opts:size=12XB", "expected bytes (a number, or a size such as 512MiB or 8GiB)", 11),
+        ("opts:count=1KiB", "expected int (a count, not a size: units such as KiB are for", 12),
         ("opts:enabled=maybe", "expected bool (true/false, yes/no, on/off, 1/0)", 14),
         ("opts:limit=lots", "expected int | None, got 'lots'", 12),
         ("opts:variant=papr", "expected one of 'paper', 'vllm', got 'papr'", 14),
@@ -467,7 +473,7 @@ def test_toml_selects_plugins_and_passes_engine_settings_through(tmp_path) -> No
     assert config.offload is not None
     assert config.offload.raw_options == {"capacity": "8GiB", "pinned": True, "ratio": 0.5}
     capacity = config.offload.options["capacity"]  # a TOML string still converts to a size
-    assert convert_option(capacity.text, int, quoted=capacity.quoted) == 8 * 2**30
+    assert convert_option(capacity.text, Bytes, quoted=capacity.quoted) == 8 * 2**30
     assert config.engine == {"block_size": 16, "num_gpu_blocks": 2048}
     assert config.origins["block_size"] == f"{path}, key 'block_size'"
     assert [s.kind for s in config.specs()] == [

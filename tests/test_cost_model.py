@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvframe.executors import CostModel, ModelShape, get_preset, num_gpu_blocks_for
+from kvframe.executors.catalog import preset_names
 from kvframe.executors.presets import (
     H100_SXM,
     LLAMA_3_1_8B,
@@ -14,7 +15,6 @@ from kvframe.executors.presets import (
     derive_cost_model,
     kv_memory_for,
     llama_num_params,
-    preset_names,
 )
 
 GiB = 1024**3

@@ -26,7 +26,7 @@ def test_import_kvframe_loads_no_torch_no_entry_points_and_no_plugin_host() -> N
     loaded = modules_after("import kvframe")
     assert "kvframe" in loaded
     assert loaded.isdisjoint(HEAVY), loaded & set(HEAVY)
-    assert "kvframe.plugins" not in loaded
+    assert "kvframe.host.registry" not in loaded
     assert "kvframe.config" not in loaded
     # The CLI's tables and progress display import rich where they draw.
     assert "rich" not in loaded and "kvframe.console" not in loaded
@@ -39,7 +39,7 @@ def test_building_a_registry_does_not_scan_until_asked() -> None:
         registry = kvframe.PluginRegistry()
         """
     )
-    assert "kvframe.plugins" in loaded
+    assert "kvframe.host.registry" in loaded
     assert loaded.isdisjoint(HEAVY), loaded & set(HEAVY)
 
 

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from kvframe.metrics import Distribution, MetricsCollector, percentile
+from kvframe.engine.metrics import Distribution, MetricsCollector, percentile
 
 
 def test_percentile_interpolates_linearly_between_ranks() -> None:
@@ -223,7 +223,7 @@ def test_job_waiting_time_and_reprefilled_tokens() -> None:
 
 
 def test_old_counter_names_read_as_vllms_external_prefix_cache_names() -> None:
-    from kvframe.metrics import canonical_counters
+    from kvframe.engine.metrics import canonical_counters
 
     old = {"connector_prefix_cache_hits": 5, "connector_prefix_cache_queries": 9, "x": 1}
     assert canonical_counters(old) == {

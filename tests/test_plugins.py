@@ -13,8 +13,8 @@ from structlog.testing import capture_logs
 
 import kvframe
 from kvframe.config import ConfigError
-from kvframe.events import RequestFinished, StepSnapshot
-from kvframe.plugins import PluginRegistry, Tracing, get_registry, tracing_manager
+from kvframe.contract.records import RequestFinished, StepSnapshot
+from kvframe.host.registry import PluginRegistry, Tracing, get_registry, tracing_manager
 
 # ==========================================================================
 # Test-only plugin classes (the real policies live in plugins/ and are not used here)
@@ -153,7 +153,7 @@ def test_create_returns_the_plain_instance_whose_methods_never_touch_pluggy(
     registry: PluginRegistry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     registry.register_class(Recency, distribution="tests")
-    policy = registry.create("eviction", "recency:ghost=yes,budget=1KiB", 4)
+    policy = registry.create("eviction", "recency:ghost=yes,budget=1024", 4)
     assert type(policy) is Recency
     assert (policy.capacity, policy.ghost, policy.budget) == (4, True, 1024)
 

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kvframe
-from kvframe.request import Request
-from kvframe.request_queues import FIFORequestQueue, SortedRequestQueue
+from kvframe.domain.queues import FIFORequestQueue, SortedRequestQueue
+from kvframe.domain.request import Request
 from kvframe.testing import SchedulingPolicySuite
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "plugin-authors.md"

@@ -1,7 +1,7 @@
 """``kvframe calibrate``: fit the sim's cost model to the torch executor.
 
 ``calibrate`` times the torch executor over a grid of step shapes, fits the
-sim's cost model (:mod:`kvframe.executors.torch.calibrate`) and writes a
+sim's cost model (:mod:`kvframe.calibrate.fit`) and writes a
 cost-model file for ``kvframe run --cost-model FILE``; with ``--check`` it
 also replays a held-out workload both ways and reports the errors.
 """
@@ -99,11 +99,7 @@ def _calibrate(args: argparse.Namespace, ctx: Any) -> int:
             check_cpu_clock(options.device.partition(":")[0], options.threads)
         except ValueError as err:
             raise ConfigError(str(err), origin="--clock") from None
-    from kvframe.domain.costs import ModelShape
-    from kvframe.executors.cost_model_file import write_cost_model_file
-    from kvframe.executors.presets import llama_num_params
-    from kvframe.executors.torch.build import plan_model
-    from kvframe.executors.torch.calibrate import (
+    from kvframe.calibrate.fit import (
         LINEAR_TERMS,
         TERMS,
         Sample,
@@ -112,12 +108,16 @@ def _calibrate(args: argparse.Namespace, ctx: Any) -> int:
         grid_steps,
         measure_copy_bandwidth,
     )
-    from kvframe.executors.torch.replay import (
+    from kvframe.calibrate.replay import (
         compare,
         engine_samples,
         held_out_workload,
         measure_interleaved,
     )
+    from kvframe.domain.costs import ModelShape
+    from kvframe.executors.cost_model_file import write_cost_model_file
+    from kvframe.executors.presets import llama_num_params
+    from kvframe.executors.torch.build import plan_model
 
     try:
         plan = plan_model(options)

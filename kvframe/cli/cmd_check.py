@@ -32,7 +32,7 @@ from kvframe.config.options import value_text
 
 if TYPE_CHECKING:
     from kvframe.config import UserConfig
-    from kvframe.plugins import Resolved
+    from kvframe.host.registry import Resolved
 
 __all__ = ["add_check_command", "check_selection"]
 

@@ -37,14 +37,23 @@ def add_compare_command(subparsers: Any) -> None:
         help="write figures (PNG + SVG) and report.html to DIR (pip install 'kvframe[plot]')",
     )
     parser.add_argument("--title", help="title of the table and the report")
+    parser.add_argument(
+        "--all-requests",
+        action="store_true",
+        help="each run's figures over every request it served, even where another run of "
+        "the same workload ignored some (default: over the requests every run served)",
+    )
     parser.set_defaults(handler=compare_command)
 
 
 def compare_command(args: argparse.Namespace, ctx: Context) -> int:
+    from kvframe.compare.common import on_common_requests
     from kvframe.compare.load import load_entries
     from kvframe.compare.table import render_table, write_csv, write_json
 
     entries = load_entries(args.sources)
+    if not args.all_requests:
+        entries = on_common_requests(entries)
     title = args.title or "kvframe compare: " + ", ".join(Path(s).name for s in args.sources)
     if args.json:
         write_json(entries, ctx.stdout)

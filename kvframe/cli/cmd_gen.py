@@ -6,6 +6,7 @@ Each generator is one ``add_*_generator(generators)`` function in :data:`GENERAT
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -204,13 +205,23 @@ def _gen_chat(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def parse_rate(text: str) -> float | None:
-    """``--rate``: arrivals per second, or ``none`` for everything at the start."""
+    """``--rate``: arrivals per second, or ``none`` for everything at the start.
+
+    ``inf`` means the same as ``none`` (every gap is zero) and is stored as
+    ``none``: an infinite rate would make the file's JSON header non-standard
+    (``Infinity``), which strict JSON readers refuse.
+    """
     if text.strip().lower() == "none":
         return None
     try:
-        return float(text)
+        rate = float(text)
     except ValueError:
         raise ConfigError(f"expected a number or 'none', got {text!r}", origin="--rate") from None
+    if math.isinf(rate) and rate > 0:
+        return None
+    if math.isnan(rate):
+        raise ConfigError(f"expected a number or 'none', got {text!r}", origin="--rate")
+    return rate
 
 
 def write_generated(out: str, config: Any, write: Callable[[Any, Any], int], ctx: Context) -> int:

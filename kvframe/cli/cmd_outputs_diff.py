@@ -36,7 +36,10 @@ def _outputs_diff(args: argparse.Namespace, ctx: Any) -> int:
         raise ConfigError(str(err)) from None
     difference = first_difference(a, b)
     if difference is None:
-        print(f"identical: {len(a)} requests, {sum(map(len, a.values()))} generated tokens")
+        from kvframe.console import counted
+
+        tokens = counted(sum(map(len, a.values())), "generated token")
+        print(f"identical: {counted(len(a), 'request')}, {tokens}")
         return 0
     print(f"different: {difference}")
     return 1

@@ -14,7 +14,7 @@ from kvframe.config import KINDS
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from kvframe.plugins import PluginEntry
+    from kvframe.host.registry import PluginEntry
 
 __all__ = ["add_plugins_command", "format_plugin_table", "plugin_count", "plugin_table"]
 

@@ -5,16 +5,22 @@
 stderr (a live line on a terminal; elsewhere a plain line every 10 s), prints
 the summary table on stdout and writes ``metrics.json`` and ``requests.csv``
 to the output directory. Ctrl-C
-stops the run cleanly: what was measured is still written, marked partial, and
-the exit status is 130 (the shell's convention for SIGINT).
+or SIGTERM (``timeout``, Slurm) stops the run cleanly: what was measured is
+still written, marked partial (``metadata.interrupted_by`` says which), and the
+exit status is the shell's convention, 130 for SIGINT and 143 for SIGTERM.
 
 The output directory is created and checked before the replay, and an earlier
-run in it is never overwritten without ``--force``. If writing still fails, the
-summary is printed with a one-line error.
+run in it is never overwritten without ``--force``. A directory holds one run:
+``--force`` removes every file an earlier run wrote there (so no stale
+``outputs.jsonl`` outlives the run it came from) and refuses a directory that
+holds files ``kvframe run`` did not write. Every file of a run carries its run
+id (``metadata.run_id`` in ``metrics.json``, ``run_id`` in ``outputs.jsonl``
+and ``steps.csv``), so that ``outputs-diff`` can tell files of different runs
+apart. If writing still fails, the summary is printed with a one-line error.
 
 Exit codes: 0 success; 1 the run produced no usable result (the engine
 stalled, every request was ignored, or the results could not be written);
-2 bad trace, configuration or usage; 130 interrupted.
+2 bad trace, configuration or usage; 130 interrupted (Ctrl-C); 143 terminated (SIGTERM).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import datetime as _dt
 import json
 import sys
 import tempfile
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,11 +52,13 @@ from kvframe.cli.common import (
 from kvframe.config import ConfigError
 
 if TYPE_CHECKING:
-    from kvframe.metrics import MetricsSummary
+    from kvframe.engine.metrics import MetricsSummary
 
 __all__ = [
     "OUTPUT_FILES",
+    "RUN_FILES",
     "add_run_command",
+    "describe_clock",
     "describe_configuration",
     "nothing_ran",
     "prepare_out_dir",
@@ -78,6 +87,12 @@ def add_run_command(subparsers: Any) -> None:
     inputs.add_argument("--limit", type=int, metavar="N", help="replay only the first N requests")
     inputs.add_argument(
         "--skip-bad-lines", action="store_true", help="skip malformed trace lines (and count them)"
+    )
+    parser.add_argument(
+        "--sort-arrivals",
+        action="store_true",
+        help="sort requests by arrival (stably) instead of refusing a trace whose arrivals "
+        "go backwards",
     )
     inputs.add_argument(
         "--format",
@@ -125,6 +140,7 @@ def run_command(args: argparse.Namespace, ctx: Context) -> int:
     """The ``run`` handler: see the module docstring for exit codes."""
     from kvframe.cli.progress import ProgressLine
     from kvframe.engine import Engine, EngineStalled
+    from kvframe.engine.interrupt import sigterm_as_interrupt
     from kvframe.workloads import WorkloadError, load_workload
 
     config = engine_config(args)
@@ -132,7 +148,11 @@ def run_command(args: argparse.Namespace, ctx: Context) -> int:
         raise ConfigError(f"--limit must be >= 1, got {args.limit}")
     try:
         workload = load_workload(
-            args.trace, format=args.format, limit=args.limit, skip_bad_lines=args.skip_bad_lines
+            args.trace,
+            format=args.format,
+            limit=args.limit,
+            skip_bad_lines=args.skip_bad_lines,
+            sort_arrivals=args.sort_arrivals,
         )
     except FileNotFoundError as err:  # WorkloadNotFoundError words it, did-you-mean included
         print(f"kvframe run: error: {err}", file=sys.stderr)
@@ -147,6 +167,7 @@ def run_command(args: argparse.Namespace, ctx: Context) -> int:
     # Checked before the replay, so a bad --out costs nothing already computed.
     out_dir = Path(args.out) if args.out else _default_out_dir(args.trace)
     created = prepare_out_dir(out_dir, force=args.force)
+    run_id = uuid.uuid4().hex
     try:
         engine = Engine.from_config(config, ctx.registry)
     except BaseException:
@@ -154,13 +175,14 @@ def run_command(args: argparse.Namespace, ctx: Context) -> int:
             _remove_if_empty(out_dir)
         raise
     progress = ProgressLine(sys.stderr, enabled=args.progress)
-    try:
-        result = engine.run(workload, progress=progress if progress.enabled else None)
-    except EngineStalled as err:
+    with sigterm_as_interrupt() as interrupts:
+        try:
+            result = engine.run(workload, progress=progress if progress.enabled else None)
+        except EngineStalled as err:
+            progress.close()
+            print(f"kvframe run: error: {err}", file=sys.stderr)
+            return EXIT_FAILED
         progress.close()
-        print(f"kvframe run: error: {err}", file=sys.stderr)
-        return EXIT_FAILED
-    progress.close()
 
     source = config_file(args)
     summary = attrs.evolve(
@@ -168,11 +190,13 @@ def run_command(args: argparse.Namespace, ctx: Context) -> int:
         metadata={
             **result.summary.metadata,
             "config_file": None if source is None else str(Path(source).resolve()),
+            "run_id": run_id,
+            **({"interrupted_by": interrupts.received or "SIGINT"} if result.partial else {}),
         },
     )
     try:
         _write_outputs(summary, out_dir)
-        _write_executor_outputs(engine, out_dir)
+        _write_executor_outputs(engine, out_dir, run_id)
     except OSError as err:
         _report(summary, None, ctx, as_json=args.json, config_source=source)
         print(
@@ -182,7 +206,7 @@ def run_command(args: argparse.Namespace, ctx: Context) -> int:
         return EXIT_FAILED
     _report(summary, out_dir, ctx, as_json=args.json, config_source=source)
     if result.partial:
-        return EXIT_INTERRUPTED
+        return interrupts.exit_status
     reason = nothing_ran(summary.counters)
     if reason is not None:
         print(f"kvframe run: error: {reason}", file=sys.stderr)
@@ -213,23 +237,40 @@ def nothing_ran(counters: Mapping[str, Any]) -> str | None:
 def prepare_out_dir(out_dir: Path, *, force: bool) -> bool:
     """Create ``out_dir`` and check that results can be written there, before the run.
 
-    An existing run (``metrics.json`` or ``requests.csv`` present) is refused
-    unless ``force``: an explicit ``--out`` naming an old run is more often a
-    slip than a wish, and the old results cannot be recovered once replaced.
-    Other files in the directory are left alone. Returns whether the directory
-    was created here.
+    An existing run (any of :data:`RUN_FILES` present) is refused unless
+    ``force``: an explicit ``--out`` naming an old run is more often a slip than
+    a wish, and the old results cannot be recovered once replaced. With
+    ``force`` the old run's files are removed -- all of them, so that a file
+    this run does not write (a torch run's ``outputs.jsonl`` under a
+    simulated run) cannot pass for part of it -- and a directory that also
+    holds other files is refused: ``--force`` replaces a run, never someone's
+    files. Returns whether the directory was created here.
 
     :raises ConfigError: naming the directory and what is wrong with it.
     """
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError(f"{out_dir} exists and is not a directory", origin="--out")
-    existing = [name for name in OUTPUT_FILES if (out_dir / name).exists()]
+    existing = [name for name in RUN_FILES if (out_dir / name).exists()]
     if existing and not force:
         raise ConfigError(
             f"{out_dir} already holds a run ({', '.join(existing)}); it would be overwritten",
             origin="--out",
-            hints=["pass --force to overwrite it, or choose another --out"],
+            hints=["pass --force to replace it, or choose another --out"],
         )
+    if existing:
+        foreign = sorted(p.name for p in out_dir.iterdir() if p.name not in RUN_FILES)
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (
+                f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+            )
+            raise ConfigError(
+                f"{out_dir} holds an earlier run and files kvframe run did not write ({shown}); "
+                "--force replaces a run directory, it does not delete other files",
+                origin="--out",
+                hints=["choose another --out, or move those files away"],
+            )
+        for name in existing:
+            (out_dir / name).unlink()
     created = not out_dir.exists()
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -248,7 +289,10 @@ def _remove_if_empty(path: Path) -> None:
 
 
 OUTPUT_FILES = ("metrics.json", "requests.csv")
-"""What ``run`` writes into its output directory."""
+"""What every ``run`` writes into its output directory."""
+
+RUN_FILES = (*OUTPUT_FILES, "outputs.jsonl", "steps.csv")
+"""Every file a ``run`` may write there (the last two: ``--executor torch``)."""
 
 
 def _write_outputs(summary: MetricsSummary, out_dir: Path) -> None:
@@ -257,23 +301,23 @@ def _write_outputs(summary: MetricsSummary, out_dir: Path) -> None:
     summary.write_csv(out_dir / "requests.csv")
 
 
-def _write_executor_outputs(engine: Any, out_dir: Path) -> None:
+def _write_executor_outputs(engine: Any, out_dir: Path, run_id: str) -> None:
     """The torch executor's generated tokens (outputs.jsonl) and measured steps (steps.csv)."""
     outputs = getattr(engine.executor, "outputs", None)
     if outputs is None:
         return
     from kvframe.executors.torch.outputs import OUTPUTS_FILE, write_outputs
 
-    write_outputs(out_dir / OUTPUTS_FILE, outputs, engine.executor.decoded_outputs())
+    write_outputs(out_dir / OUTPUTS_FILE, outputs, engine.executor.decoded_outputs(), run_id=run_id)
     with (out_dir / "steps.csv").open("w") as f:
         f.write(
             "step,prefill_tokens,decode_seqs,context_tokens,virtual_s,wall_s,"
-            "cpu_s,prefill_seqs,prefill_pairs\n"
+            "cpu_s,prefill_seqs,prefill_pairs,run_id\n"
         )
         for i, s in enumerate(engine.executor.steps, 1):
             f.write(
                 f"{i},{s.prefill},{s.decode},{s.context},{s.virtual_s!r},{s.wall_s!r},"
-                f"{s.cpu_s!r},{s.prefill_seqs},{s.prefill_pairs}\n"
+                f"{s.cpu_s!r},{s.prefill_seqs},{s.prefill_pairs},{run_id}\n"
             )
 
 
@@ -286,8 +330,11 @@ def _bytes(n: float) -> str:
     return f"{n:.1f} GiB"  # pragma: no cover
 
 
-def describe_configuration(engine: Mapping[str, Any], config_source: str | None) -> list[str]:
-    """Lines saying what ran: scheduler, GPU pool and its eviction, tier, config file."""
+def describe_configuration(
+    engine: Mapping[str, Any], config_source: str | None, clock: str | None = None
+) -> list[str]:
+    """Lines saying what ran: scheduler, GPU pool and its eviction, tier, config file, and
+    (given ``clock``, the summary's ``metadata.clock``) which clock the times are on."""
     blocks = engine.get("num_gpu_blocks")
     pool = (
         f"{blocks:,} GPU blocks x {engine.get('block_size')} tokens"
@@ -308,7 +355,24 @@ def describe_configuration(engine: Mapping[str, Any], config_source: str | None)
     ]
     if engine.get("tracers"):
         lines.append("tracers: " + ", ".join(engine["tracers"]))
+    if clock is not None:
+        lines.append(describe_clock(clock, engine))
     return lines
+
+
+def describe_clock(clock: str, engine: Mapping[str, Any]) -> str:
+    """Which clock the run's times are on: the cost model's (virtual) or measured.
+
+    Why say it: a torch-executor run on a laptop CPU printed "TTFT 0.015 s" next
+    to "preset llama3.1-8b-h100", and read as a measurement of that CPU.
+    """
+    if clock == "virtual":
+        return (
+            f"clock: virtual -- every time above is the cost model's (preset "
+            f"{engine.get('preset')}), not measured on this machine"
+        )
+    what = "wall time" if clock == "wall" else "CPU time of the engine's thread"
+    return f"clock: measured -- each step advances by the forward pass's {what}"
 
 
 def _report(
@@ -330,17 +394,20 @@ def _report(
         if where:
             print(where, file=sys.stderr)
         return
-    from kvframe.console import emit
+    from kvframe.console import counted, emit
 
     emit(ctx.stdout, *summary.tables())
     ctx.print("")
-    for line in describe_configuration(summary.metadata.get("engine", {}), config_source):
+    metadata = summary.metadata
+    for line in describe_configuration(
+        metadata.get("engine", {}), config_source, metadata.get("clock", "virtual")
+    ):
         ctx.print(line)
     counters = summary.counters
     notes = []
     if counters.get("num_requests_ignored"):
         notes.append(
-            f"{counters['num_requests_ignored']} requests ignored: their prompt exceeds "
+            f"{counted(counters['num_requests_ignored'], 'request')} ignored: their prompt exceeds "
             "max_model_len or they could never fit the GPU pool; they are in no latency "
             "or token figure"
         )
@@ -358,8 +425,10 @@ def _report(
     if counters.get("num_skipped_lines"):
         notes.append(f"{counters['num_skipped_lines']} malformed trace lines skipped")
     if summary.partial:
+        cause = summary.metadata.get("interrupted_by")
         notes.append(
-            f"interrupted: {counters.get('num_requests_unfinished', 0)} requests unfinished, "
+            f"interrupted{f' ({cause})' if cause else ''}: "
+            f"{counters.get('num_requests_unfinished', 0)} requests unfinished, "
             f"{counters.get('num_requests_not_arrived', 0)} not yet arrived"
         )
     if notes:

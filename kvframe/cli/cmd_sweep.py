@@ -1,8 +1,14 @@
 """``kvframe sweep SWEEP.toml``: run a grid of runs into a results database.
 
-Exit codes: 0 every cell done (now or before), 1 some cell failed (its error is
-in the database and printed), 2 bad sweep file, database or Ray address (before
-any cell runs), 130 interrupted (finished cells are kept; run again to resume).
+Exit codes: 0 every cell of the file done (now or before), 1 some cell of the
+file failed (its error is in the database and printed), 2 bad sweep file,
+database or Ray address, or another sweep writing to the database (before any
+cell runs), 130 interrupted by Ctrl-C, 143 by SIGTERM (finished cells are kept;
+run again to resume).
+
+A failed cell the file no longer has (a typo since fixed) is *stale*: it is
+listed as such, without a number, and does not fail the sweep; cells are
+numbered by their place in the file (``#N``, the database's ``idx`` + 1).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ __all__ = ["add_sweep_command"]
 EXIT_OK = 0
 EXIT_FAILED_CELLS = 1
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
 
 
 def add_sweep_command(subparsers: Any) -> None:
@@ -111,8 +118,10 @@ def sweep_command(args: argparse.Namespace, ctx: Context) -> int:
         )
     store = ResultStore(db)
     try:
+        current = {cell.key for cell in spec.cells}
+        store.renumber(spec.cells)
         if args.retry_failed:
-            store.forget_failed()
+            store.forget_failed(current)
         jobs = args.jobs or spec.jobs
         if args.ray is not None:
             backend: Any = RayBackend(args.ray or None, jobs)
@@ -126,19 +135,36 @@ def sweep_command(args: argparse.Namespace, ctx: Context) -> int:
             report = run_sweep(spec, store, backend, on_update=display.update)
         if args.ray is not None:
             backend.stop()
-        failed = [c for c in store.cells() if c["status"] == "failed"]
+        all_failed = [c for c in store.cells() if c["status"] == "failed"]
     finally:
         store.close()
+    from kvframe.console import counted
+
+    failed = [c for c in all_failed if c["key"] in current]
+    stale = [c for c in all_failed if c["key"] not in current]
     ctx.print(
-        f"sweep {spec.name}: {report.done} cells run, {report.skipped} already stored, "
-        f"{report.failed} failed, {report.wall_seconds:.1f} s -> {db}"
+        f"sweep {spec.name}: {counted(report.done, 'cell')} run, {report.skipped} already "
+        f"stored, {report.failed} failed, {report.wall_seconds:.1f} s -> {db}"
     )
     for cell in failed:
-        first = (cell["error"] or "").splitlines()[0] if cell["error"] else "?"
-        ctx.print(f"  failed cell #{cell['index'] + 1} ({cell['key']}): {first}")
+        ctx.print(f"  failed cell #{cell['index'] + 1} ({cell['key']}): {_first_line(cell)}")
+    if stale:
+        ctx.print(
+            f"  {counted(len(stale), 'stale failed cell')} no longer in {args.sweep} "
+            "(kept in the database, not counted):"
+        )
+    for cell in stale:
+        settings = ", ".join(
+            f"{k}={v}" for k, v in sorted(cell["config"].items()) if k != "workload"
+        )
+        ctx.print(f"    {cell['key']} ({settings}): {_first_line(cell)}")
     if report.interrupted:
-        return EXIT_INTERRUPTED
+        return EXIT_TERMINATED if report.signal == "SIGTERM" else EXIT_INTERRUPTED
     return EXIT_FAILED_CELLS if failed else EXIT_OK
+
+
+def _first_line(cell: dict[str, Any]) -> str:
+    return (cell["error"] or "").splitlines()[0] if cell["error"] else "?"
 
 
 class _Display:

@@ -16,18 +16,16 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from kvframe.config import (
     KINDS,
-    ConfigError,
     UserConfig,
     config_from_mapping,
     find_config_file,
     load_config,
     merge,
-    parse_spec,
 )
 
 if TYPE_CHECKING:
     from kvframe.engine import EngineConfig
-    from kvframe.plugins import PluginRegistry
+    from kvframe.host.registry import PluginRegistry
 
 __all__ = [
     "ENGINE_FLAGS",
@@ -70,7 +68,7 @@ class Context:
     @property
     def registry(self) -> PluginRegistry:
         if self._registry is None:
-            from kvframe.plugins import get_registry
+            from kvframe.host.registry import get_registry
 
             self._registry = get_registry()
         return self._registry
@@ -241,40 +239,8 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
 
 
 def engine_config_from(selection: UserConfig) -> EngineConfig:
-    """:func:`engine_config` for an already loaded selection."""
+    """:meth:`EngineConfig.from_selection <kvframe.engine.EngineConfig.from_selection>`,
+    imported only when a command needs an engine."""
     from kvframe.engine import EngineConfig
 
-    if selection.offload is None and selection.eviction is not None:
-        raise ConfigError(
-            "the eviction policy selects how the offload tier evicts, "
-            "but no offload tier is selected",
-            text=selection.eviction.source,
-            origin=selection.eviction.origin,
-            hints=[
-                "for the order in which the GPU prefix cache evicts, use "
-                f"--gpu-eviction {selection.eviction.source or 'NAME'} "
-                "(or gpu_eviction in kvframe.toml)",
-                "to add a CPU tier: --offload cpu:capacity=8GiB",
-            ],
-        )
-    if selection.offload is None and selection.reuse_filter is not None:
-        raise ConfigError(
-            "a reuse filter decides what an offload tier stores, but no offload tier is selected",
-            text=selection.reuse_filter.source,
-            origin=selection.reuse_filter.origin,
-        )
-    fields: dict[str, Any] = {
-        "tracers": selection.tracer,
-        "offload": selection.offload,
-        "eviction": selection.eviction,
-        "reuse_filter": selection.reuse_filter,
-    }
-    if selection.scheduling is not None:
-        fields["scheduling"] = selection.scheduling
-    gpu_eviction = selection.engine.get("gpu_eviction")
-    if isinstance(gpu_eviction, str):
-        # Parsed here so that its errors name the flag or the file's key.
-        fields["gpu_eviction"] = parse_spec(
-            gpu_eviction, "eviction", origin=selection.origins.get("gpu_eviction")
-        )
-    return EngineConfig.from_settings(selection.engine, origins=selection.origins, **fields)
+    return EngineConfig.from_selection(selection)

@@ -39,7 +39,7 @@ from kvframe.cli.common import EXIT_OK, EXIT_USAGE, Context, Handler
 from kvframe.config import ConfigError
 
 if TYPE_CHECKING:
-    from kvframe.plugins import PluginRegistry
+    from kvframe.host.registry import PluginRegistry
 
 __all__ = ["SUBCOMMANDS", "build_parser", "configure_logging", "main"]
 

@@ -18,7 +18,7 @@ import attrs
 
 from kvframe.config import ConfigError
 
-__all__ = ["Entry", "derived_metrics", "load_entries", "varying_keys"]
+__all__ = ["Coverage", "Entry", "derived_metrics", "load_entries", "typed_row", "varying_keys"]
 
 # Engine settings a run directory's metrics.json records that a comparison may be about.
 _RUN_KEYS = (
@@ -37,6 +37,23 @@ _RUN_KEYS = (
 
 
 @attrs.frozen(slots=True)
+class Coverage:
+    """How many requests an entry's metrics cover, when a comparison narrowed them.
+
+    Why: a run that ignored some requests (a prompt longer than its pool) reports
+    figures over fewer, different requests than a run that served them all;
+    comparing those figures compares workloads, not policies.
+    """
+
+    compared: int
+    """Requests every run of the group served: the ones these metrics cover."""
+    total: int
+    """Requests of the workload."""
+    excluded_here: int
+    """Of the excluded requests, how many this run itself ignored or left unfinished."""
+
+
+@attrs.frozen(slots=True)
 class Entry:
     """One run to compare."""
 
@@ -49,6 +66,10 @@ class Entry:
     wall_seconds: float | None
     column: Callable[[str], list[float]] = attrs.field(repr=False, eq=False)
     """Reads one ``requests.csv`` column (values that are set)."""
+    rows: Callable[[], list[dict[str, Any]]] = attrs.field(repr=False, eq=False, default=lambda: [])
+    """Reads every per-request row (``requests.csv`` columns to typed values)."""
+    coverage: Coverage | None = None
+    """Set when the metrics were narrowed to the requests every compared run served."""
 
     def label(self, keys: Sequence[str]) -> str:
         """The values of ``keys`` (the settings that vary), the way a legend shows them."""
@@ -91,6 +112,8 @@ def _short(key: str, value: Any) -> str:
         return _UNSET_LABELS.get(key, "")
     if key == "workload":
         return Path(str(value)).name.removesuffix(".gz").removesuffix(".jsonl")
+    if key == "generate":  # a generated workload's options: its name says enough in a legend
+        return ""
     return _SET_LABELS.get(key, key + "={}").format(value)
 
 
@@ -103,7 +126,9 @@ def derived_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
     """
     c = metrics.get("counters") or {}
     queries = c.get("prefix_cache_queries") or 0
-    hits = (c.get("prefix_cache_hits") or 0) + (c.get("connector_prefix_cache_hits") or 0)
+    # ``external_*`` is the current name; ``connector_*`` the one older files carry.
+    external = c.get("external_prefix_cache_hits", c.get("connector_prefix_cache_hits"))
+    hits = (c.get("prefix_cache_hits") or 0) + (external or 0)
     out = {"total_hit_rate": hits / queries if queries else 0.0}
     if "num_gpu_blocks" in c:
         out["num_gpu_blocks"] = c["num_gpu_blocks"]
@@ -133,6 +158,13 @@ def _from_db(path: Path) -> list[Entry]:
             finally:
                 reader.close()
 
+        def rows(key: str = key) -> list[dict[str, Any]]:
+            reader = ResultStore(path, create=False)
+            try:
+                return reader.request_rows(key)
+            finally:
+                reader.close()
+
         entries.append(
             Entry(
                 key,
@@ -142,6 +174,7 @@ def _from_db(path: Path) -> list[Entry]:
                 cell["error"],
                 cell["wall_seconds"],
                 column,
+                rows,
             )
         )
     store.close()
@@ -166,6 +199,10 @@ def _from_run_dir(path: Path) -> Entry:
         config["workload"] = (meta.get("workload") or {}).get("name")
         if "scheduling" in config:
             config["scheduler"] = config.pop("scheduling")
+    # What produced the numbers: a torch run's times may be measured, a sim run's are
+    # the cost model's; a comparison that mixes them must show it.
+    config.setdefault("executor", (meta.get("engine") or {}).get("executor", "sim"))
+    config.setdefault("clock", meta.get("clock", "virtual"))
 
     def column(name: str) -> list[float]:
         csv_file = path / "requests.csv"
@@ -174,9 +211,34 @@ def _from_run_dir(path: Path) -> Entry:
         with open(csv_file, newline="", encoding="utf-8") as handle:
             return [float(row[name]) for row in csv.DictReader(handle) if row.get(name)]
 
+    def rows() -> list[dict[str, Any]]:
+        csv_file = path / "requests.csv"
+        if not csv_file.is_file():
+            return []
+        with open(csv_file, newline="", encoding="utf-8") as handle:
+            return [typed_row(row) for row in csv.DictReader(handle)]
+
     status = "partial" if metrics.get("partial") else "done"
     wall = (metrics.get("counters") or {}).get("wall_clock_seconds")
-    return Entry(str(path), config, status, metrics, None, wall, column)
+    return Entry(str(path), config, status, metrics, None, wall, column, rows)
+
+
+def typed_row(row: Mapping[str, str]) -> dict[str, Any]:
+    """A ``requests.csv`` row with its values typed as
+    :class:`~kvframe.engine.metrics.RequestMetrics` has them (empty cells are ``None``)."""
+    out: dict[str, Any] = {}
+    for name, text in row.items():
+        if text is None or text == "":
+            out[name] = None
+        elif name in ("request_id", "job_id", "finish_status"):
+            out[name] = text
+        elif name == "is_last_turn":
+            out[name] = text == "True"
+        elif name.startswith("num_") or name == "turn":
+            out[name] = int(text)
+        else:
+            out[name] = float(text)
+    return out
 
 
 def load_entries(sources: Iterable[str | Path]) -> list[Entry]:

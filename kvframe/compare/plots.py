@@ -93,12 +93,24 @@ def _hit_ratio_curve(entries: Sequence[Entry], varying: list[str], out: Path) ->
         return None
     fig = _figure_class()(figsize=(7, 4.5))
     ax = fig.add_subplot()
-    keys = [k for k in varying if k != pool_key]
+    from kvframe.compare.effects import REPEAT_KEYS, interval
+
+    keys = [k for k in varying if k != pool_key and k not in REPEAT_KEYS]
+    repeats = any(k in varying for k in REPEAT_KEYS)
     for label, group in _series(entries, keys).items():
-        group = sorted(group, key=lambda e: _pool(e, pool_key))
-        xs = [_pool(e, pool_key) for e in group]
-        ys = [100 * (e.value("total_hit_rate") or 0.0) for e in group]
-        ax.plot(xs, ys, marker="o", label=label)
+        # Repeats (seeds) of one pool size are one point: their mean, with a 95% CI bar.
+        by_pool: dict[float, list[float]] = {}
+        for e in group:
+            by_pool.setdefault(_pool(e, pool_key), []).append(
+                100 * (e.value("total_hit_rate") or 0.0)
+            )
+        xs = sorted(by_pool)
+        stats = [interval(by_pool[x]) for x in xs]
+        errors = [s.half or 0.0 for s in stats]
+        ax.errorbar(
+            xs, [s.mean for s in stats], yerr=errors if repeats else None, marker="o",
+            capsize=3, label=label,
+        )  # fmt: skip
     unit = "blocks" if pool_key == "num_gpu_blocks" else "bytes"
     sizes = [_pool(e, pool_key) for e in entries if _pool(e, pool_key) > 0]
     if sizes and max(sizes) >= 8 * min(sizes):  # pool sizes usually grow by factors
@@ -112,6 +124,11 @@ def _hit_ratio_curve(entries: Sequence[Entry], varying: list[str], out: Path) ->
     caption = (
         "Share of prompt tokens found in a cache (GPU prefix cache plus what a CPU tier "
         "supplied) as the GPU pool grows; higher is better. One line per setting."
+        + (
+            " Each point is the mean over seeds, with its 95% confidence interval."
+            if repeats
+            else ""
+        )
     )
     return _save(fig, out, "hit_ratio_vs_pool_size", "Hit ratio vs pool size", caption)
 
@@ -135,7 +152,7 @@ def _latency_cdfs(entries: Sequence[Entry], varying: list[str], out: Path) -> Pl
     }
     if not any(values for per in data.values() for values in per.values()):
         return None
-    fig = _figure_class()(figsize=(13, 4.2))
+    fig = _figure_class()(figsize=(13, 4.2 + 0.25 * len(chosen) / 4))
     for i, (metric, axis_label, _) in enumerate(_CDF_METRICS):
         ax = fig.add_subplot(1, len(_CDF_METRICS), i + 1)
         for entry in chosen:
@@ -148,9 +165,12 @@ def _latency_cdfs(entries: Sequence[Entry], varying: list[str], out: Path) -> Pl
         ax.set_ylabel("fraction of requests")
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
-        if i == 0:
-            ax.legend(fontsize="x-small")
+    # One legend below the three panels: inside the TTFT panel it covered the curves.
+    handles, labels = fig.axes[0].get_legend_handles_labels()
+    columns = min(4, max(1, len(labels)))
     fig.suptitle(f"Latency CDFs{note}")
+    fig.tight_layout(rect=(0, 0.06 + 0.045 * ((len(labels) + columns - 1) // columns), 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=columns, fontsize="small", frameon=False)
     caption = (
         "Cumulative distribution of per-request latencies: a curve further left is faster; "
         "where it reaches 0.9 is the p90." + (f" Runs{note}." if note else "")
@@ -209,21 +229,35 @@ _PLOTS: tuple[Callable[[Sequence[Entry], list[str], Path], PlotFile | None], ...
 
 
 def write_plots(entries: Sequence[Entry], out: Path) -> list[PlotFile]:
-    """Write every figure the runs support into ``out``; returns them in order."""
+    """Write every figure the runs support into ``out``; returns them in order.
+
+    When the entries were narrowed to their common requests
+    (:func:`~kvframe.compare.common.on_common_requests`), every caption says
+    how many requests each point covers.
+    """
+    from kvframe.compare.common import coverage_note
+
     _figure_class()
     out.mkdir(parents=True, exist_ok=True)
     ok = _ok(entries)
     varying = varying_keys(ok)
-    return [plot for make in _PLOTS if (plot := make(ok, varying, out)) is not None]
+    note = coverage_note(ok)
+    plots = [plot for make in _PLOTS if (plot := make(ok, varying, out)) is not None]
+    for plot in plots:
+        if note:
+            plot.caption = f"{plot.caption} {note}"
+    return plots
 
 
 def write_report(
     entries: Sequence[Entry], plots: Sequence[PlotFile], path: Path, *, title: str
 ) -> None:
     """One HTML file with the table and every figure embedded (no other file needed)."""
+    from kvframe.compare.common import coverage_note
     from kvframe.compare.table import table_rows
 
     headings, rows = table_rows(entries)
+    note = coverage_note(entries)
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headings)
     body = "".join(
         "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows
@@ -235,6 +269,24 @@ def write_report(
         f"<figcaption>{html.escape(p.caption)}</figcaption></figure>"
         for p in plots
     )
+    from kvframe.compare.effects import repeated, settings_of, settings_rows, verdicts
+
+    settings = settings_of(entries)
+    effects = ""
+    if repeated(settings):
+        heads, cells = settings_rows(settings)
+        effects = (
+            "<h2>Per setting: mean ± 95% confidence interval over seeds</h2><table><thead><tr>"
+            + "".join(f"<th>{html.escape(h)}</th>" for h in heads)
+            + "</tr></thead><tbody>"
+            + "".join(
+                "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+                for row in cells
+            )
+            + "</tbody></table><ul>"
+            + "".join(f"<li>{html.escape(v.sentence())}</li>" for v in verdicts(settings))
+            + "</ul>"
+        )
     failed = "".join(
         f"<li>{html.escape(e.name)}: {html.escape((e.error or '?').splitlines()[0])}</li>"
         for e in entries
@@ -252,6 +304,8 @@ figcaption {{ color: #444; max-width: 60em; }}
 </style></head><body>
 <h1>{html.escape(title)}</h1>
 <table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>
+{f"<p>{html.escape(note)}</p>" if note else ""}
+{effects}
 {f"<h2>Failed runs</h2><ul>{failed}</ul>" if failed else ""}
 {figures}
 </body></html>

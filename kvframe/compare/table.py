@@ -55,20 +55,33 @@ def table_rows(entries: Sequence[Entry]) -> tuple[list[str], list[list[str]]]:
     """Headings and formatted cells of the terminal table (also what tests check)."""
     keys = varying_keys(entries) or ["workload"]
     metrics = [m for m in TABLE_METRICS if any(e.value(m[0]) is not None for e in entries)]
-    headings = [*keys, "status", *(heading for _, heading, _ in metrics)]
+    narrowed = any(e.coverage is not None for e in entries)
+    headings = [*keys, "status", *(["requests"] if narrowed else [])]
+    headings += [heading for _, heading, _ in metrics]
     rows = []
     for entry in entries:
         rows.append(
             [
                 *(_cell(entry.config.get(k)) for k in keys),
                 entry.status,
+                *([_coverage(entry)] if narrowed else []),
                 *(_fmt(entry.value(m), kind) for m, _, kind in metrics),
             ]
         )
     return headings, rows
 
 
+def _coverage(entry: Entry) -> str:
+    """``480 of 500`` when the run's figures were narrowed to the common requests."""
+    if entry.coverage is None:
+        return "all"
+    return f"{entry.coverage.compared:,} of {entry.coverage.total:,}"
+
+
 def _cell(value: Any) -> str:
+    if isinstance(value, dict):  # a generated workload's options, compactly
+        text = ",".join(f"{k}={v}" for k, v in sorted(value.items()))
+        return text if len(text) <= 40 else text[:39] + "…"
     return "-" if value is None else str(value)
 
 
@@ -81,9 +94,23 @@ def render_table(entries: Sequence[Entry], out: IO[str], *, title: str | None = 
     for row in rows:
         table.add_row(*row)
     failed = [e for e in entries if e.status == "failed"]
+    from kvframe.compare.common import coverage_note
+    from kvframe.compare.effects import repeated, settings_of, settings_rows, verdicts
+
+    note = coverage_note(entries)
+    extra: list[Any] = []
+    settings = settings_of(entries)
+    if repeated(settings):
+        heads, cells = settings_rows(settings)
+        summary = new_table(*heads, title="per setting: mean ± 95% CI over seeds", numeric_from=1)
+        for row in cells:
+            summary.add_row(*row)
+        extra = [summary, *(v.sentence() for v in verdicts(settings))]
     emit(
         out,
         table,
+        *([note] if note else []),
+        *extra,
         *(
             f"failed {e.name}: {(e.error or '?').splitlines()[0] if e.error else '?'}"
             for e in failed
@@ -100,6 +127,8 @@ def _records(entries: Sequence[Entry]) -> list[dict[str, Any]]:
             "error": e.error,
             "wall_seconds": e.wall_seconds,
             "metrics": flat_metrics(e),
+            "requests_compared": None if e.coverage is None else e.coverage.compared,
+            "requests_total": None if e.coverage is None else e.coverage.total,
         }
         for e in entries
     ]
@@ -116,7 +145,9 @@ def write_csv(entries: Sequence[Entry], out: IO[str]) -> None:
     config_keys = sorted({k for r in records for k in r["config"]})
     metric_keys = sorted({k for r in records for k in r["metrics"]})
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["name", *config_keys, "status", "wall_seconds", *metric_keys])
+    writer.writerow(
+        ["name", *config_keys, "status", "wall_seconds", "requests_compared", *metric_keys]
+    )
     for r in records:
         writer.writerow(
             [
@@ -124,6 +155,7 @@ def write_csv(entries: Sequence[Entry], out: IO[str]) -> None:
                 *("" if r["config"].get(k) is None else r["config"][k] for k in config_keys),
                 r["status"],
                 "" if r["wall_seconds"] is None else r["wall_seconds"],
+                "" if r["requests_compared"] is None else r["requests_compared"],
                 *(r["metrics"].get(k, "") for k in metric_keys),
             ]
         )

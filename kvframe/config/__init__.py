@@ -23,13 +23,13 @@ The work is split by job; this package re-exports the public names of each, so
 ``from kvframe.config import parse_spec`` keeps working:
 
 - :mod:`kvframe.config.errors`: :class:`ConfigError` and spelling suggestions;
-- :mod:`kvframe.config.kinds`: the extension points (:data:`KINDS`);
+- :mod:`kvframe.contract.kinds`: the extension points (:data:`KINDS`);
 - :mod:`kvframe.config.grammar`: the config-string grammar (:func:`parse_spec`);
 - :mod:`kvframe.config.options`: binding options to a class's ``__init__``
   (:func:`bind_options`);
 - :mod:`kvframe.config.tomlfile`: ``kvframe.toml`` and merging it with flags.
 
-Which plugins exist is :mod:`kvframe.plugins`' business.
+Which plugins exist is :mod:`kvframe.host.registry`' business.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ from kvframe.config.grammar import (
     parse_size,
     parse_spec,
 )
-from kvframe.config.kinds import KINDS, Kind, get_kind, kind_of
 from kvframe.config.options import (
+    Bytes,
     OptionInfo,
     bind_options,
     context_params,
@@ -61,11 +61,13 @@ from kvframe.config.tomlfile import (
     load_config,
     merge,
 )
+from kvframe.contract.kinds import KINDS, Kind, get_kind, kind_of
 
 __all__ = [
     "CONFIG_FILE_NAME",
     "KINDS",
     "NAME_PATTERN",
+    "Bytes",
     "ConfigError",
     "Kind",
     "OptionInfo",

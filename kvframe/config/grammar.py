@@ -3,7 +3,7 @@
 Parsing and printing only: what a value looks like (int, float, bool, size,
 string) and where each part sits in the text, so errors can point at it.
 Whether the name is installed and whether the options fit the class is decided
-later (:mod:`kvframe.config.options`, :mod:`kvframe.plugins`).
+later (:mod:`kvframe.config.options`, :mod:`kvframe.host.registry`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import attrs
 
 from kvframe.config.errors import ConfigError
-from kvframe.config.kinds import get_kind
+from kvframe.contract.kinds import get_kind
 
 __all__ = [
     "BOOL_WORDS",
@@ -199,7 +199,7 @@ def parse_spec(text: str, kind: str, *, origin: str | None = None) -> PluginSpec
     """Parse a config string into a :class:`PluginSpec` of ``kind``.
 
     Only the grammar is checked here; whether the name is installed and whether
-    the options exist is checked by :meth:`kvframe.plugins.PluginRegistry.resolve`.
+    the options exist is checked by :meth:`kvframe.host.registry.PluginRegistry.resolve`.
 
     :raises ConfigError: with the position of the first character that does not fit.
     """

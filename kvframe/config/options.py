@@ -20,9 +20,10 @@ import attrs
 
 from kvframe.config.errors import ConfigError, did_you_mean, suggest
 from kvframe.config.grammar import BOOL_WORDS, INT_RE, PluginSpec, guess_value, parse_size
-from kvframe.config.kinds import get_kind
+from kvframe.contract.kinds import get_kind
 
 __all__ = [
+    "Bytes",
     "OptionInfo",
     "bind_options",
     "context_params",
@@ -33,6 +34,28 @@ __all__ = [
 ]
 
 _NoneType = type(None)
+
+
+class _ByteSize:
+    """The marker of :data:`Bytes` (compared by type, so any instance matches)."""
+
+    def __repr__(self) -> str:
+        return "bytes"
+
+
+Bytes = typing.Annotated[int, _ByteSize()]
+"""An option that is a number of bytes: it also takes sizes (``512MiB``, ``8GiB``).
+
+Why a marker: a plain ``int`` option (a block count, a token window) took
+``1KiB`` as 1024 without a word -- a unit on a count is a slip, not a wish.
+Annotate byte options ``capacity: Bytes`` (``kvframe.Bytes``).
+"""
+
+
+def _is_bytes(annotation: Any) -> bool:
+    return typing.get_origin(annotation) is typing.Annotated and any(
+        isinstance(m, _ByteSize) for m in annotation.__metadata__
+    )
 
 
 @attrs.frozen(slots=True)
@@ -69,7 +92,11 @@ def value_text(value: Any) -> str:
 
 def type_text(annotation: Any) -> str:
     """A short, user-facing spelling of a type hint: ``int | None``, ``'a' | 'b'``."""
+    if _is_bytes(annotation):
+        return "bytes"
     origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return type_text(typing.get_args(annotation)[0])
     if origin is Literal:
         return " | ".join(repr(arg) for arg in typing.get_args(annotation))
     if origin in (typing.Union, types.UnionType):
@@ -91,7 +118,7 @@ def _init_type_hints(init: Any) -> dict[str, Any]:
     its own and the unresolvable ones become ``Any`` (their values are guessed).
     """
     try:
-        return typing.get_type_hints(init)
+        return typing.get_type_hints(init, include_extras=True)
     except Exception:
         pass
     module = sys.modules.get(getattr(init, "__module__", ""), None)
@@ -151,7 +178,7 @@ class _BadValue(Exception):
 def convert_option(text: str, annotation: Any, *, quoted: bool = False) -> Any:
     """Convert the text of a value to ``annotation``.
 
-    Supported: ``int`` (also sizes: ``8GiB``), ``float``, ``bool``
+    Supported: ``int``, :data:`Bytes` (an int that also takes sizes: ``8GiB``), ``float``, ``bool``
     (true/false/yes/no/on/off/1/0), ``str``, ``pathlib.Path``, enums (by member
     name or value), ``Literal[...]`` choices, unions such as ``int | None``
     (``none`` or ``null`` gives ``None``). Without a usable hint the value keeps
@@ -159,7 +186,17 @@ def convert_option(text: str, annotation: Any, *, quoted: bool = False) -> Any:
 
     :raises _BadValue: (internal) when the text does not fit.
     """
+    if _is_bytes(annotation):
+        stripped = text.strip()
+        if INT_RE.fullmatch(stripped):
+            return int(stripped)
+        size = parse_size(stripped)
+        if size is None:
+            raise _BadValue("bytes (a number, or a size such as 512MiB or 8GiB)")
+        return size
     origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return convert_option(text, typing.get_args(annotation)[0], quoted=quoted)
     if origin is Literal:
         choices = typing.get_args(annotation)
         for choice in choices:
@@ -195,10 +232,11 @@ def convert_option(text: str, annotation: Any, *, quoted: bool = False) -> Any:
         stripped = text.strip()
         if INT_RE.fullmatch(stripped):
             return int(stripped)
-        size = parse_size(stripped)
-        if size is None:
-            raise _BadValue("int (or a size such as 512MiB or 8GiB)")
-        return size
+        if parse_size(stripped) is not None:
+            raise _BadValue(
+                "int (a count, not a size: units such as KiB are for options typed Bytes)"
+            )
+        raise _BadValue("int")
     if annotation is float:
         try:
             return float(text)

@@ -11,7 +11,7 @@ import attrs
 
 from kvframe.config.errors import ConfigError
 from kvframe.config.grammar import OptionValue, PluginSpec, format_spec, parse_spec
-from kvframe.config.kinds import KIND_ALIASES, KINDS, get_kind
+from kvframe.contract.kinds import KIND_ALIASES, KINDS, get_kind
 
 __all__ = [
     "CONFIG_FILE_NAME",

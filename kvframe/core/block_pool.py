@@ -25,7 +25,7 @@ Eviction. By default the free queue *is* the eviction order, exactly as in
 vLLM V1: least recently freed first, and within one request's blocks the tail
 first (the manager frees a request's blocks in reverse). Allocation pops from
 the head and drops the popped block's hash. Passing an
-:class:`~kvframe.bases.EvictionPolicy` instead builds a
+:class:`~kvframe.contract.bases.EvictionPolicy` instead builds a
 :class:`PolicyOrderedBlockPool`, where the policy orders the cached blocks.
 """
 
@@ -34,11 +34,12 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from kvframe.events import AllBlocksCleared, BlockHash, BlockRemoved, BlockStored, KVEvent
+from kvframe.contract.records import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
+from kvframe.domain.tokens import BlockHash
 
 if TYPE_CHECKING:
-    from kvframe.bases import EvictionPolicy
-    from kvframe.request import Request
+    from kvframe.contract.bases import EvictionPolicy
+    from kvframe.domain.request import Request
 
 __all__ = [
     "BlockHashToBlockMap",
@@ -323,11 +324,11 @@ class BlockPool:
     Args:
         num_gpu_blocks: blocks in the cache, including the null block.
         enable_caching: keep full blocks findable by hash after they are freed.
-        enable_kv_cache_events: record :class:`~kvframe.events.BlockStored` /
-            :class:`~kvframe.events.BlockRemoved` /
-            :class:`~kvframe.events.AllBlocksCleared` for :meth:`take_events`.
+        enable_kv_cache_events: record :class:`~kvframe.contract.records.BlockStored` /
+            :class:`~kvframe.contract.records.BlockRemoved` /
+            :class:`~kvframe.contract.records.AllBlocksCleared` for :meth:`take_events`.
         eviction_policy: ``None`` for vLLM's LRU (the free queue's order).
-            Otherwise an :class:`~kvframe.bases.EvictionPolicy` built with
+            Otherwise an :class:`~kvframe.contract.bases.EvictionPolicy` built with
             ``capacity=num_gpu_blocks``; ``BlockPool(...)`` then returns a
             :class:`PolicyOrderedBlockPool`. The choice is made here, once, so
             the default path carries no per-call branch for it.
@@ -649,7 +650,7 @@ _NOTHING_PROTECTED: frozenset[object] = frozenset()
 def gpu_eviction_problem(policy: object) -> str | None:
     """Why ``policy`` cannot order the GPU prefix cache, or ``None`` if it can.
 
-    The refusal rule (:attr:`kvframe.bases.EvictionPolicy.may_refuse`): the GPU
+    The refusal rule (:attr:`kvframe.contract.bases.EvictionPolicy.may_refuse`): the GPU
     tier asks ``evict(n, set())`` only when ``n`` blocks it gave the policy are
     idle, and cannot go on if the answer is ``None``; a policy that declares it
     may refuse anyway is turned away here, when it is selected, rather than

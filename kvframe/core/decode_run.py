@@ -43,10 +43,12 @@ from __future__ import annotations
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
+from kvframe.core.step import StepPlan
+
 if TYPE_CHECKING:
-    from kvframe.core.scheduler import Scheduler, _Step
     from kvframe.core.scheduler_output import SchedulerOutput
-    from kvframe.request import Request
+    from kvframe.core.step import StepPhases
+    from kvframe.domain.request import Request
 
 __all__ = ["DecodeRun"]
 
@@ -81,7 +83,6 @@ class DecodeRun:
         "_events",
         "_finish_step",
         "_lookahead",
-        "_new_step",
         "_scheduler",
         "_token_id",
         "context_tokens",
@@ -90,10 +91,7 @@ class DecodeRun:
         "step_index",
     )
 
-    def __init__(self, scheduler: Scheduler, token_id: int, finish_step: int) -> None:
-        from kvframe.core.scheduler import _Step
-
-        self._new_step = _Step
+    def __init__(self, scheduler: StepPhases, token_id: int, finish_step: int) -> None:
         self._scheduler = scheduler
         self._token_id = token_id
         self.running: list[Request] = list(scheduler.running)
@@ -168,16 +166,13 @@ class DecodeRun:
         if j > 1:
             self.context_tokens += self.num_running
         self.step_index = j
-        scheduler._now = now
-        scheduler.stats.num_steps += 1
-        scheduler.policy.on_step_start(now)
+        budget = scheduler.config.max_num_batched_tokens - self.num_running
+        step = scheduler.begin_step(now, budget)
         new_block_ids: dict[str, list[int] | None] | None = None
         if events is not None:
             new_block_ids = self._allocate(events, j)
 
-        budget = scheduler.config.max_num_batched_tokens - self.num_running
-        step = self._new_step(token_budget=budget)
-        scheduler._schedule_waiting(step)
+        scheduler.schedule_waiting(step)
         if step.num_scheduled_tokens:
             return self._ordinary_step(step, new_block_ids)
         if j == 1:
@@ -217,13 +212,12 @@ class DecodeRun:
         return new_block_ids
 
     def _ordinary_step(
-        self, step: object, new_block_ids: dict[str, list[int] | None] | None
+        self, admitted: StepPlan, new_block_ids: dict[str, list[int] | None] | None
     ) -> SchedulerOutput:
         """The waiting phase admitted requests: finish this step as ``schedule`` would."""
         scheduler = self._scheduler
-        admitted: _Step = step  # type: ignore[assignment]
         self.close(self.step_index - 1)  # every request as at this step's start
-        full = self._new_step(token_budget=admitted.token_budget)
+        full = StepPlan(admitted.token_budget)
         full.scheduled_running = list(self.running)
         # Running requests first, in running order, then the admitted ones: the
         # order schedule() fills these in.
@@ -237,7 +231,7 @@ class DecodeRun:
         full.scheduled_resumed = admitted.scheduled_resumed
         full.first_admissions = admitted.first_admissions
         full.recomputed_tokens = admitted.recomputed_tokens
-        return scheduler._finish_schedule(full)
+        return scheduler.finish_step(full)
 
     # ------------------------------------------------------------- catching up
 

@@ -46,15 +46,15 @@ would buy little. ``benchmarks/core_ops.py`` re-measures the chosen path.
 from __future__ import annotations
 
 import struct
-import sys
-from array import array
 from collections.abc import Callable, Hashable, Sequence
 from hashlib import blake2b
 from typing import TYPE_CHECKING, Any
 
+from kvframe.domain.tokens import encode_tokens
+
 if TYPE_CHECKING:
-    from kvframe.events import BlockHash
-    from kvframe.request import Request
+    from kvframe.domain.request import Request
+    from kvframe.domain.tokens import BlockHash
 
 __all__ = [
     "DIGEST_SIZE",
@@ -73,11 +73,6 @@ DIGEST_SIZE = 16
 ExtraKeysFn = Callable[["Request", int, int], "tuple[Any, ...] | None"]
 """``f(request, start_token, end_token)`` -> extra keys of that block, or ``None``."""
 
-# array typecode for 4-byte unsigned ints, and whether its bytes must be
-# swapped to little-endian; decided once, so hashes agree across platforms.
-_U32 = "I" if array("I").itemsize == 4 else "L"
-assert array(_U32).itemsize == 4, "no 4-byte unsigned array typecode on this platform"
-_SWAP = sys.byteorder != "little"
 _COUNT = struct.Struct("<I")
 
 
@@ -88,17 +83,6 @@ def root_hash(seed: int = 0) -> BlockHash:
 
 
 _DEFAULT_ROOT = root_hash(0)
-
-
-def _token_bytes(tokens: Sequence[int]) -> bytes:
-    packed = array(_U32, tokens)
-    if _SWAP:
-        packed.byteswap()
-    return packed.tobytes()
-
-
-token_bytes = _token_bytes
-"""Token ids as the hasher encodes them (uint32 little-endian): for lazy token sources."""
 
 
 # ------------------------------------------------------------------ extra keys
@@ -168,7 +152,7 @@ def hash_block_tokens(
     """
     if parent is None:
         parent = _DEFAULT_ROOT
-    message = parent + _COUNT.pack(len(tokens)) + _token_bytes(tokens)
+    message = parent + _COUNT.pack(len(tokens)) + encode_tokens(tokens)
     if extra_keys:
         message += encode_extra_keys(extra_keys)
     return blake2b(message, digest_size=DIGEST_SIZE).digest()
@@ -243,7 +227,7 @@ def make_block_hasher(
     extra_keys_fn: ExtraKeysFn | None = cache_salt_extra_keys,
     chunk_memo_capacity: int = 65_536,
 ) -> Callable[[Request], list[BlockHash]]:
-    """Build the function a :class:`~kvframe.request.Request` uses to hash its blocks.
+    """Build the function a :class:`~kvframe.domain.request.Request` uses to hash its blocks.
 
     The returned ``hasher(request)`` hashes the request's full blocks that are
     not hashed yet (from ``len(request.block_hashes)`` on) and returns only
@@ -302,7 +286,7 @@ def make_block_hasher(
         if extra_keys_fn is None or (salt_only and not (start == 0 and request.cache_salt)):
             # Fast path: no block of this range has extra keys.
             if tokens.__class__ is list:
-                chain(parent, _token_bytes(tokens[start:end]), append)
+                chain(parent, encode_tokens(tokens[start:end]), append)
                 return new_hashes
             chunk_ids = getattr(tokens, "chunk_ids", None)
             chunks = chunk_ids(start, end) if chunk_ids is not None else None
@@ -327,12 +311,12 @@ def make_block_hasher(
                     start += chunk_tokens
                 if start >= end:
                     return new_hashes
-            # A lazy prompt (kvframe.request.TokenView): its bytes without
+            # A lazy prompt (kvframe.domain.tokens.TokenView): its bytes without
             # materialising the token ids.
             chain(parent, tokens.token_bytes(start, end), append)
             return new_hashes
         if tokens.__class__ is list:
-            data = _token_bytes(tokens[start:end])
+            data = encode_tokens(tokens[start:end])
         else:
             data = tokens.token_bytes(start, end)
         for offset in range(0, end - start, block_size):

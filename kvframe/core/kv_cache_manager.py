@@ -24,9 +24,9 @@ import attrs
 from kvframe.core.block_pool import BlockPool, KVCacheBlock
 
 if TYPE_CHECKING:
-    from kvframe.bases import EvictionPolicy
-    from kvframe.events import KVEvent
-    from kvframe.request import Request
+    from kvframe.contract.bases import EvictionPolicy
+    from kvframe.contract.records import KVEvent
+    from kvframe.domain.request import Request
 
 __all__ = ["KVCacheManager", "PrefixCacheStats"]
 
@@ -83,7 +83,7 @@ class KVCacheManager:
         enable_caching: prefix caching on or off.
         enable_kv_cache_events: record KV events for :meth:`take_events`.
         eviction_policy: ``None`` for vLLM's LRU, or an
-            :class:`~kvframe.bases.EvictionPolicy` ordering the cached blocks
+            :class:`~kvframe.contract.bases.EvictionPolicy` ordering the cached blocks
             (see :class:`~kvframe.core.block_pool.PolicyOrderedBlockPool`).
         use_eagle: an EAGLE-style drafter needs the hidden states of the last
             cached block, so a prefix hit gives up its last block (vLLM's

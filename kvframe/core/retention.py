@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 if TYPE_CHECKING:
-    from kvframe.request import Request
+    from kvframe.domain.request import Request
 
 
 @attrs.frozen(slots=True)

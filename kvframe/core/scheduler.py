@@ -48,12 +48,15 @@ from kvframe.core.scheduler_output import (
     PrefixHit,
     SchedulerOutput,
 )
-from kvframe.request import Request, RequestQueue, RequestStatus
+from kvframe.core.step import StepPlan
+from kvframe.domain.queues import RequestQueue
+from kvframe.domain.request import Request, RequestStatus
 
 if TYPE_CHECKING:
-    from kvframe.bases import EvictionPolicy, SchedulingPolicy, TierView
+    from kvframe.contract.bases import EvictionPolicy, SchedulingPolicy
+    from kvframe.contract.views import TierView
+    from kvframe.core.connector import SchedulerConnector
     from kvframe.domain.costs import CostModel
-    from kvframe.offload.connector import SchedulerConnector
 
 __all__ = ["PolicyContractError", "Scheduler", "SchedulerConfig", "SchedulerStats"]
 
@@ -97,39 +100,6 @@ class SchedulerStats:
     num_aborted: int = 0
     num_loaded_requests_released: int = 0
     """Waiting requests whose loaded blocks were freed to break an admission stall."""
-
-
-class _Step:
-    """What one call to ``schedule`` has decided so far.
-
-    A plain slotted class, not attrs: one is built per step (and per step of a
-    decode run), and attrs' per-field factories cost more than the fields.
-    """
-
-    __slots__ = (
-        "first_admissions",
-        "new_block_ids",
-        "num_scheduled_tokens",
-        "preempted",
-        "recomputed_tokens",
-        "scheduled_new",
-        "scheduled_resumed",
-        "scheduled_running",
-        "spec_decode_tokens",
-        "token_budget",
-    )
-
-    def __init__(self, token_budget: int) -> None:
-        self.token_budget = token_budget
-        self.num_scheduled_tokens: dict[str, int] = {}
-        self.scheduled_running: list[Request] = []
-        self.scheduled_new: list[Request] = []
-        self.scheduled_resumed: list[Request] = []
-        self.preempted: list[Request] = []
-        self.new_block_ids: dict[str, list[int] | None] = {}
-        self.spec_decode_tokens: dict[str, list[int]] = {}
-        self.first_admissions: list[PrefixHit] = []
-        self.recomputed_tokens: dict[str, int] = {}
 
 
 class Scheduler:
@@ -300,19 +270,26 @@ class Scheduler:
 
     def schedule(self, now: float | None = None) -> SchedulerOutput:
         """Decide one step: which requests run with how many tokens."""
+        step = self.begin_step(now)
+        self._schedule_running(step)
+        if not step.preempted:
+            self.schedule_waiting(step)
+        return self.finish_step(step)
+
+    def begin_step(self, now: float | None, token_budget: int | None = None) -> StepPlan:
+        """Start a step: the clock, the step count, expired retentions, the policy's
+        step start. Returns an empty plan with ``token_budget`` (default: the whole
+        per-step budget; a decode run passes what its decodes leave)."""
         if now is not None:
             self._now = now
         self.stats.num_steps += 1
         self._expire_retentions()
         self.policy.on_step_start(self._now)
+        if token_budget is None:
+            token_budget = self.config.max_num_batched_tokens
+        return StepPlan(token_budget)
 
-        step = _Step(token_budget=self.config.max_num_batched_tokens)
-        self._schedule_running(step)
-        if not step.preempted:
-            self._schedule_waiting(step)
-        return self._finish_schedule(step)
-
-    def _finish_schedule(self, step: _Step) -> SchedulerOutput:
+    def finish_step(self, step: StepPlan) -> SchedulerOutput:
         """The decided step as an output; then advance the scheduled requests."""
         output = self._make_output(step)
         if self.connector is not None:
@@ -343,7 +320,7 @@ class Scheduler:
             return None
         return DecodeRun(self, token_id, finish_step)
 
-    def _schedule_running(self, step: _Step) -> None:
+    def _schedule_running(self, step: StepPlan) -> None:
         """Give RUNNING requests their tokens, preempting through the policy when blocks run out.
 
         A request that is simply decoding -- one new token, no drafts, and a
@@ -443,7 +420,7 @@ class Scheduler:
                 # Fresh drafts arrive with the next model output.
                 request.spec_token_ids = []
 
-    def _schedule_waiting(self, step: _Step) -> None:
+    def schedule_waiting(self, step: StepPlan) -> None:
         """Admit waiting requests while budget, sequence slots and blocks last."""
         kv = self.kv_cache_manager
         connector = self.connector
@@ -593,7 +570,7 @@ class Scheduler:
         if step_skipped is not None and step_skipped:
             self.skipped_waiting.prepend_requests(step_skipped)
 
-    def _make_output(self, step: _Step) -> SchedulerOutput:
+    def _make_output(self, step: StepPlan) -> SchedulerOutput:
         new_block_ids = step.new_block_ids
         new_reqs = [
             NewRequestData(
@@ -927,7 +904,7 @@ class Scheduler:
         return True
 
     def _record_first_admission(
-        self, step: _Step, request: Request, local_tokens: int, external_tokens: int
+        self, step: StepPlan, request: Request, local_tokens: int, external_tokens: int
     ) -> None:
         stats = self.stats
         stats.prefix_cache_queries += request.num_tokens
@@ -939,7 +916,7 @@ class Scheduler:
             PrefixHit(request.request_id, request.num_prompt_tokens, local_tokens, external_tokens)
         )
 
-    def _record_readmission(self, step: _Step, request: Request, hit_tokens: int) -> None:
+    def _record_readmission(self, step: StepPlan, request: Request, hit_tokens: int) -> None:
         stats = self.stats
         stats.preempted_prefix_cache_queries += request.num_tokens
         stats.preempted_prefix_cache_hits += hit_tokens
@@ -967,7 +944,7 @@ def _allows_decode_runs(policy: SchedulingPolicy) -> bool:
     allowed = getattr(policy, "allows_decode_runs", None)
     if allowed is not None:
         return bool(allowed)
-    from kvframe.bases import SchedulingPolicy
+    from kvframe.contract.bases import SchedulingPolicy
 
     return all(
         getattr(type(policy), name, None) is getattr(SchedulingPolicy, name)

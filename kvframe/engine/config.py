@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from kvframe.config import ConfigError, PluginSpec, format_spec, parse_size
+from kvframe.config import ConfigError, PluginSpec, format_spec, parse_size, parse_spec
 from kvframe.core.scheduler_config import SchedulerConfig
 from kvframe.domain.costs import num_gpu_blocks_for
-from kvframe.executors.presets import get_preset
+from kvframe.executors.catalog import get_preset
 
 if TYPE_CHECKING:
+    from kvframe.config import UserConfig
     from kvframe.executors.presets import Preset
 
 __all__ = ["DEFAULT_MAX_MODEL_LEN", "DEFAULT_PRESET", "ENGINE_KEYS", "EngineConfig"]
@@ -101,7 +102,7 @@ class EngineConfig:
     """
 
     preset: str = DEFAULT_PRESET
-    """Cost-model preset name (``kvframe.executors.presets.preset_names()``)."""
+    """Cost-model preset name (``kvframe.executors.catalog.preset_names()``)."""
     scheduling: PluginSelection = attrs.field(default="fcfs", validator=_selection)
     """Scheduling policy config string (vLLM's default is FCFS)."""
     gpu_eviction: PluginSelection | None = attrs.field(default=None, validator=_selection)
@@ -254,6 +255,52 @@ class EngineConfig:
         }
 
     # -- from kvframe.toml and flags ----------------------------------------
+
+    @classmethod
+    def from_selection(cls, selection: UserConfig) -> EngineConfig:
+        """The engine a plugin selection and its engine settings describe.
+
+        The one conversion every entry point uses -- ``kvframe run``, ``kvframe
+        check``, a sweep cell and ``kvframe.toml`` -- so one selection gives one
+        engine and one error everywhere. Checks what needs the whole selection
+        (an eviction policy or a reuse filter without an offload tier), then
+        :meth:`from_settings`; errors name the flag or the file's key.
+        """
+        if selection.offload is None and selection.eviction is not None:
+            raise ConfigError(
+                "the eviction policy selects how the offload tier evicts, "
+                "but no offload tier is selected",
+                text=selection.eviction.source,
+                origin=selection.eviction.origin,
+                hints=[
+                    "for the order in which the GPU prefix cache evicts, use "
+                    f"--gpu-eviction {selection.eviction.source or 'NAME'} "
+                    "(or gpu_eviction in kvframe.toml)",
+                    "to add a CPU tier: --offload cpu:capacity=8GiB",
+                ],
+            )
+        if selection.offload is None and selection.reuse_filter is not None:
+            raise ConfigError(
+                "a reuse filter decides what an offload tier stores, "
+                "but no offload tier is selected",
+                text=selection.reuse_filter.source,
+                origin=selection.reuse_filter.origin,
+            )
+        fields: dict[str, Any] = {
+            "tracers": selection.tracer,
+            "offload": selection.offload,
+            "eviction": selection.eviction,
+            "reuse_filter": selection.reuse_filter,
+        }
+        if selection.scheduling is not None:
+            fields["scheduling"] = selection.scheduling
+        gpu_eviction = selection.engine.get("gpu_eviction")
+        if isinstance(gpu_eviction, str):
+            # Parsed here so that its errors name the flag or the file's key.
+            fields["gpu_eviction"] = parse_spec(
+                gpu_eviction, "eviction", origin=selection.origins.get("gpu_eviction")
+            )
+        return cls.from_settings(selection.engine, origins=selection.origins, **fields)
 
     @classmethod
     def from_settings(

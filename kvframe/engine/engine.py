@@ -40,38 +40,36 @@ from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
-import kvframe
 from kvframe.core.decode_run import STOP, DecodeRun
 from kvframe.core.scheduler import Scheduler
+from kvframe.domain.request import Request
+from kvframe.domain.version import __version__
 from kvframe.engine.arrivals import ArrivalQueue
+from kvframe.engine.build import assemble
 from kvframe.engine.config import EngineConfig
-from kvframe.events import (
-    PrefixCacheEvent,
-    RequestFinished,
-    StepDecision,
-    StepSnapshot,
+from kvframe.engine.metrics import MetricsCollector, MetricsSummary
+from kvframe.engine.records import (
+    IGNORED,
+    finished_record,
+    ignored_record,
+    snapshot,
+    trace_decision,
+    trace_kv_events,
 )
-from kvframe.executors.sim import SimExecutor
 from kvframe.log import get_logger
-from kvframe.metrics import MetricsCollector, MetricsSummary
-from kvframe.offload.contract import OffloadContext
-from kvframe.request import Request
 from kvframe.workloads.spec import PromptTokens
 
 if TYPE_CHECKING:
     from kvframe.core.scheduler_output import SchedulerOutput
+    from kvframe.executors.base import Executor
     from kvframe.executors.presets import Preset
+    from kvframe.host.registry import PluginRegistry, Tracing
     from kvframe.offload.offloading_connector import OffloadingConnector
-    from kvframe.offload.worker import OffloadWorker
-    from kvframe.plugins import PluginRegistry, Tracing
     from kvframe.workloads.spec import RequestSpec, Workload
 
 __all__ = ["Engine", "EngineStalled", "RunProgress", "RunResult"]
 
 log = get_logger(__name__)
-
-IGNORED = "ignored"
-"""``finish_status`` of a request the engine refused (it could never fit)."""
 
 _MAX_IDLE_STEPS = 1000
 """Consecutive steps that schedule nothing without the clock moving before the
@@ -162,7 +160,7 @@ class Engine:
         self,
         config: EngineConfig,
         scheduler: Scheduler,
-        executor: SimExecutor | Any,
+        executor: Executor,
         *,
         tracing: Tracing | None = None,
         preset: Preset | None = None,
@@ -180,109 +178,24 @@ class Engine:
         self.num_decode_run_steps = 0
         """Steps taken inside runs of plain decode steps (see :mod:`kvframe.core.decode_run`);
         0 with ``step_by_step``. Not in the summary: results are the same either way."""
-        self._stop_token_ids = tuple(getattr(executor, "stop_token_ids", ()))
+        self._stop_token_ids = tuple(executor.stop_token_ids)
 
     @classmethod
     def from_config(cls, config: EngineConfig, registry: PluginRegistry | None = None) -> Engine:
-        """Build the plugins the config selects, the scheduler and the executor.
+        """Build the plugins the config selects, the scheduler and the executor
+        (:func:`kvframe.engine.build.assemble`).
 
         :param registry: where plugins are looked up (default: the installed ones).
         :raises ConfigError: for an unknown plugin or a bad option.
         """
-        if registry is None:
-            from kvframe.plugins import get_registry
-
-            registry = get_registry()
-        from kvframe.executors.torch.options import parse_executor
-
-        executor_name, torch_options = parse_executor(config.executor)
-        plan = None
-        if torch_options is not None:
-            # Validate the model (dtype, device, checkpoint) before anything else is built.
-            from kvframe.config import ConfigError
-            from kvframe.executors.torch.build import plan_model
-
-            try:
-                plan = plan_model(torch_options)
-            except ValueError as err:
-                raise ConfigError(str(err), origin="--executor") from None
-            config = attrs.evolve(
-                config,
-                num_gpu_blocks=_torch_num_blocks(
-                    config, plan.kv_bytes_per_block(config.block_size), torch_options.kv_memory
-                ),
-                kv_memory=None,
-            )
-        preset = config.preset_object
-        policy = registry.create("scheduling", config.scheduling)
-        eviction = None
-        num_gpu_blocks = config.resolved_num_gpu_blocks()
-        model = None
-        if plan is not None:
-            from kvframe.config import ConfigError
-
-            try:
-                model = plan.build(num_gpu_blocks, config.block_size)
-            except ValueError as err:
-                raise ConfigError(str(err), origin="--executor") from None
-        if config.gpu_eviction is not None:
-            eviction = registry.create("eviction", config.gpu_eviction, num_gpu_blocks)
-            from kvframe.core.block_pool import gpu_eviction_problem
-
-            problem = gpu_eviction_problem(eviction)
-            if problem is not None:
-                from kvframe.config import ConfigError
-
-                selected = config.gpu_eviction
-                text = selected if isinstance(selected, str) else type(eviction).name
-                raise ConfigError(f"--gpu-eviction {text}: {problem}")
-        tracing = registry.create_tracing(config.tracers) if config.tracers else None
-        events = tracing is not None and tracing.active
-        try:
-            connector = worker = handler = None
-            if config.offload is not None:
-                connector, worker, handler = _build_offload(
-                    config,
-                    registry,
-                    events,
-                    kv_bytes_per_token=None if plan is None else plan.kv_bytes_per_token(),
-                    real_bytes=plan is not None,
-                )
-            scheduler = Scheduler(
-                config.scheduler_config(enable_kv_cache_events=events),
-                policy,
-                eviction_policy=eviction,
-                connector=connector,
-                cost_model=preset.cost_model,
-            )
-        except BaseException:
-            if tracing is not None:
-                tracing.close()
-            raise
-        executor: Any
-        if model is not None:
-            from kvframe.executors.torch.executor import TorchExecutor
-
-            assert plan is not None and torch_options is not None
-            if handler is not None:
-                handler.register_kv_caches(model.kv_caches)
-            eos = torch_options.eos if torch_options.eos is not None else plan.config.eos_token_id
-            executor = TorchExecutor(
-                model,
-                preset.cost_model,
-                clock=torch_options.clock,
-                stop_token_ids=() if eos is None or eos < 0 else (eos,),
-                offload_worker=worker,
-                transfer_handler=handler,
-                description=plan.describe(),
-                tokenizer=plan.tokenizer,
-            )
-        else:
-            executor = SimExecutor(
-                preset.cost_model, offload_worker=worker, transfer_handler=handler
-            )
-        del executor_name
-        return cls(config, scheduler, executor, tracing=tracing, preset=preset)
+        parts = assemble(config, registry)
+        return cls(
+            parts.config,
+            parts.scheduler,
+            parts.executor,
+            tracing=parts.tracing,
+            preset=parts.preset,
+        )
 
     # ------------------------------------------------------------------
     # The run
@@ -366,7 +279,7 @@ class Engine:
         connector = cast("OffloadingConnector | None", scheduler.connector)
         worker = self.executor.offload_worker
         handler = self.executor.transfer_handler
-        record_finished = getattr(self.executor, "record_finished", None)
+        record_finished = self.executor.record_finished
         # Runs of plain decode steps in one go (kvframe.core.decode_run): only
         # where every step's effects are the scheduler's own and the cost
         # model's, i.e. the sim executor with no offload tier and no tracer.
@@ -374,7 +287,7 @@ class Engine:
             not self.config.step_by_step
             and hook is None
             and connector is None
-            and type(self.executor) is SimExecutor
+            and self.executor.supports_decode_runs
         )
 
         now = arrivals.next_time if arrivals.next_time != math.inf else 0.0
@@ -398,7 +311,7 @@ class Engine:
                 continue
 
             if hook is not None:
-                hook.kvframe_step_snapshot(snapshot=_snapshot(scheduler, now))
+                hook.kvframe_step_snapshot(snapshot=snapshot(scheduler, now))
             output = None
             if decode_runs:
                 run = scheduler.start_decode_run(self.executor.token_id)
@@ -410,7 +323,7 @@ class Engine:
                 output = schedule(now)
             step = stats.num_steps
             if hook is not None:
-                _trace_decision(hook, output, step, now)
+                trace_decision(hook, output, step, now)
 
             if output.preempted_req_ids:
                 for request_id in output.preempted_req_ids:
@@ -437,13 +350,13 @@ class Engine:
                     update_from_output(output, kv_output)
                     done = kv_output.kv_connector_output
                     if hook is not None:
-                        _trace_kv_events(hook, kv, step, now, connector)
+                        trace_kv_events(hook, kv, step, now, connector)
                     if done is not None and (done.finished_recving or done.finished_sending):
                         idle_steps = 0
                         continue
                     next_transfer = handler.next_completion()
                 elif hook is not None:
-                    _trace_kv_events(hook, kv, step, now)
+                    trace_kv_events(hook, kv, step, now)
                 now = self._idle(arrivals, now, output, idle_steps, next_transfer)
                 idle_steps = idle_steps + 1 if now == self._now else 0
                 self._now = now
@@ -467,7 +380,7 @@ class Engine:
                     request.first_token_time = end
                     on_first_token(request.request_id, end)
             if hook is not None:
-                _trace_kv_events(hook, kv, step, now, connector)
+                trace_kv_events(hook, kv, step, now, connector)
             if finished:
                 for request in finished:
                     request.finish_time = end
@@ -477,12 +390,11 @@ class Engine:
                         num_output_tokens=request.num_output_tokens,
                         status=request.get_finished_reason() or str(request.status),
                     )
-                    if record_finished is not None:
-                        record_finished(request)
+                    record_finished(request)
                     if request.job_id is not None:
                         arrivals.turn_finished(request.job_id, end)
                     if hook is not None:
-                        hook.kvframe_request_finished(record=_finished_record(request, step, now))
+                        hook.kvframe_request_finished(record=finished_record(request, step, now))
             now = end
             self._now = end
             if view is not None:
@@ -586,21 +498,8 @@ class Engine:
         if spec.job_id is not None:
             arrivals.turn_finished(spec.job_id, now)
         if hook is not None:
-            hook.kvframe_request_finished(
-                record=RequestFinished(
-                    step=self.scheduler.stats.num_steps,
-                    now=now,
-                    request_id=spec.request_id,
-                    status=IGNORED,
-                    num_prompt_tokens=spec.num_prompt_tokens,
-                    num_output_tokens=0,
-                    num_cached_tokens=0,
-                    num_preemptions=0,
-                    arrival_time=arrival,
-                    first_token_time=None,
-                    finish_time=now,
-                )
-            )
+            step = self.scheduler.stats.num_steps
+            hook.kvframe_request_finished(record=ignored_record(spec, arrival, step, now))
 
     # -- steps that schedule nothing -------------------------------------------
 
@@ -677,12 +576,10 @@ class Engine:
             counters["offload_loaded_blocks"] = stats.num_loaded_blocks
             counters["offload_evicted_blocks"] = stats.num_evicted_blocks
             counters["offload_store_refused"] = stats.num_store_refused
-        executor_counters = getattr(self.executor, "counters", None)
-        if executor_counters is not None:
-            counters.update(executor_counters())
+        counters.update(self.executor.counters())
         source = getattr(workload, "source", None)
         metadata = {
-            "kvframe_version": kvframe.__version__,
+            "kvframe_version": __version__,
             "workload": {
                 "name": getattr(workload, "name", "workload"),
                 "source": None if source is None else str(source),
@@ -693,189 +590,10 @@ class Engine:
             "scheduling_policy": self.policy_name,
             "preset": self.preset.describe(),
         }
-        description = getattr(self.executor, "description", None)
+        description = self.executor.description
         if description:
             metadata["executor"] = description
+        metadata["clock"] = getattr(self.executor, "clock", "virtual")
         return self._collector.summary(
             counters=counters, wall_clock_seconds=wall, partial=partial, metadata=metadata
         )
-
-
-# ==========================================================================
-# Trace records: built only when a tracer is active
-# ==========================================================================
-
-
-def _snapshot(scheduler: Scheduler, now: float) -> StepSnapshot:
-    kv = scheduler.kv_cache_manager
-    return StepSnapshot(
-        step=scheduler.stats.num_steps + 1,
-        now=now,
-        num_waiting=len(scheduler.waiting),
-        num_skipped_waiting=len(scheduler.skipped_waiting),
-        num_running=len(scheduler.running),
-        num_retained=len(scheduler.retained),
-        num_free_blocks=kv.num_free_blocks,
-        num_cached_blocks=kv.num_cached_blocks,
-        kv_usage=kv.usage,
-    )
-
-
-def _trace_decision(hook: Any, output: SchedulerOutput, step: int, now: float) -> None:
-    for hit in output.first_admissions:
-        hook.kvframe_prefix_cache_event(
-            event=PrefixCacheEvent(
-                step=step,
-                now=now,
-                request_id=hit.req_id,
-                num_prompt_tokens=hit.num_prompt_tokens,
-                local_hit_tokens=hit.local_hit_tokens,
-                external_hit_tokens=hit.external_hit_tokens,
-            )
-        )
-    cached = output.scheduled_cached_reqs
-    resumed = cached.resumed_req_ids
-    hook.kvframe_step_decision(
-        decision=StepDecision(
-            step=step,
-            now=now,
-            num_scheduled_tokens=dict(output.num_scheduled_tokens),
-            new_request_ids=tuple(r.req_id for r in output.scheduled_new_reqs),
-            resumed_request_ids=tuple(r for r in cached.req_ids if r in resumed),
-            # Sets: sorted so that traces are identical run to run.
-            preempted_request_ids=tuple(sorted(output.preempted_req_ids)),
-            finished_request_ids=tuple(sorted(output.finished_req_ids)),
-        )
-    )
-
-
-def _trace_kv_events(hook: Any, kv: Any, step: int, now: float, connector: Any = None) -> None:
-    events = kv.take_events()
-    if connector is not None:
-        events = [*events, *connector.take_events()]
-    if events:
-        hook.kvframe_kv_events(step=step, now=now, events=events)
-
-
-def _finished_record(request: Request, step: int, now: float) -> RequestFinished:
-    """``now`` is the step's start, like every record of the step; ``finish_time`` its end."""
-    return RequestFinished(
-        step=step,
-        now=now,
-        request_id=request.request_id,
-        status=request.get_finished_reason() or str(request.status),
-        num_prompt_tokens=request.num_prompt_tokens,
-        num_output_tokens=request.num_output_tokens,
-        num_cached_tokens=max(request.num_cached_tokens, 0),
-        num_preemptions=request.num_preemptions,
-        arrival_time=request.arrival_time,
-        first_token_time=request.first_token_time,
-        finish_time=request.finish_time if request.finish_time is not None else now,
-    )
-
-
-# ==========================================================================
-# Offload
-# ==========================================================================
-
-
-def _build_offload(
-    config: EngineConfig,
-    registry: PluginRegistry,
-    enable_events: bool,
-    *,
-    kv_bytes_per_token: int | None = None,
-    real_bytes: bool = False,
-) -> tuple[OffloadingConnector, OffloadWorker, Any]:
-    """The tier's manager (wrapped in the reuse filter), its connector and the worker.
-
-    The sim executor's worker runs a :class:`SimTransferHandler`. With
-    ``real_bytes`` (the torch executor) the tier's own transfer handler moves
-    the bytes and the sim handler keeps the time (see
-    :class:`~kvframe.executors.torch.executor.RealBytesTransferHandler`);
-    ``kv_bytes_per_token`` is then the torch model's, not the preset's.
-
-    ``config.eviction`` sets the tier's ``eviction`` option; if the offload
-    config string sets it too, they must name the same policy with the same options.
-    """
-    from kvframe.config import ConfigError
-    from kvframe.offload.manager import FilteredOffloadManager
-    from kvframe.offload.offloading_connector import OffloadingConnector
-    from kvframe.offload.worker import OffloadWorker, SimTransferHandler
-
-    assert config.offload is not None
-    resolved = registry.resolve("offload", config.offload)
-    options = dict(resolved.options)
-    if config.eviction is not None:
-        wanted = registry.resolve("eviction", config.eviction)
-        given = options.get("eviction")
-        if given is not None:
-            have = given if not isinstance(given, str) else registry.resolve("eviction", given)
-            if (have.name, dict(have.options)) != (wanted.name, dict(wanted.options)):
-                raise ConfigError(
-                    f"the offload tier's eviction policy {have.name!r} disagrees with the "
-                    f"eviction policy selected separately ({wanted.spec.source or wanted.name!r})",
-                    hints=["name the tier's eviction policy once: --eviction or eviction=..."],
-                )
-        options["eviction"] = wanted.spec.source or wanted.name
-    try:
-        spec = resolved.cls(**options)
-    except ValueError as err:
-        raise ConfigError(f"offload tier {resolved.name!r} rejected its options: {err}") from err
-    preset = config.preset_object
-    context = OffloadContext(
-        gpu_block_size=config.block_size,
-        kv_bytes_per_token=(
-            preset.shape.kv_bytes_per_token if kv_bytes_per_token is None else kv_bytes_per_token
-        ),
-        num_gpu_blocks=config.resolved_num_gpu_blocks(),
-        enable_events=enable_events,
-    )
-    try:
-        manager = spec.create_manager(context)  # type: ignore[attr-defined]
-    except ValueError as err:
-        raise ConfigError(f"offload tier {resolved.name!r}: {err}") from err
-    if config.reuse_filter is not None:
-        reuse_filter = registry.create("reuse_filter", config.reuse_filter)
-        manager = FilteredOffloadManager(manager, reuse_filter)
-    factor, rest = divmod(manager.block_size, config.block_size)
-    if rest or factor < 1:
-        raise ConfigError(
-            f"offload tier {resolved.name!r}: its block of {manager.block_size} tokens is not "
-            f"a whole number of {config.block_size}-token GPU blocks"
-        )
-    cost_model = preset.cost_model
-    if config.offload_bandwidth is not None:
-        cost_model = attrs.evolve(cost_model, transfer_bytes_per_s=float(config.offload_bandwidth))
-    kv_bytes = context.kv_bytes_per_token
-    connector = OffloadingConnector(
-        manager,
-        gpu_block_size=config.block_size,
-        block_size_factor=factor,
-        enable_prefix_caching=config.enable_prefix_caching,
-        # The tier view's load estimate is the sim transfer model's (what a load costs here).
-        load_time=lambda num_tokens: cost_model.transfer_time(num_tokens * kv_bytes),
-    )
-    handler: Any = SimTransferHandler(cost_model, context.gpu_block_bytes)
-    if real_bytes:
-        from kvframe.executors.torch.executor import RealBytesTransferHandler
-
-        handler = RealBytesTransferHandler(handler, spec.create_transfer_handler(context))
-    return connector, OffloadWorker(handler), handler
-
-
-def _torch_num_blocks(config: EngineConfig, block_bytes: int, default_kv_memory: int) -> int:
-    """GPU blocks for the torch executor: as given, or its KV memory over the *model's*
-    block bytes (the preset's model shape only drives the sim's clock)."""
-    if config.num_gpu_blocks is not None:
-        return config.num_gpu_blocks
-    memory = config.kv_memory if config.kv_memory is not None else default_kv_memory
-    blocks = int(memory // block_bytes)
-    if blocks < 2:
-        from kvframe.config import ConfigError
-
-        raise ConfigError(
-            f"kv_memory={memory} bytes holds fewer than 2 blocks of {block_bytes} bytes "
-            "for the torch executor's model"
-        )
-    return blocks

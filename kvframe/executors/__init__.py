@@ -9,7 +9,8 @@ stays cheap.
 from __future__ import annotations
 
 from kvframe.domain.costs import CostModel, ModelShape, num_gpu_blocks_for
-from kvframe.executors.presets import PRESETS, Preset, get_preset, preset_names
+from kvframe.executors.catalog import get_preset, preset_names
+from kvframe.executors.presets import PRESETS, Preset
 
 __all__ = [
     "PRESETS",

@@ -27,8 +27,6 @@ absolute latencies, fit the coefficients to your own server's step timings.
 
 from __future__ import annotations
 
-import difflib
-from pathlib import Path
 from typing import Any
 
 import attrs
@@ -43,12 +41,9 @@ __all__ = [
     "Efficiency",
     "GpuSpec",
     "Preset",
-    "calibrated_preset_names",
     "derive_cost_model",
-    "get_preset",
     "kv_memory_for",
     "llama_num_params",
-    "preset_names",
 ]
 
 GiB = 1024**3
@@ -345,34 +340,3 @@ PRESETS: dict[str, Preset] = {
     )
 }
 """Built-in presets by name."""
-
-
-CALIBRATED_DIR = Path(__file__).resolve().parents[1] / "data" / "cost_models"
-"""Cost-model files shipped with kvframe (``kvframe calibrate`` output), one preset each:
-measured on a real executor rather than derived. ``--preset NAME`` loads ``NAME.json``."""
-
-
-def calibrated_preset_names() -> list[str]:
-    return sorted(path.stem for path in CALIBRATED_DIR.glob("*.json"))
-
-
-def preset_names() -> list[str]:
-    return sorted({*PRESETS, *calibrated_preset_names()})
-
-
-def get_preset(name: str) -> Preset:
-    """The preset called ``name`` (case-insensitive).
-
-    :raises ValueError: listing the presets and suggesting the closest name.
-    """
-    key = name.strip().lower()
-    if key in PRESETS:
-        return PRESETS[key]
-    if key in calibrated_preset_names():
-        from kvframe.executors.cost_model_file import load_cost_model_file
-
-        return attrs.evolve(load_cost_model_file(CALIBRATED_DIR / f"{key}.json"), name=key)
-    names = preset_names()
-    close = difflib.get_close_matches(key, names, n=1, cutoff=0.4)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    raise ValueError(f"unknown cost-model preset {name!r}{hint} (available: {', '.join(names)})")

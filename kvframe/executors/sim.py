@@ -2,24 +2,18 @@
 
 There are no tensors. For each step the executor
 
-1. classifies the scheduled tokens into *prefill tokens* (a request still
-   computing its prompt, or recomputing prompt and outputs after a
-   preemption) and *decode sequences* (a request computing the one token it
-   sampled last step), and sums the *context tokens* attention reads (each
-   scheduled request's ``num_computed_tokens`` before the step); it also
-   counts the requests with a prefill chunk and their attention's query-key
-   pairs, terms only a fitted cost model uses;
+1. classifies the scheduled tokens (:func:`kvframe.executors.base.classify_step`)
+   into *prefill tokens* (a request still computing its prompt, or recomputing
+   prompt and outputs after a preemption) and *decode sequences* (a request
+   computing the one token it sampled last step), and sums the *context
+   tokens* attention reads (each scheduled request's ``num_computed_tokens``
+   before the step); it also counts the requests with a prefill chunk and their
+   attention's query-key pairs, terms only a fitted cost model uses;
 2. samples one token for every request whose known tokens are all computed
    after the step (a partial prefill chunk samples nothing), as a real model
    runner does;
 3. returns the step's duration from
    :meth:`~kvframe.domain.costs.CostModel.step_time`.
-
-Why the classification reads the requests rather than the output's
-new/cached split: a resumed request is "cached" in vLLM's output but
-recomputes its whole prefix, which costs prefill, not decode. The scheduler
-has already advanced ``num_computed_tokens`` when the executor runs, so the
-count before the step is ``num_computed_tokens - scheduled``.
 
 **The sampled token.** Every sampled token is :data:`SAMPLED_TOKEN_ID` (0),
 whatever the request. That is deterministic, costs nothing, and is safe for
@@ -49,51 +43,18 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from kvframe.core.scheduler_output import ModelRunnerOutput
+from kvframe.executors.base import StepResult, classify_step, offload_bracket
 
 if TYPE_CHECKING:
     from kvframe.core.scheduler_output import SchedulerOutput
     from kvframe.domain.costs import CostModel
+    from kvframe.domain.request import Request
     from kvframe.offload.worker import OffloadWorker, SimTransferHandler
-    from kvframe.request import Request
 
 __all__ = ["SAMPLED_TOKEN_ID", "SimExecutor", "StepResult"]
 
 SAMPLED_TOKEN_ID = 0
 """The token id the sim executor samples for every request (see the module docstring)."""
-
-
-class StepResult:
-    """One executed step: the model output, its duration and what it computed.
-
-    A plain slotted class rather than attrs: one is built per engine step, and
-    the engine reads its fields right away.
-    """
-
-    __slots__ = (
-        "duration",
-        "model_output",
-        "num_context_tokens",
-        "num_decode_seqs",
-        "num_prefill_tokens",
-        "sampled",
-    )
-
-    def __init__(
-        self,
-        model_output: ModelRunnerOutput,
-        duration: float,
-        sampled: list[Request],
-        num_prefill_tokens: int,
-        num_decode_seqs: int,
-        num_context_tokens: int,
-    ) -> None:
-        self.model_output = model_output
-        self.duration = duration
-        self.sampled = sampled
-        """Requests that sampled a token this step, in scheduling order."""
-        self.num_prefill_tokens = num_prefill_tokens
-        self.num_decode_seqs = num_decode_seqs
-        self.num_context_tokens = num_context_tokens
 
 
 class SimExecutor:
@@ -105,6 +66,11 @@ class SimExecutor:
     :param cost_model: step-time coefficients (usually a preset's).
     :param token_id: the token sampled for every request.
     """
+
+    supports_decode_runs = True
+    """A step's effects are the scheduler's and the cost model's alone."""
+    stop_token_ids: tuple[int, ...] = ()
+    description: str | None = None
 
     def __init__(
         self,
@@ -118,8 +84,7 @@ class SimExecutor:
         :param offload_worker: the worker half of an offload connector, if any.
         :param transfer_handler: its handler, whose clock the executor moves.
         """
-        if (offload_worker is None) != (transfer_handler is None):
-            raise ValueError("give both offload_worker and transfer_handler, or neither")
+        self._bracket = offload_bracket(offload_worker, transfer_handler)
         self.cost_model = cost_model
         self.token_id = token_id
         self._sample = [token_id]
@@ -139,55 +104,27 @@ class SimExecutor:
         :param requests: the scheduler's live requests by id (``scheduler.requests``).
         :param now: the step's start on the virtual clock (offload transfers only).
         """
-        worker = self.offload_worker
-        stall = 0.0
-        if worker is not None:
-            handler = self.transfer_handler
-            assert handler is not None
-            handler.now = now
-            meta = scheduler_output.kv_connector_metadata
-            worker.start_step(meta)  # type: ignore[arg-type]
-            stall = handler.now - now
-        prefill = 0
-        decode = 0
-        context = 0
-        chunks = 0
-        pairs = 0
-        sampled: list[Request] = []
-        tokens: dict[str, list[int]] = {}
+        bracket = self._bracket
+        stall = 0.0 if bracket is None else bracket.start(scheduler_output, now)
+        shape, sampled = classify_step(scheduler_output.num_scheduled_tokens, requests)
+        # The sampled-token list is shared and read-only (update_from_output only
+        # iterates it).
         sample = self._sample
-        for request_id, num_new in scheduler_output.num_scheduled_tokens.items():
-            request = requests[request_id]
-            computed = request.num_computed_tokens
-            before = computed - num_new
-            context += before
-            if before >= request.num_prompt_tokens and request.output_token_ids:
-                # Generating: one decode token, any extra (drafts) cost like prefill.
-                decode += 1
-                prefill += num_new - 1
-            else:
-                prefill += num_new
-                chunks += 1
-                pairs += num_new * (2 * before + num_new + 1)  # 2 x prefill_pairs
-            if computed >= request.num_tokens:
-                # Every known token is computed: the model samples the next one.
-                # The list is shared and read-only (update_from_output only iterates it).
-                tokens[request_id] = sample
-                sampled.append(request)
-        duration = self.cost_model.step_time(prefill, decode, context, chunks, pairs // 2)
-        model_output = ModelRunnerOutput(sampled_token_ids=tokens)
-        if worker is not None:
-            duration += stall
-            handler.now = now + duration
-            model_output.kv_connector_output = worker.end_step(
-                meta,  # type: ignore[arg-type]
-                scheduler_output.finished_req_ids,
-            )
-        return StepResult(
-            model_output,
-            duration,
-            sampled,
-            prefill,
-            decode,
-            context,
+        tokens = {request.request_id: sample for request in sampled}
+        duration = self.cost_model.step_time(
+            shape.prefill, shape.decode, shape.context, shape.prefill_seqs, shape.prefill_pairs
         )
+        model_output = ModelRunnerOutput(sampled_token_ids=tokens)
+        if bracket is not None:
+            duration += stall
+            model_output.kv_connector_output = bracket.end(scheduler_output, now, duration)
+        return StepResult(
+            model_output, duration, sampled, shape.prefill, shape.decode, shape.context
+        )
+
+    def record_finished(self, request: Request) -> None:
+        """Nothing to keep: every sampled token is :attr:`token_id`."""
+
+    def counters(self) -> dict[str, object]:
+        """No counters of its own."""
+        return {}

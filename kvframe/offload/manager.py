@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING, cast
 
 import attrs
 
-from kvframe.events import BlockHash, BlockRemoved, BlockStored, KVEvent
-from kvframe.offload.contract import PrepareStoreResult
+from kvframe.contract.offload import PrepareStoreResult
+from kvframe.contract.records import BlockRemoved, BlockStored, KVEvent
+from kvframe.domain.tokens import BlockHash
 
 if TYPE_CHECKING:
-    from kvframe.bases import EvictionPolicy, ReuseFilter
-    from kvframe.offload.contract import OffloadManager
+    from kvframe.contract.bases import EvictionPolicy, ReuseFilter
+    from kvframe.contract.offload import OffloadManager
 
 __all__ = [
     "FilteredOffloadManager",
@@ -137,7 +138,7 @@ class SlotOffloadManager:
         :meth:`prepare_store` answer a store that cannot fit without walking
         all its hashes or asking the policy (see there)."""
         self._events: list[KVEvent] | None = [] if enable_events else None
-        from kvframe.bases import claimed_max_evictable
+        from kvframe.contract.support import claimed_max_evictable
 
         self._max_evictable = claimed_max_evictable(policy)
         """``policy.max_evictable`` if the policy's class overrides it, else ``None``

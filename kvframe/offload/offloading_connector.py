@@ -1,7 +1,7 @@
 """The scheduler half of offloading: vLLM 0.19's ``OffloadingConnectorScheduler``.
 
 Host code with no policy in it: *what* to keep and evict is the
-:class:`~kvframe.offload.contract.OffloadManager`'s business (and through it the
+:class:`~kvframe.contract.offload.OffloadManager`'s business (and through it the
 eviction policy's and reuse filter's); this class only turns the scheduler's
 calls into manager calls and per-step transfer lists for the worker, exactly
 as ``vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py``
@@ -32,7 +32,7 @@ does. The rules it mirrors, because they decide hit counts:
   that computed those tokens has written them.
 * **Tier view** (:meth:`OffloadingConnector.tier_view`): scheduling policies
   may ask, read-only, how much of a request's context the tier holds and
-  what loading it would take (:class:`~kvframe.bases.TierView`). The answer
+  what loading it would take (:class:`~kvframe.contract.views.TierView`). The answer
   uses the tier's ``lookup`` *behind* any reuse filter (a peek is not a
   sighting) and never touches the eviction policy, so asking changes nothing.
 * **Completion**, as in vLLM 0.19: a request's stored blocks become ready
@@ -53,11 +53,12 @@ import attrs
 from kvframe.offload.manager import FilteredOffloadManager
 
 if TYPE_CHECKING:
+    from kvframe.contract.offload import OffloadManager
+    from kvframe.contract.records import KVEvent
     from kvframe.core.block_pool import KVCacheBlock
     from kvframe.core.scheduler_output import KVConnectorOutput, SchedulerOutput
-    from kvframe.events import BlockHash, KVEvent
-    from kvframe.offload.contract import OffloadManager
-    from kvframe.request import Request
+    from kvframe.domain.request import Request
+    from kvframe.domain.tokens import BlockHash
 
 __all__ = [
     "ConnectorTierView",
@@ -73,7 +74,7 @@ class TransferSpec:
     """One request's copy for one step: ``gpu_block_ids[i]`` <-> ``host_block_ids[i]``.
 
     Host block index ``slot * block_size_factor + j`` is the ``j``-th GPU block of
-    the offloaded block in ``slot`` (see :class:`~kvframe.offload.contract.TransferHandler`).
+    the offloaded block in ``slot`` (see :class:`~kvframe.contract.offload.TransferHandler`).
     """
 
     gpu_block_ids: list[int]
@@ -113,7 +114,7 @@ class OffloadStats:
 
 
 class OffloadingConnector:
-    """The :class:`~kvframe.offload.connector.SchedulerConnector` of an offload tier.
+    """The :class:`~kvframe.core.connector.SchedulerConnector` of an offload tier.
 
     :param manager: the tier's ledger (possibly a
         :class:`~kvframe.offload.manager.FilteredOffloadManager`).
@@ -189,7 +190,7 @@ class OffloadingConnector:
     # -- the read-only tier view ----------------------------------------------
 
     def tier_view(self) -> ConnectorTierView | None:
-        """The :class:`~kvframe.bases.TierView` policies get; ``None`` without a load-time model."""
+        """The :class:`~kvframe.contract.views.TierView` policies get (``None``: no load model)."""
         return ConnectorTierView(self) if self._load_time is not None else None
 
     def num_tier_tokens(self, request: Request) -> int:
@@ -429,7 +430,7 @@ class OffloadingConnector:
 
 
 class ConnectorTierView:
-    """The :class:`~kvframe.bases.TierView` of an :class:`OffloadingConnector`.
+    """The :class:`~kvframe.contract.views.TierView` of an :class:`OffloadingConnector`.
 
     A separate object so that a policy holding it can only ask, never call the
     connector's scheduler-side methods.

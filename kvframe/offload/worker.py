@@ -3,7 +3,7 @@
 :class:`OffloadWorker` is vLLM 0.19's ``OffloadingConnectorWorker`` without the
 tensors: it turns each step's
 :class:`~kvframe.offload.offloading_connector.OffloadConnectorMetadata`
-into transfers on a :class:`~kvframe.offload.contract.TransferHandler` and
+into transfers on a :class:`~kvframe.contract.offload.TransferHandler` and
 reports which requests' transfers are done. Its calls, in a step's order:
 
 1. :meth:`OffloadWorker.start_step` -- submit the stores deferred from the
@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING, Any
 from kvframe.core.scheduler_output import KVConnectorOutput
 
 if TYPE_CHECKING:
+    from kvframe.contract.offload import TransferHandler
     from kvframe.domain.costs import CostModel
-    from kvframe.offload.contract import TransferHandler
     from kvframe.offload.offloading_connector import OffloadConnectorMetadata
 
 __all__ = ["OffloadWorker", "SimTransferHandler"]

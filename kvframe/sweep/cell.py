@@ -9,6 +9,7 @@ can report it and the sweep goes on. Everything it returns is plain data
 
 from __future__ import annotations
 
+import json
 import time
 import traceback
 from collections.abc import Mapping
@@ -16,6 +17,7 @@ from typing import Any
 
 import attrs
 
+from kvframe.sweep.repeats import GENERATORS, apply_jitter, generate_workload
 from kvframe.sweep.spec import WORKLOAD_KEYS
 
 __all__ = [
@@ -41,7 +43,7 @@ class CellOutcome:
     metrics: Mapping[str, Any] | None = None
     """``metrics.json`` as a dict (counters, distributions, metadata)."""
     requests: tuple[tuple[Any, ...], ...] = ()
-    """Per-request rows in :data:`kvframe.metrics.CSV_COLUMNS` order."""
+    """Per-request rows in :data:`kvframe.engine.metrics.CSV_COLUMNS` order."""
     error: str | None = None
 
 
@@ -51,17 +53,10 @@ def build_engine_config(settings: Mapping[str, Any]) -> Any:
     from kvframe.config import config_from_mapping
     from kvframe.engine import EngineConfig
 
-    values = {k: v for k, v in settings.items() if k not in WORKLOAD_KEYS}
-    selection = config_from_mapping(values, origin="cell")
-    fields: dict[str, Any] = {
-        "tracers": selection.tracer,
-        "offload": selection.offload,
-        "eviction": selection.eviction,
-        "reuse_filter": selection.reuse_filter,
-    }
-    if selection.scheduling is not None:
-        fields["scheduling"] = selection.scheduling
-    return EngineConfig.from_settings(selection.engine, origins=selection.origins, **fields)
+    # ``seed`` is both the repeat key and the engine's (block-hash) seed, as it was
+    # before it drew workloads: sweeps that set it keep their engine settings.
+    values = {k: v for k, v in settings.items() if k not in WORKLOAD_KEYS or k == "seed"}
+    return EngineConfig.from_selection(config_from_mapping(values, origin="cell"))
 
 
 def workload_key(settings: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -70,24 +65,37 @@ def workload_key(settings: Mapping[str, Any]) -> tuple[Any, ...]:
     Cells with equal keys read the same requests, so a worker process may read
     them once for all of them (:class:`~kvframe.sweep.runner.LocalBackend` does).
     """
+    generated = settings["workload"] in GENERATORS
     return (
         settings["workload"],
         settings.get("format", "auto"),
         settings.get("limit"),
         settings.get("skip_bad_lines", False),
+        settings.get("sort_arrivals", False),
+        json.dumps(settings.get("generate"), sort_keys=True) if generated else None,
+        settings.get("seed", 0) if generated else None,
     )
 
 
 def read_workload(settings: Mapping[str, Any]) -> Any:
-    """The cell's workload as stored (no ``rate_scale``): see :func:`workload_key`."""
+    """The cell's workload as stored or generated (no ``rate_scale``, no ``jitter``):
+    see :func:`workload_key`."""
     from kvframe.workloads import load_workload
 
-    name, format, limit, skip_bad_lines = workload_key(settings)
-    return load_workload(name, format=format, limit=limit, skip_bad_lines=skip_bad_lines)
+    if settings["workload"] in GENERATORS:
+        return generate_workload(settings)
+    return load_workload(
+        settings["workload"],
+        format=settings.get("format", "auto"),
+        limit=settings.get("limit"),
+        skip_bad_lines=settings.get("skip_bad_lines", False),
+        sort_arrivals=settings.get("sort_arrivals", False),
+    )
 
 
 def load_cell_workload(settings: Mapping[str, Any], workload: Any = None) -> Any:
-    """The cell's workload; ``rate_scale`` divides every arrival time (open-loop load).
+    """The cell's workload; ``jitter`` moves each arrival (seeded by ``seed``), then
+    ``rate_scale`` divides every arrival time (open-loop load).
 
     :param workload: :func:`read_workload` of these settings, already read (a
         worker shares one between cells); read here when ``None``. It is not
@@ -97,6 +105,8 @@ def load_cell_workload(settings: Mapping[str, Any], workload: Any = None) -> Any
 
     if workload is None:
         workload = read_workload(settings)
+    if settings.get("jitter"):
+        workload = apply_jitter(workload, settings["jitter"], settings.get("seed", 0))
     scale = settings.get("rate_scale")
     if scale is None or scale == 1:
         return workload
@@ -121,7 +131,7 @@ def run_cell(key: str, settings: Mapping[str, Any], workload: Any = None) -> Cel
     clock = time.perf_counter()
     try:
         from kvframe.engine import Engine
-        from kvframe.metrics import CSV_COLUMNS
+        from kvframe.engine.metrics import CSV_COLUMNS
 
         config = build_engine_config(settings)
         result = Engine.from_config(config).run(load_cell_workload(settings, workload))

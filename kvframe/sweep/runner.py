@@ -24,9 +24,11 @@ What a cell costs beyond its run, and why it is small (``benchmarks/sweep_scalin
 With the ``spawn`` start method (no ``fork``) none of this is inherited and each
 cell starts cold, as a separate ``kvframe run`` would.
 
-Ctrl-C: workers ignore SIGINT, so the parent alone decides. It stops the
-running cells (they are not stored, so the next sweep runs them again) and
-keeps every cell already stored, each committed in its own transaction.
+Ctrl-C and SIGTERM: workers ignore both, so the parent alone decides (a
+``timeout`` or Slurm signals the whole process group; a worker that died of it
+would be recorded as a failed cell). The parent stops the running cells (they
+are not stored, so the next sweep runs them again) and keeps every cell already
+stored, each committed in its own transaction.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ class Backend(Protocol):
 
 def _child(conn: Any, key: str, settings: dict[str, Any], workload: Any) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # and SIGTERM (it stops us with SIGKILL)
     outcome = run_cell(key, settings, workload)
     conn.send(outcome)
     conn.close()
@@ -97,7 +100,7 @@ class LocalBackend:
         self._warm = True
         import importlib
 
-        from kvframe.plugins import get_registry
+        from kvframe.host.registry import get_registry
 
         # The engine, executors and metrics, and what a run imports on first use
         # (the executor-string parser, which does not import torch).
@@ -189,7 +192,7 @@ class LocalBackend:
 
     def stop(self) -> None:
         for process, _conn, _ in self._running.values():
-            process.terminate()
+            process.kill()  # workers ignore SIGTERM
         for process, conn, _ in self._running.values():
             process.join(5)
             conn.close()
@@ -291,6 +294,8 @@ class SweepReport:
     failed: int
     interrupted: bool
     wall_seconds: float
+    signal: str | None = None
+    """``"SIGINT"`` or ``"SIGTERM"`` when interrupted."""
 
 
 def run_sweep(
@@ -305,9 +310,11 @@ def run_sweep(
 
     :param on_update: called with counts (``done``, ``failed``, ``running``,
         ``todo``, ``total``, ``last``) after every change, for a progress display.
-    :raises KeyboardInterrupt: never: Ctrl-C stops the running cells and the
-        report says ``interrupted``.
+    :raises KeyboardInterrupt: never: Ctrl-C or SIGTERM stops the running cells
+        and the report says ``interrupted`` (and which signal).
     """
+    from kvframe.engine.interrupt import sigterm_as_interrupt
+
     started = time.perf_counter()
     finished = store.finished_keys()
     chosen = list(cells if cells is not None else spec.cells)
@@ -323,30 +330,14 @@ def run_sweep(
         if on_update is not None:
             on_update({**counts, "last": last})
 
-    try:
-        update()
-
-        def fill() -> None:
-            while queue and backend.running() < backend.jobs:
-                backend.submit(queue.pop())
-                update()
-
-        while queue or backend.running():
-            fill()
-            finished_now = backend.wait(0.25)
-            fill()  # the next cells run while the finished ones are stored
-            for outcome in finished_now:
-                cell = by_key[outcome.key]
-                store.record(cell.index, cell.settings, outcome)
-                counts["todo"] -= 1
-                counts["failed" if outcome.status == "failed" else "done"] += 1
-                update(outcome)
-            if on_update is not None:
-                update()
-    except KeyboardInterrupt:
-        interrupted = True
-        backend.stop()
-        print("kvframe sweep: interrupted; finished cells are saved", file=sys.stderr)
+    with sigterm_as_interrupt() as interrupts:
+        try:
+            _loop(store, backend, queue, by_key, counts, update, on_update is not None)
+        except KeyboardInterrupt:
+            interrupted = True
+            backend.stop()
+            cause = "terminated (SIGTERM)" if interrupts.received else "interrupted"
+            print(f"kvframe sweep: {cause}; finished cells are saved", file=sys.stderr)
     return SweepReport(
         len(chosen),
         skipped,
@@ -354,4 +345,36 @@ def run_sweep(
         counts["failed"],
         interrupted,
         time.perf_counter() - started,
+        (interrupts.received or "SIGINT") if interrupted else None,
     )
+
+
+def _loop(
+    store: ResultStore,
+    backend: Backend,
+    queue: list[Cell],
+    by_key: dict[str, Cell],
+    counts: dict[str, int],
+    update: Callable[..., None],
+    live: bool,
+) -> None:
+    """Submit, wait, store: until the queue is empty and no cell runs."""
+    update()
+
+    def fill() -> None:
+        while queue and backend.running() < backend.jobs:
+            backend.submit(queue.pop())
+            update()
+
+    while queue or backend.running():
+        fill()
+        finished_now = backend.wait(0.25)
+        fill()  # the next cells run while the finished ones are stored
+        for outcome in finished_now:
+            cell = by_key[outcome.key]
+            store.record(cell.index, cell.settings, outcome)
+            counts["todo"] -= 1
+            counts["failed" if outcome.status == "failed" else "done"] += 1
+            update(outcome)
+        if live:
+            update()

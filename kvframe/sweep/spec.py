@@ -46,6 +46,7 @@ import attrs
 
 from kvframe.config import ConfigError, config_from_mapping, suggest
 from kvframe.engine.config import ENGINE_KEYS
+from kvframe.sweep.repeats import GENERATORS, check_generated
 
 __all__ = [
     "CELL_KEYS",
@@ -60,10 +61,20 @@ __all__ = [
 PLUGIN_KEYS = ("scheduler", "scheduling", "eviction", "offload", "reuse_filter", "tracer")
 """Plugin selection keys, as in ``kvframe.toml``."""
 
-WORKLOAD_KEYS = ("workload", "format", "limit", "skip_bad_lines", "rate_scale")
-"""How a cell reads its workload."""
+WORKLOAD_KEYS = (
+    "workload",
+    "format",
+    "limit",
+    "skip_bad_lines",
+    "sort_arrivals",
+    "rate_scale",
+    "seed",
+    "jitter",
+    "generate",
+)
+"""How a cell reads (or generates: :mod:`kvframe.sweep.repeats`) its workload."""
 
-CELL_KEYS: tuple[str, ...] = (*WORKLOAD_KEYS, *PLUGIN_KEYS, *ENGINE_KEYS)
+CELL_KEYS: tuple[str, ...] = tuple(dict.fromkeys((*WORKLOAD_KEYS, *PLUGIN_KEYS, *ENGINE_KEYS)))
 """Every key a cell (``[base]``, ``[grid]``, ``[[cells]]``) may set."""
 
 SWEEP_KEYS = ("name", "db", "jobs")
@@ -144,9 +155,22 @@ def _check_value(key: str, value: Any, where: str) -> None:
     elif key == "rate_scale":
         if type(value) not in (int, float) or not value > 0:
             raise ConfigError(f"rate_scale must be a number > 0, got {value!r}", origin=where)
-    elif key == "skip_bad_lines":
+    elif key in ("skip_bad_lines", "sort_arrivals"):
         if type(value) is not bool:
-            raise ConfigError(f"skip_bad_lines must be true or false, got {value!r}", origin=where)
+            raise ConfigError(f"{key} must be true or false, got {value!r}", origin=where)
+    elif key == "seed":
+        if type(value) is not int or value < 0:
+            raise ConfigError(f"seed must be an integer >= 0, got {value!r}", origin=where)
+    elif key == "jitter":
+        if type(value) not in (int, float) or not value >= 0:
+            raise ConfigError(
+                f"jitter must be a number of seconds >= 0, got {value!r}", origin=where
+            )
+    elif key == "generate":
+        if not isinstance(value, dict):
+            raise ConfigError(
+                f"generate must be a table of generator options, got {value!r}", origin=where
+            )
     elif key in OPTIONAL_KEYS and value != NONE:
         kind = "eviction" if key == "gpu_eviction" else key
         config_from_mapping({kind: value}, origin=where)  # raises ConfigError on bad syntax
@@ -155,6 +179,8 @@ def _check_value(key: str, value: Any, where: str) -> None:
 def _resolve_workload(value: str, base_dir: Path) -> str:
     """A relative path is relative to the sweep file; a name that is no file passes through
     (bundled trace names such as ``mooncake:conversation`` are resolved by the reader)."""
+    if value in GENERATORS:
+        return value
     path = Path(value).expanduser()
     if not path.is_absolute():
         candidate = base_dir / path
@@ -244,6 +270,7 @@ def parse_sweep(data: Mapping[str, Any], *, path: Path | None = None) -> SweepSp
             settings["scheduler"] = settings.pop("scheduling")
         settings["workload"] = _resolve_workload(settings["workload"], base_dir)
         settings = dict(sorted(settings.items()))
+        check_generated(settings, where)
         key = cell_hash(settings)
         if key in seen:
             raise ConfigError(

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from kvframe.config import ConfigError
-from kvframe.metrics import CSV_COLUMNS as _REQUEST_COLUMNS
+from kvframe.engine.metrics import CSV_COLUMNS as _REQUEST_COLUMNS
+from kvframe.sweep.lock import DatabaseLock
 
 __all__ = ["SCHEMA_VERSION", "ResultStore", "flatten_metrics"]
 
@@ -60,14 +61,35 @@ def flatten_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
 
 
 class ResultStore:
-    """An open results database; one writer (the sweep's main process)."""
+    """An open results database; one writer (the sweep's main process).
+
+    Opened with ``create`` (to write) it holds the database's lock
+    (:class:`~kvframe.sweep.lock.DatabaseLock`) until :meth:`close`, so a second
+    writer is refused instead of running the same cells again; readers
+    (``create=False``) take no lock.
+    """
 
     def __init__(self, path: str | Path, *, create: bool = True) -> None:
         self.path = Path(path)
+        self._lock: DatabaseLock | None = None
         if not create and not self.path.is_file():
             raise ConfigError("no such results database", origin=str(self.path))
         if create:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._lock = DatabaseLock(self.path)
+            self._lock.acquire()
+        try:
+            self._open(create)
+        except BaseException:
+            self._release()
+            raise
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def _open(self, create: bool) -> None:
         try:
             self.db = sqlite3.connect(self.path)
             tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master")}
@@ -103,18 +125,30 @@ class ResultStore:
 
     def close(self) -> None:
         self.db.close()
+        self._release()
+
+    def renumber(self, cells: Iterable[Any]) -> None:
+        """Store each current cell's position in the sweep file (``idx``), so that the
+        numbers messages print (``#N``, ``idx`` + 1) are the database's even after the
+        file was reordered or edited."""
+        with self.db:
+            self.db.executemany(
+                "UPDATE cells SET idx=? WHERE key=?", ((c.index, c.key) for c in cells)
+            )
+
+    def forget_failed(self, keys: Iterable[str] | None = None) -> int:
+        """Drop failed cells (of ``keys`` only, when given) so that they run again."""
+        wanted = None if keys is None else set(keys)
+        with self.db:
+            failed = [r[0] for r in self.db.execute("SELECT key FROM cells WHERE status='failed'")]
+            chosen = [k for k in failed if wanted is None or k in wanted]
+            for key in chosen:
+                self._delete(key)
+        return len(chosen)
 
     def finished_keys(self) -> set[str]:
         """Cells that need no re-run: done or failed (a failed cell is re-run by --retry-failed)."""
         return {r[0] for r in self.db.execute("SELECT key FROM cells")}
-
-    def forget_failed(self) -> int:
-        """Drop failed cells so that they run again."""
-        with self.db:
-            keys = [r[0] for r in self.db.execute("SELECT key FROM cells WHERE status='failed'")]
-            for key in keys:
-                self._delete(key)
-        return len(keys)
 
     def _delete(self, key: str) -> None:
         for table, column in (("requests", "cell"), ("metrics", "cell"), ("cells", "key")):
@@ -167,6 +201,14 @@ class ResultStore:
             }
             for key, idx, config, status, error, started, wall, metrics in rows
         ]
+
+    def request_rows(self, key: str) -> list[dict[str, Any]]:
+        """Every request row of a cell, as ``requests.csv`` columns to values."""
+        rows = self.db.execute(
+            f"SELECT {', '.join(_REQUEST_COLUMNS)} FROM requests WHERE cell=? ORDER BY rowid",
+            (key,),
+        )
+        return [dict(zip(_REQUEST_COLUMNS, row, strict=True)) for row in rows]
 
     def request_column(self, key: str, column: str) -> list[float]:
         """One latency column of a cell's requests, the requests that reached it."""

@@ -30,7 +30,6 @@ from typing import Any, ClassVar, Literal
 import attrs
 import pytest
 
-from kvframe.bases import PluginBase
 from kvframe.config import (
     NAME_PATTERN,
     ConfigError,
@@ -39,6 +38,7 @@ from kvframe.config import (
     kind_of,
     plugin_options,
 )
+from kvframe.contract.bases import PluginBase
 
 __all__ = [
     "ContractViolation",
@@ -61,7 +61,7 @@ _CONTEXT: Mapping[str, tuple[str, ...]] = {
     "reuse_filter": (),
     "tracer": (),
 }
-"""The positional ``__init__`` parameters the host passes per kind (:mod:`kvframe.bases`)."""
+"""The positional ``__init__`` parameters the host passes per kind (see the plugin bases)."""
 
 
 class ContractViolation(AssertionError):
@@ -152,7 +152,7 @@ def resolve_target(
     if isinstance(plugin, PluginTarget):
         return attrs.evolve(plugin, options={**plugin.options, **options})
     if isinstance(plugin, str):
-        from kvframe.plugins import get_registry
+        from kvframe.host.registry import get_registry
 
         try:
             resolved = get_registry().resolve(kind, plugin)
@@ -179,7 +179,7 @@ def resolve_target(
 
 def isolated_registry(target: PluginTarget) -> tuple[Any, str]:
     """A registry that holds only ``target``'s class (no entry points), and its name there."""
-    from kvframe.plugins import PluginRegistry
+    from kvframe.host.registry import PluginRegistry
 
     registry = PluginRegistry(entry_points=())
     name = target.cls.name or "plugin-under-test"
@@ -286,6 +286,8 @@ _NoneType = type(None)
 def _supported(annotation: Any) -> bool:
     """Whether :func:`kvframe.config.convert_option` converts text to this type on purpose."""
     origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:  # kvframe.config.Bytes, or any hint with metadata
+        return _supported(typing.get_args(annotation)[0])
     if origin is Literal:
         return all(isinstance(arg, str | int | bool) for arg in typing.get_args(annotation))
     if origin in (typing.Union, types.UnionType):
@@ -302,6 +304,8 @@ def _supported(annotation: Any) -> bool:
 def _fits(value: Any, annotation: Any) -> bool:
     """Whether a default value has the option's declared type."""
     origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _fits(value, typing.get_args(annotation)[0])
     if origin is Literal:
         return value in typing.get_args(annotation)
     if origin in (typing.Union, types.UnionType):

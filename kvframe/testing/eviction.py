@@ -341,7 +341,7 @@ class _Run:
 
 
 def _overrides_max_evictable(policy: object) -> bool:
-    from kvframe.bases import claimed_max_evictable
+    from kvframe.contract.support import claimed_max_evictable
 
     return claimed_max_evictable(policy) is not None
 

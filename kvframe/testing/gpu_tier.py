@@ -134,7 +134,7 @@ class GPUTierRun:
         self._check(reset=True)
 
     def _start(self, group: int, shared: int, own: int) -> None:
-        from kvframe.request import Request
+        from kvframe.domain.request import Request
 
         self.count += 1
         request_id = f"r{self.count}"

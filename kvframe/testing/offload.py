@@ -1,6 +1,6 @@
 """The conformance suite for offload specs (:class:`kvframe.OffloadSpec`).
 
-Deliberately thin: it checks what :mod:`kvframe.offload.contract` states and
+Deliberately thin: it checks what :mod:`kvframe.contract.offload` states and
 nothing a particular tier adds. The spec builds its scheduler-side manager for
 the suite's :attr:`OffloadSpecSuite.context` (64-byte GPU blocks, so a
 ``capacity`` of 512 bytes is an 8-slot tier), which hypothesis then drives with
@@ -32,8 +32,8 @@ from typing import Any, ClassVar, Protocol
 
 import pytest
 
-from kvframe.events import AllBlocksCleared, BlockRemoved, BlockStored
-from kvframe.offload.contract import OffloadContext
+from kvframe.contract.offload import OffloadContext
+from kvframe.contract.records import AllBlocksCleared, BlockRemoved, BlockStored
 from kvframe.testing.common import (
     ContractViolation,
     OpLog,
@@ -325,7 +325,7 @@ class OffloadSpecSuite(PluginSuite):
         """Access to the device KV cache ``handler`` copies, for the round trip; None skips it.
 
         By default the suite brings its own: a handler that takes device tensors
-        (``register_kv_caches``, as the contract in :mod:`kvframe.offload.contract`
+        (``register_kv_caches``, as the contract in :mod:`kvframe.contract.offload`
         says) is given :class:`SuiteKVCache`, two small CPU torch tensors, so
         ``pytest --kvframe-plugin offload:SPEC`` checks the bytes with no test
         code. A handler built around something else can be checked by

@@ -1,4 +1,4 @@
-"""A scheduling policy's :class:`~kvframe.request.RequestQueue`, checked on every short sequence.
+"""A scheduling policy's :class:`~kvframe.domain.queues.RequestQueue`, checked on short runs.
 
 The scheduler reads a queue two ways: it admits from the head (``peek`` /
 ``pop``), and it *iterates* it (stats, the retention and abort paths, the
@@ -41,7 +41,7 @@ _REQUESTS = 10
 
 
 def _requests() -> list[Any]:
-    from kvframe.request import Request
+    from kvframe.domain.request import Request
 
     return [
         Request(f"q{i}", [1, 2, 3], 1, arrival_time=float((i * 7) % 5), priority=(i * 2) % 3)
@@ -76,7 +76,7 @@ class _QueueRun:
         except Exception as err:
             raise self.fail(
                 f"then {text} raised {type(err).__name__}: {err}",
-                "a RequestQueue accepts every call the scheduler makes (kvframe.request."
+                "a RequestQueue accepts every call the scheduler makes (kvframe.domain.request."
                 "RequestQueue): prepend_requests gets another queue of the policy's, "
                 "remove_requests any iterable",
             ) from err

@@ -32,9 +32,10 @@ from typing import Any, ClassVar
 
 import attrs
 
-from kvframe.bases import SchedulerContext, SchedulingPolicy
-from kvframe.request import Request, RequestQueue, RequestStatus
-from kvframe.request_queues import FIFORequestQueue
+from kvframe.contract.bases import SchedulingPolicy
+from kvframe.contract.views import SchedulerContext
+from kvframe.domain.queues import FIFORequestQueue, RequestQueue
+from kvframe.domain.request import Request, RequestStatus
 from kvframe.testing.common import ContractViolation, PluginSuite, PluginTarget, suite_settings
 
 __all__ = ["FIFOQueue", "ReferenceFIFOPolicy", "SchedulingPolicySuite", "Workload"]
@@ -283,7 +284,7 @@ class _CheckedPolicy(SchedulingPolicy):
         if missing:
             raise ContractViolation(
                 f"create_queue returned {queue!r}, which lacks {', '.join(missing)} "
-                "(see kvframe.request.RequestQueue)"
+                "(see kvframe.domain.queues.RequestQueue)"
             )
         return queue
 
@@ -564,7 +565,7 @@ class _Driver:
         return len(self.added) < len(self.workload.requests)
 
     def _arrive(self) -> None:
-        from kvframe.request import Request
+        from kvframe.domain.request import Request
 
         for plan in self.workload.requests:
             if plan.request_id in self.added:

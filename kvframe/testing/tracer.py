@@ -24,7 +24,7 @@ import copy
 import gc
 from typing import Any, ClassVar
 
-from kvframe.events import (
+from kvframe.contract.records import (
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,
@@ -155,7 +155,7 @@ def _show(kwargs: dict[str, Any]) -> str:
 def _deliver(tracer: Any, check_unchanged: bool) -> None:
     """Send every sample record through a broadcast manager holding only ``tracer``."""
     __tracebackhide__ = True
-    from kvframe.plugins import Tracing, tracing_manager
+    from kvframe.host.registry import Tracing, tracing_manager
 
     tracing = Tracing(tracing_manager([tracer]), (tracer,))
     for hook_name, kwargs in sample_records():
@@ -201,8 +201,8 @@ def _engine_types() -> tuple[type, ...]:
     from kvframe.core.block_pool import BlockPool
     from kvframe.core.kv_cache_manager import KVCacheManager
     from kvframe.core.scheduler import Scheduler
+    from kvframe.domain.request import Request
     from kvframe.engine import Engine, RunProgress
-    from kvframe.request import Request
 
     return (Engine, RunProgress, Scheduler, KVCacheManager, BlockPool, Request)
 
@@ -266,7 +266,7 @@ class TracerSuite(PluginSuite):
         from kvframe.core.scheduler import Scheduler
         from kvframe.engine import Engine, EngineConfig
         from kvframe.executors.sim import SimExecutor
-        from kvframe.plugins import Tracing, tracing_manager
+        from kvframe.host.registry import Tracing, tracing_manager
         from kvframe.testing.scheduling import ReferenceFIFOPolicy
         from kvframe.workloads.spec import RequestSpec
 

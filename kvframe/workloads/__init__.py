@@ -24,6 +24,7 @@ import contextlib
 import gzip
 import json
 import os
+import re
 import time
 import zlib
 from collections.abc import Iterator
@@ -109,9 +110,15 @@ def _resolve(path: str | os.PathLike[str]) -> Path | BundledWorkload:
 def _open_text(source: Path | BundledWorkload) -> AbstractContextManager[IO[str]]:
     if isinstance(source, BundledWorkload):
         return source.open_text()
+    # Bytes that are not UTF-8 become lone surrogates, so that the line holding them
+    # is the error (with its number, and skippable with skip_bad_lines), not the file.
     if source.suffix == ".gz":
-        return gzip.open(source, "rt", encoding="utf-8")
-    return source.open("r", encoding="utf-8")
+        return gzip.open(source, "rt", encoding="utf-8", errors="surrogateescape")
+    return source.open("r", encoding="utf-8", errors="surrogateescape")
+
+
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")
+"""A byte that was not UTF-8, as ``surrogateescape`` decodes it."""
 
 
 @contextlib.contextmanager
@@ -140,6 +147,14 @@ def _decoded_lines(
     decode = json.loads
     for line_no, text in enumerate(stream, 1):
         if not text.strip():
+            continue
+        bad = _NOT_UTF8.search(text)
+        if bad is not None:
+            byte = ord(bad.group()) - 0xDC00
+            problem = f"not UTF-8 text (byte 0x{byte:02x} at column {bad.start() + 1})"
+            if line_no == 1:
+                problem += "; is the file compressed without a .gz suffix?"
+            yield line_no, WorkloadError(problem, path=display, line=line_no)
             continue
         try:
             obj = decode(text)
@@ -252,7 +267,8 @@ def load_workload(
                     raise WorkloadError(
                         f"arrival {spec.arrival_time:g} s is earlier than "
                         f"{last_arrival:g} s on line {last_arrival_line}; arrivals must "
-                        "not decrease (pass sort_arrivals=True to sort them stably)",
+                        "not decrease (kvframe run --sort-arrivals, sort_arrivals = true in a "
+                        "sweep, or load_workload(sort_arrivals=True) sorts them stably)",
                         path=display,
                         line=line_no,
                         field="timestamp" if parser.format == "mooncake" else "arrival",

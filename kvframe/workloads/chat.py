@@ -197,8 +197,10 @@ def _check_fraction(instance: Any, attribute: attrs.Attribute, value: float) -> 
 
 
 def _check_rate(instance: Any, attribute: attrs.Attribute, value: float | None) -> None:
-    if value is not None and not value > 0:
-        raise ValueError(f"rate must be > 0 requests/s (or None: all at once), got {value!r}")
+    if value is not None and not (value > 0 and math.isfinite(value)):
+        raise ValueError(
+            f"rate must be > 0 requests/s and finite (or None: all at once), got {value!r}"
+        )
 
 
 def _check_non_negative(instance: Any, attribute: attrs.Attribute, value: float) -> None:

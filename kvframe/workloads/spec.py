@@ -1,7 +1,7 @@
 """What a workload is made of: request specs with lazily materialised prompts.
 
 A :class:`RequestSpec` is the *description* of a request before it reaches the
-engine; the engine turns it into a :class:`kvframe.request.Request` when the
+engine; the engine turns it into a :class:`kvframe.domain.request.Request` when the
 virtual clock passes ``arrival_time``.
 
 Why prompts are lazy: the Mooncake conversation trace has 12,031 requests of
@@ -23,12 +23,13 @@ import functools
 import hashlib
 import sys
 from array import array
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
+from kvframe.domain.tokens import ChunkIds, decode_tokens, encode_tokens
 from kvframe.workloads.errors import WorkloadError
 
 __all__ = [
@@ -96,19 +97,18 @@ def _pack_tokens(value: Sequence[int] | bytes) -> bytes:
         if len(value) % 4:
             raise ValueError("packed token bytes must be a multiple of 4 long")
         return value
-    packed = array("i")
     try:
-        packed.extend(value)
+        checked = array("i", value)
     except (TypeError, OverflowError) as exc:
         raise ValueError(f"token ids must be integers in [0, 2**31): {exc}") from None
-    if packed and min(packed) < 0:
+    if checked and min(checked) < 0:
         raise ValueError("token ids must be non-negative")
-    return packed.tobytes()
+    return encode_tokens(checked)
 
 
 @attrs.frozen(slots=True)
 class TokenPrompt:
-    """Explicit token ids, stored packed (4 bytes per token) and hashable."""
+    """Explicit token ids, stored encoded as the hasher reads them, and hashable."""
 
     packed: bytes = attrs.field(converter=_pack_tokens, repr=False)
 
@@ -120,18 +120,12 @@ class TokenPrompt:
         return len(self.packed) // 4
 
     def token_ids(self) -> list[int]:
-        values = array("i")
-        values.frombytes(self.packed)
-        return values.tolist()
+        return decode_tokens(self.packed)
 
     def token_bytes(self, start: int, end: int) -> bytes:
-        """Tokens ``start .. end - 1`` as uint32 little-endian bytes."""
-        if sys.byteorder == "little":  # non-negative int32 == uint32 bytes
-            return self.packed[4 * start : 4 * end]
-        values = array("i")
-        values.frombytes(self.packed[4 * start : 4 * end])
-        values.byteswap()
-        return values.tobytes()
+        """Tokens ``start .. end - 1`` encoded as :func:`kvframe.domain.tokens.encode_tokens`
+        does: a slice, since the prompt is stored in that encoding."""
+        return self.packed[4 * start : 4 * end]
 
     def __repr__(self) -> str:
         return f"TokenPrompt(<{len(self)} tokens>)"
@@ -268,10 +262,6 @@ _U32 = "I" if array("I").itemsize == 4 else "L"
 _U32_LIMIT = 1 << 32
 
 
-ChunkIds = tuple[Hashable, int, Sequence[int], Callable[[int], bytes]]
-"""``(namespace, chunk_tokens, chunk ids, chunk_bytes)``: see :meth:`MooncakePrompt.chunk_ids`."""
-
-
 @functools.cache
 def _chunk_writer(size: int) -> Callable[[int], bytes]:
     """``write(hash_id)``: the tokens of a ``size``-token Mooncake chunk as uint32 LE bytes.
@@ -311,7 +301,7 @@ def _chunk_constants(size: int) -> tuple[int, int]:
 class PromptTokens(Sequence[int]):
     """A prompt recipe's token ids as a read-only, lazily built sequence.
 
-    What the engine hands a :class:`kvframe.request.Request` as
+    What the engine hands a :class:`kvframe.domain.request.Request` as
     ``prompt_token_ids``. Why: thousands of requests wait at once in a real
     trace; a list of ints per prompt is ~40 bytes per token, this is a few
     dozen bytes per request. ``len()`` is free; ``token_bytes`` (what the block

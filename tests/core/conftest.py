@@ -14,7 +14,7 @@ from collections.abc import Hashable, Iterable, Set
 import pytest
 
 from kvframe import EvictionPolicy
-from kvframe.bases import EvictableBlock
+from kvframe.contract.views import EvictableBlock
 
 
 class OrderedLRUPolicy(EvictionPolicy):

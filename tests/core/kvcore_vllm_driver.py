@@ -44,7 +44,7 @@ class KvframeSide:
         self.hasher = make_block_hasher(BLOCK_SIZE)
 
     def request(self, rid: str, tokens: list[int], max_tokens: int, salt: str | None) -> Any:
-        from kvframe.request import Request
+        from kvframe.domain.request import Request
 
         return Request(rid, tokens, max_tokens, cache_salt=salt, block_hasher=self.hasher)
 

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvframe.contract.records import AllBlocksCleared, BlockRemoved, BlockStored
 from kvframe.core.block_pool import BlockHashToBlockMap, BlockPool, KVCacheBlock
 from kvframe.core.hashing import make_block_hasher
-from kvframe.events import AllBlocksCleared, BlockRemoved, BlockStored
-from kvframe.request import Request
+from kvframe.domain.request import Request
 
 BLOCK = 4
 

@@ -31,10 +31,10 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from kvframe.contract.records import AllBlocksCleared, BlockRemoved, BlockStored
 from kvframe.core.block_pool import BlockPool, PolicyOrderedBlockPool
 from kvframe.core.hashing import make_block_hasher
-from kvframe.events import AllBlocksCleared, BlockRemoved, BlockStored
-from kvframe.request import Request
+from kvframe.domain.request import Request
 
 BS = 2
 NUM_BLOCKS = 10

@@ -15,7 +15,7 @@ from kvframe.core.hashing import (
     make_block_hasher,
     root_hash,
 )
-from kvframe.request import Request
+from kvframe.domain.request import Request
 
 
 def reference_hashes(tokens: list[int], block_size: int, seed: int = 0, salt: str | None = None):

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from kvframe.contract.records import BlockStored
 from kvframe.core.block_pool import KVCacheBlock
 from kvframe.core.hashing import make_block_hasher
 from kvframe.core.kv_cache_manager import KVCacheManager
-from kvframe.events import BlockStored
-from kvframe.request import Request
+from kvframe.domain.request import Request
 
 BS = 4
 HASHER = make_block_hasher(BS)

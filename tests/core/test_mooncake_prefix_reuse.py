@@ -15,7 +15,7 @@ import pytest
 
 from kvframe.core.hashing import make_block_hasher
 from kvframe.core.kv_cache_manager import KVCacheManager
-from kvframe.request import Request
+from kvframe.domain.request import Request
 from kvframe.workloads.mooncake_tokens import expand_hash_ids
 
 TRACE = Path(__file__).resolve().parent / "data" / "mooncake_conversation_head300.jsonl"

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from kvframe.core.block_pool import KVCacheBlock
 from kvframe.core.hashing import make_block_hasher
 from kvframe.core.kv_cache_manager import KVCacheManager
-from kvframe.request import Request
+from kvframe.domain.request import Request
 
 # Three documents; prompts are prefixes of them, so prefixes are shared and hit.
 DOCUMENTS = [[d * 1000 + i for i in range(64)] for d in range(3)]

@@ -6,11 +6,11 @@ import random
 
 import pytest
 
+from kvframe.contract.records import BlockRemoved
 from kvframe.core.block_pool import BlockPool, PolicyOrderedBlockPool
 from kvframe.core.hashing import make_block_hasher
 from kvframe.core.kv_cache_manager import KVCacheManager
-from kvframe.events import BlockRemoved
-from kvframe.request import Request
+from kvframe.domain.request import Request
 
 BS = 4
 HASHER = make_block_hasher(BS)

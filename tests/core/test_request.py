@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvframe.core.hashing import make_block_hasher
-from kvframe.request import Request, RequestStatus
+from kvframe.domain.request import Request, RequestStatus
 
 
 def test_defaults() -> None:

@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvframe.core.decode_run import DecodeRun
+from kvframe.domain.request import Request
 from kvframe.engine import Engine, EngineConfig
-from kvframe.request import Request
 from kvframe.workloads import load_workload
 from kvframe.workloads.agentic import generate_agentic
 from kvframe.workloads.chat import generate_chat

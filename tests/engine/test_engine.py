@@ -12,10 +12,10 @@ import pytest
 
 import kvframe
 from kvframe.config import ConfigError
+from kvframe.domain.request import Request, RequestStatus
 from kvframe.engine import Engine, EngineConfig, EngineStalled, RunProgress
 from kvframe.executors import get_preset
-from kvframe.plugins import PluginRegistry, get_registry
-from kvframe.request import Request, RequestStatus
+from kvframe.host.registry import PluginRegistry, get_registry
 from kvframe.workloads import RequestSpec
 from kvframe.workloads.chat import generate_chat
 

@@ -15,9 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kvframe.engine.engine as engine_module
-from kvframe.core.hashing import ChunkMemo, make_block_hasher, token_bytes
+from kvframe.core.hashing import ChunkMemo, make_block_hasher
+from kvframe.domain.request import Request
+from kvframe.domain.tokens import encode_tokens as token_bytes
 from kvframe.engine import Engine, EngineConfig
-from kvframe.request import Request
 from kvframe.workloads import load_workload
 from kvframe.workloads.spec import MooncakePrompt, PromptTokens, SyntheticPrompt, TokenPrompt
 

@@ -175,7 +175,7 @@ def test_ctrl_c_writes_partial_results_and_exits_130(
     code = run_cli("run", str(conversation_trace), "--limit", "20", "--progress", "--out", "o")
     out, _ = capsys.readouterr()
     assert code == 130
-    assert "PARTIAL" in out and "interrupted:" in out
+    assert "PARTIAL" in out and "interrupted (SIGINT):" in out
     metrics = json.loads(Path("o/metrics.json").read_text())
     assert metrics["partial"] is True and metrics["counters"]["num_steps"] == 30
     assert Path("o/requests.csv").read_text().count("\n") == 1 + metrics["counters"]["num_requests"]
@@ -285,7 +285,7 @@ def test_an_earlier_run_is_never_overwritten_without_force(
 def test_a_write_that_fails_after_the_run_prints_the_summary_and_one_error_line(
     conversation_trace: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ):
-    from kvframe.metrics import MetricsSummary
+    from kvframe.engine.metrics import MetricsSummary
 
     def full_disk(self, path):
         raise OSError(28, "No space left on device")
@@ -324,6 +324,8 @@ def test_ignored_requests_stay_out_of_latencies_and_token_totals(
         rows = list(csv.DictReader(f))
     ran = [r for r in rows if r["finish_status"] != "ignored"]
     assert len(rows) == 20 and len(ran) == 20 - ignored  # still listed, apart
+    # As it was, an ignored request had an end-to-end latency (its refusal time).
+    assert all(r["e2e_request_latency_seconds"] == "" for r in rows if r not in ran)
     assert some["counters"]["prompt_tokens_total"] == sum(int(r["num_prompt_tokens"]) for r in ran)
 
 
@@ -336,7 +338,10 @@ def test_the_summary_names_the_configuration_and_the_config_file(
     assert "configuration: preset " in out and "scheduler priority" in out
     assert "offload tier none" in out
     assert "config file: kvframe.toml" in out
+    # The times' basis is stated: the cost model's clock, from which preset.
+    assert "clock: virtual -- every time above is the cost model's (preset llama3.1-8b-h100)" in out
     metrics = json.loads(Path("o/metrics.json").read_text())
+    assert metrics["metadata"]["clock"] == "virtual"
     assert metrics["metadata"]["config_file"] == str(Path("kvframe.toml").resolve())
     assert run_cli("run", str(conversation_trace), "--limit", "2", "--out", "p", "--no-config") == 0
     assert "config file: none" in capsys.readouterr().out
@@ -375,3 +380,95 @@ def test_eta_is_the_rate_so_far_applied_to_what_is_left():
 
     assert eta_text(0, 10, 5.0) == "?"
     assert eta_text(4, 10, 20.0) == "0:00:30"
+
+
+def _old_torch_run(directory: str, run_id: str = "0ld") -> None:
+    """What a torch-executor run leaves: its metrics, its outputs and steps, one run id."""
+    from kvframe.executors.torch.outputs import write_outputs
+
+    out = Path(directory)
+    out.mkdir()
+    (out / "metrics.json").write_text(json.dumps({"metadata": {"run_id": run_id}}))
+    (out / "requests.csv").write_text("request_id\n")
+    write_outputs(out / "outputs.jsonl", {"line-1": [5, 6, 7]}, run_id=run_id)
+    (out / "steps.csv").write_text(f"step,run_id\n1,{run_id}\n")
+
+
+def test_force_replaces_the_whole_earlier_run_and_no_stale_outputs_remain(
+    conversation_trace: Path, capsys: pytest.CaptureFixture[str]
+):
+    _old_torch_run("o")
+    assert run_cli("run", str(conversation_trace), "--limit", "3", "--out", "o", "--force") == 0
+    assert sorted(p.name for p in Path("o").iterdir()) == ["metrics.json", "requests.csv"]
+    run_id = json.loads(Path("o/metrics.json").read_text())["metadata"]["run_id"]
+    assert len(run_id) == 32
+    # As it was, --force left the torch run's outputs.jsonl beside the new metrics.json and
+    # outputs-diff called it "identical". A stale file beside a run is now refused.
+    from kvframe.executors.torch.outputs import write_outputs
+
+    write_outputs("o/outputs.jsonl", {"line-1": [5, 6, 7]}, run_id="0ld")
+    capsys.readouterr()
+    assert run_cli("outputs-diff", "o", "o") == 2
+    err = capsys.readouterr().err
+    assert "o/outputs.jsonl does not belong to the run in o/metrics.json" in err
+    assert run_id in err and "identical" not in err
+
+
+def test_outputs_of_the_run_beside_them_compare(capsys: pytest.CaptureFixture[str]):
+    _old_torch_run("a", "run-a")
+    _old_torch_run("b", "run-b")
+    assert run_cli("outputs-diff", "a", "b") == 0
+    assert "identical: 1 request, 3 generated tokens" in capsys.readouterr().out
+
+
+def test_force_refuses_a_directory_holding_files_run_did_not_write(
+    conversation_trace: Path, capsys: pytest.CaptureFixture[str]
+):
+    _old_torch_run("o")
+    Path("o/notes.txt").write_text("mine")
+    assert run_cli("run", str(conversation_trace), "--limit", "3", "--out", "o", "--force") == 2
+    err = capsys.readouterr().err
+    assert "holds an earlier run and files kvframe run did not write (notes.txt)" in err
+    assert sorted(p.name for p in Path("o").iterdir()) == [
+        "metrics.json", "notes.txt", "outputs.jsonl", "requests.csv", "steps.csv",
+    ]  # fmt: skip
+
+
+def test_sigterm_writes_partial_results_marked_as_such_and_exits_143(
+    conversation_trace: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    """As it was: SIGTERM (timeout, Slurm) killed the run: exit 143, nothing written."""
+    import os
+    import signal
+
+    calls = 0
+
+    def terminate(self: ProgressLine, progress) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 30:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(ProgressLine, "__call__", terminate)
+    before = signal.getsignal(signal.SIGTERM)
+    code = run_cli("run", str(conversation_trace), "--limit", "20", "--progress", "--out", "o")
+    out, _ = capsys.readouterr()
+    assert code == 143
+    assert "PARTIAL" in out and "interrupted (SIGTERM):" in out
+    metrics = json.loads(Path("o/metrics.json").read_text())
+    assert metrics["partial"] is True and metrics["metadata"]["interrupted_by"] == "SIGTERM"
+    assert 30 <= metrics["counters"]["num_steps"] <= 31
+    assert Path("o/requests.csv").read_text().count("\n") == 1 + metrics["counters"]["num_requests"]
+    assert signal.getsignal(signal.SIGTERM) is before  # the handler is the run's only
+
+
+def test_gen_rate_inf_writes_a_standard_json_header(capsys: pytest.CaptureFixture[str]):
+    """As it was, --rate inf wrote ``"rate": Infinity``, which strict JSON readers refuse."""
+
+    def strict(constant: str) -> None:
+        raise ValueError(f"non-standard JSON constant {constant}")
+
+    assert run_cli("gen", "chat", "--out", "-", "--requests", "3", "--rate", "inf") == 0
+    header, *records = capsys.readouterr().out.splitlines()
+    assert json.loads(header, parse_constant=strict)["params"]["rate"] is None
+    assert [json.loads(r)["arrival"] for r in records] == [0.0, 0.0, 0.0]

@@ -8,8 +8,8 @@ from kvframe_fcfs import FCFSPolicy
 from kvframe.core.scheduler import Scheduler
 from kvframe.core.scheduler_config import SchedulerConfig
 from kvframe.domain.costs import CostModel
+from kvframe.domain.request import Request
 from kvframe.executors.sim import SAMPLED_TOKEN_ID, SimExecutor
-from kvframe.request import Request
 
 COST = CostModel(
     per_step_s=1.0,

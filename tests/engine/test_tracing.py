@@ -10,7 +10,7 @@ from typing import Any
 
 import kvframe
 from kvframe.engine import Engine, EngineConfig
-from kvframe.plugins import PluginRegistry
+from kvframe.host.registry import PluginRegistry
 
 
 class Recorder(kvframe.Tracer):

@@ -69,7 +69,7 @@ def build_vllm(scenario: dict[str, Any]) -> Any:
 def build_kvframe(scenario: dict[str, Any]) -> Any:
     from kvframe_cpu_offload import CPUOffloadSpec
 
-    from kvframe.offload.contract import OffloadContext
+    from kvframe.contract.offload import OffloadContext
 
     spec = CPUOffloadSpec(
         capacity=scenario["num_blocks"] * BLOCK_BYTES + BLOCK_BYTES - 1,

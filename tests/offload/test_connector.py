@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from kvframe.contract.offload import PrepareStoreResult
 from kvframe.core.scheduler import Scheduler, SchedulerConfig
 from kvframe.core.scheduler_output import (
     CachedRequestData,
@@ -18,8 +19,7 @@ from kvframe.core.scheduler_output import (
     NewRequestData,
     SchedulerOutput,
 )
-from kvframe.executors.presets import get_preset
-from kvframe.offload.contract import PrepareStoreResult
+from kvframe.executors.catalog import get_preset
 from kvframe.offload.manager import FilteredOffloadManager
 from kvframe.offload.offloading_connector import OffloadingConnector
 from kvframe.offload.worker import OffloadWorker
@@ -287,7 +287,7 @@ class _Policy:
         self.context = context
 
     def create_queue(self):
-        from kvframe.request_queues import FIFORequestQueue
+        from kvframe.domain.queues import FIFORequestQueue
 
         return FIFORequestQueue()
 

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvframe.bases import EvictionPolicy
+from kvframe.contract.bases import EvictionPolicy
 from kvframe.offload.manager import OffloadStateError, SlotOffloadManager
 
 _OPS = st.lists(

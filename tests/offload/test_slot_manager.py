@@ -22,9 +22,9 @@ from hypothesis.stateful import (
 )
 
 from kvframe import EvictionPolicy, ReuseFilter
-from kvframe.bases import EvictableBlock
-from kvframe.events import BlockRemoved, BlockStored
-from kvframe.offload.contract import PrepareStoreResult
+from kvframe.contract.offload import PrepareStoreResult
+from kvframe.contract.records import BlockRemoved, BlockStored
+from kvframe.contract.views import EvictableBlock
 from kvframe.offload.manager import (
     FilteredOffloadManager,
     OffloadStateError,

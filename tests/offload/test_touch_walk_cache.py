@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvframe.policy_support import TouchWalkCache
+from kvframe.contract.support import TouchWalkCache
 
 LISTS = [
     [0, 1, 2, 3, 4, 5],

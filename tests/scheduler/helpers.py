@@ -10,7 +10,7 @@ from kvframe_fcfs import FCFSPolicy
 from kvframe.core.scheduler import Scheduler
 from kvframe.core.scheduler_config import SchedulerConfig
 from kvframe.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
-from kvframe.request import Request
+from kvframe.domain.request import Request
 
 SAMPLED_TOKEN = 7
 

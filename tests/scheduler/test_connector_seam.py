@@ -9,7 +9,7 @@ from kvframe_fcfs import FCFSPolicy
 from kvframe.core.scheduler import Scheduler
 from kvframe.core.scheduler_config import SchedulerConfig
 from kvframe.core.scheduler_output import KVConnectorOutput, ModelRunnerOutput
-from kvframe.request import Request, RequestStatus
+from kvframe.domain.request import Request, RequestStatus
 
 
 class ScriptedConnector:

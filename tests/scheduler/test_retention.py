@@ -145,7 +145,7 @@ class Recording(RetainFor):
 
 def test_finishing_from_outside_with_a_stop_status_calls_on_finish():
     """A stop string found by the front end is a normal finish: the policy hears of it."""
-    from kvframe.request import RequestStatus
+    from kvframe.domain.request import RequestStatus
 
     policy = Recording(ttl=100.0)
     s = make_scheduler(policy)
@@ -169,7 +169,7 @@ def test_abort_calls_on_abort_only():
 
 
 def test_finishing_everything_releases_retained_requests_too():
-    from kvframe.request import RequestStatus
+    from kvframe.domain.request import RequestStatus
 
     policy = Recording(ttl=100.0)
     s = make_scheduler(policy)

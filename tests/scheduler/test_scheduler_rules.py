@@ -8,7 +8,7 @@ from kvframe_priority import PriorityPolicy
 
 from kvframe.core.scheduler import PolicyContractError
 from kvframe.core.scheduler_output import ModelRunnerOutput
-from kvframe.request import RequestStatus
+from kvframe.domain.request import RequestStatus
 
 from .helpers import SAMPLED_TOKEN, add, make_scheduler, run_to_completion, sample_for, step
 

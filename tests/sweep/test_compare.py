@@ -145,3 +145,21 @@ def test_run_directories_compare_like_sweep_cells(chat_trace: Path, tmp_path: Pa
 def test_a_source_that_is_no_run_is_named(tmp_path: Path, capsys) -> None:
     assert main(["compare", str(tmp_path)]) == 2
     assert "no metrics.json" in capsys.readouterr().err
+
+
+def test_compare_shows_that_runs_differ_in_executor_and_clock(
+    chat_trace: Path, tmp_path: Path, capsys
+) -> None:
+    """As it was, a torch run (measured clock) and a sim run compared as if alike."""
+    sim = tmp_path / "sim"
+    assert main(["run", str(chat_trace), "--no-config", "--out", str(sim), "--json"]) == 0
+    torch_run = tmp_path / "torch"
+    torch_run.mkdir()
+    metrics = json.loads((sim / "metrics.json").read_text())
+    metrics["metadata"]["engine"]["executor"] = "torch:model=smollm2,clock=wall"
+    metrics["metadata"]["clock"] = "wall"
+    (torch_run / "metrics.json").write_text(json.dumps(metrics))
+    capsys.readouterr()
+    headings, rows = table_rows(load_entries([sim, torch_run]))
+    assert headings[:2] == ["clock", "executor"]
+    assert [r[:2] for r in rows] == [["virtual", "sim"], ["wall", "torch:model=smollm2,clock=wall"]]

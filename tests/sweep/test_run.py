@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,7 +35,7 @@ scheduler = "no-such-policy"
 
 CRASH = '''
 import os
-from kvframe.bases import Tracer
+from kvframe.contract.bases import Tracer
 
 class Crash(Tracer):
     """Kills its process on the first step: a plugin that takes its worker down."""
@@ -281,7 +286,7 @@ def test_the_parent_scans_the_plugins_once_before_forking(
     write_sweep, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each forked cell inherits the entry-point scan instead of repeating it (~50 ms)."""
-    import kvframe.plugins as plugins
+    import kvframe.host.registry as plugins
 
     calls: list[int] = []
     real = plugins.get_registry
@@ -361,3 +366,111 @@ def test_progress_line_text() -> None:
     assert _Display.line(counts, 40.0) == (
         "sweep: 4/8 cells  running 2  failed 1  0:00:40  ETA 0:00:40"
     )
+
+
+TYPO = """
+[sweep]
+db = "results.sqlite"
+[base]
+workload = "chat.jsonl"
+[[cells]]
+gpu_eviction = "lru"
+[[cells]]
+gpu_eviction = "arc:varient=paper"
+"""
+
+
+def test_a_fixed_typo_leaves_a_stale_failed_cell_that_no_longer_fails_the_sweep(
+    write_sweep, capsys
+) -> None:
+    path = write_sweep(TYPO)
+    assert main(["sweep", str(path), "--jobs", "1", "--no-progress"]) == 1
+    out = capsys.readouterr().out
+    assert "failed cell #2" in out and "varient" in out
+    (typo,) = [c.key for c in load_sweep(path).cells if "varient" in c.settings["gpu_eviction"]]
+
+    # The typo fixed, and a new failing cell put first: as it was, every re-run printed
+    # "failed cell #2 ... 'varient'" (now naming the fixed cell) and exited 1.
+    fixed = TYPO.replace("varient", "variant").replace(
+        "[[cells]]", '[[cells]]\nscheduler = "fcfs:nope=1"\n[[cells]]', 1
+    )
+    path.write_text(fixed, encoding="utf-8")
+    spec = load_sweep(path)
+    assert main(["sweep", str(path), "--jobs", "1", "--no-progress"]) == 1
+    out = capsys.readouterr().out
+    assert "failed cell #1" in out and "nope" in out and "failed cell #2" not in out
+    assert "1 stale failed cell no longer in" in out and typo in out and "varient" in out
+    with sqlite3.connect(spec.db) as conn:
+        idx = dict(conn.execute("SELECT key, idx FROM cells").fetchall())
+    assert {c.key: idx[c.key] for c in spec.cells} == {c.key: c.index for c in spec.cells}
+
+    # Without the new failing cell, the sweep succeeds; the stale cells are still listed,
+    # also by --retry-failed (which does not re-run it: it is no longer in the file).
+    path.write_text(TYPO.replace("varient", "variant"), encoding="utf-8")
+    for flags in ([], ["--retry-failed"]):
+        assert main(["sweep", str(path), "--no-progress", *flags]) == 0
+        out = capsys.readouterr().out
+        assert "2 stale failed cells" in out and typo in out and "failed cell #" not in out
+    assert "0 cells run" in out
+
+
+def test_a_second_sweep_on_the_same_database_is_refused_before_any_cell(
+    write_sweep, capsys
+) -> None:
+    path = write_sweep(TYPO.replace("varient", "variant"))
+    spec = load_sweep(path)
+    first = ResultStore(spec.db)  # a sweep writing to the database: it holds the lock
+    try:
+        assert main(["sweep", str(path), "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert "another kvframe sweep is writing to this results database" in err
+        assert f"pid {os.getpid()}" in err
+        assert first.finished_keys() == set()  # the second ran nothing
+    finally:
+        first.close()
+    assert main(["sweep", str(path), "--no-progress"]) == 0  # the lock went with the first
+    assert "2 cells run" in capsys.readouterr().out
+    assert main(["sweep", str(path), "--no-progress"]) == 0
+    assert "0 cells run, 2 already stored" in capsys.readouterr().out
+
+
+def test_two_sweep_processes_on_one_database_never_run_a_cell_twice(write_sweep) -> None:
+    """Started together, one runs the cells and the other is refused, or finds them stored."""
+    path = write_sweep(SWEEP.replace('"no-such-policy"', '"fcfs"\nmax_num_seqs = 1'))
+    argv = [sys.executable, "-m", "kvframe.cli", "sweep", str(path), "-j", "1", "--no-progress"]
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]  # fmt: skip
+    results = [(p.wait(120), *p.communicate()) for p in procs]
+    codes = sorted(code for code, _, _ in results)
+    total = len(load_sweep(path).cells)
+    ran = sum(int(m.group(1)) for _, out, _ in results
+              if (m := re.search(r"(\d+) cells? run", out)))  # fmt: skip
+    assert ran == total, results
+    assert codes in ([0, 0], [0, 2]), results
+    if codes == [0, 2]:
+        assert any("another kvframe sweep" in err for _, _, err in results)
+
+
+def test_sigterm_stops_a_sweep_keeping_stored_cells_and_exits_143(
+    write_sweep, capsys, monkeypatch
+) -> None:
+    path = write_sweep(SWEEP.replace('"no-such-policy"', '"fcfs:unknown_option=1"'))
+    spec = load_sweep(path)
+    seen = 0
+    real_wait = LocalBackend.wait
+
+    def wait(self, timeout):
+        nonlocal seen
+        if seen >= 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        done = real_wait(self, timeout)
+        seen += len(done)
+        return done
+
+    monkeypatch.setattr(LocalBackend, "wait", wait)
+    assert main(["sweep", str(path), "--jobs", "1", "--no-progress"]) == 143
+    captured = capsys.readouterr()
+    assert "terminated (SIGTERM); finished cells are saved" in captured.err
+    stored = _cells(spec.db)
+    assert 2 <= len(stored) < len(spec.cells)
+    assert all(status == "done" for status, _, _ in stored.values())  # none died of it

@@ -19,9 +19,10 @@ from collections.abc import Hashable, Iterable, Iterator, Sequence, Set
 from typing import Any
 
 import kvframe
-from kvframe.bases import EvictableBlock
+from kvframe.contract.views import EvictableBlock
+from kvframe.domain.queues import RequestQueue
+from kvframe.domain.request import Request
 from kvframe.offload.manager import SlotOffloadManager
-from kvframe.request import Request, RequestQueue
 
 Victim = tuple[Hashable, EvictableBlock]
 

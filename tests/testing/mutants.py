@@ -19,8 +19,9 @@ from kvframe_fcfs import FCFSPolicy, FCFSQueue
 from kvframe_lru import LRUPolicy
 from kvframe_priority import PriorityPolicy, PriorityQueue
 
-from kvframe.bases import EvictableBlock, SchedulerContext
-from kvframe.request import Request, RequestQueue
+from kvframe.contract.views import EvictableBlock, SchedulerContext
+from kvframe.domain.queues import RequestQueue
+from kvframe.domain.request import Request
 
 # ==========================================================================
 # lru

@@ -13,14 +13,7 @@ import math
 import attrs
 import pytest
 
-from kvframe.cli import main
-from kvframe.domain.costs import CostModel, ModelShape, prefill_pairs
-from kvframe.engine import Engine
-from kvframe.engine.config import EngineConfig
-from kvframe.executors.cost_model_file import load_cost_model_file, write_cost_model_file
-from kvframe.executors.presets import PRESETS
-from kvframe.executors.torch.build import plan_model
-from kvframe.executors.torch.calibrate import (
+from kvframe.calibrate.fit import (
     LINEAR_TERMS,
     TERMS,
     Sample,
@@ -28,9 +21,16 @@ from kvframe.executors.torch.calibrate import (
     fit_cost_model,
     measure_grid,
 )
+from kvframe.calibrate.replay import Replay, compare, engine_samples, measure_interleaved
+from kvframe.cli import main
+from kvframe.domain.costs import CostModel, ModelShape, prefill_pairs
+from kvframe.engine import Engine
+from kvframe.engine.config import EngineConfig
+from kvframe.executors.cost_model_file import load_cost_model_file, write_cost_model_file
+from kvframe.executors.presets import PRESETS
+from kvframe.executors.torch.build import plan_model
 from kvframe.executors.torch.executor import StepTiming
 from kvframe.executors.torch.options import parse_executor
-from kvframe.executors.torch.replay import Replay, compare, engine_samples, measure_interleaved
 
 from .invariance import shared_prefix_workload
 
@@ -304,7 +304,8 @@ def test_calibrate_writes_a_file_that_run_accepts(tmp_path, capsys):
     for key in ("step_median_abs_rel_error", "duration_rel_error", "mean_ttft_rel_error"):
         assert math.isfinite(held_out[key]), key
     capsys.readouterr()
-    assert main(["run", "mooncake:conversation", "--limit", "5", "--cost-model", str(out)]) == 0
+    run = ["run", "mooncake:conversation", "--limit", "5", "--cost-model", str(out)]
+    assert main([*run, "--out", str(tmp_path / "run")]) == 0  # not runs/ in the checkout
 
 
 # -- replays ---------------------------------------------------------------------------

@@ -85,7 +85,7 @@ def s3fifo():
         from kvframe_s3fifo import S3FIFOPolicy
     finally:
         sys.path.pop(0)
-    from kvframe.plugins import get_registry
+    from kvframe.host.registry import get_registry
 
     get_registry().register_class(S3FIFOPolicy)
     return "s3fifo"

@@ -228,8 +228,19 @@ def test_backward_arrivals_are_an_error_by_default(tmp_path: Path) -> None:
         load_workload(path)
     assert str(info.value) == (
         f"{path}:3: field 'timestamp': arrival 6 s is earlier than 7 s on line 2; arrivals "
-        "must not decrease (pass sort_arrivals=True to sort them stably)"
+        "must not decrease (kvframe run --sort-arrivals, sort_arrivals = true in a sweep, "
+        "or load_workload(sort_arrivals=True) sorts them stably)"
     )
+
+
+def test_the_hint_for_backward_arrivals_names_a_flag_that_exists(tmp_path: Path, capsys) -> None:
+    from kvframe.cli import main
+
+    path = write(tmp_path, [good(timestamp=5000), good(timestamp=7000), good(timestamp=6000)])
+    out = tmp_path / "o"
+    assert main(["-q", "run", str(path), "--out", str(out)]) == 2
+    assert "--sort-arrivals" in capsys.readouterr().err
+    assert main(["-q", "run", str(path), "--sort-arrivals", "--out", str(out)]) == 0
 
 
 def test_skip_bad_lines_does_not_hide_backward_arrivals(tmp_path: Path) -> None:
@@ -254,3 +265,26 @@ def test_format_argument_is_checked(tmp_path: Path) -> None:
         load_workload(write(tmp_path, LINES), format="csv")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="limit must be"):
         load_workload(write(tmp_path, LINES), limit=0)
+
+
+def test_a_line_that_is_not_utf8_is_named_and_skip_bad_lines_skips_it(tmp_path: Path) -> None:
+    """As it was, a non-UTF-8 byte failed the whole file without a line, even when skipping."""
+    path = tmp_path / "trace.jsonl"
+    bad = b'{"timestamp": 2000, "x": "caf\xe9"}'  # latin-1, column 30
+    path.write_bytes(
+        b"\n".join([good(timestamp=1000).encode(), bad, good(timestamp=3000).encode()])
+    )
+    with pytest.raises(WorkloadError) as info:
+        load_workload(path)
+    assert str(info.value) == f"{path}:2: not UTF-8 text (byte 0xe9 at column 30)"
+    workload = load_workload(path, skip_bad_lines=True)
+    assert len(workload) == 2 and workload.num_skipped_lines == 1
+
+
+def test_a_compressed_file_without_gz_suffix_says_so_on_its_first_line(tmp_path: Path) -> None:
+    import gzip
+
+    path = tmp_path / "trace.jsonl"
+    path.write_bytes(gzip.compress((good() + "\n").encode()))
+    with pytest.raises(WorkloadError, match=r":1: not UTF-8 text .*compressed without a .gz"):
+        load_workload(path)

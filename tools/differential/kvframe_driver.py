@@ -127,7 +127,7 @@ class KvframeAdapter:
     def __init__(self, config: dict[str, Any], *, record_blocks: bool = False) -> None:
         from kvframe.core.scheduler import Scheduler
         from kvframe.core.scheduler_output import ModelRunnerOutput
-        from kvframe.request import Request
+        from kvframe.domain.request import Request
 
         self._Request = Request
         self._ModelRunnerOutput = ModelRunnerOutput
@@ -156,7 +156,7 @@ class KvframeAdapter:
         )
 
     def _tier_view(self, out: Any, new: list[str]) -> stepping.TierView:
-        from kvframe.request import RequestStatus
+        from kvframe.domain.request import RequestStatus
 
         requests = self.scheduler.requests
         namer = self._namer

@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import kvframe
-from kvframe.events import PrefixCacheEvent, StepDecision
+from kvframe.contract.records import PrefixCacheEvent, StepDecision
 
 PHASES = ("queue", "tier load", "prefill", "decode", "tool")
 """The phases of a job's time, in the order a turn goes through them."""

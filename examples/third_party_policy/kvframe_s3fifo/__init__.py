@@ -31,7 +31,7 @@ from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Set
 
 import kvframe
-from kvframe.bases import EvictableBlock
+from kvframe import EvictableBlock
 
 __all__ = ["S3FIFOPolicy"]
 

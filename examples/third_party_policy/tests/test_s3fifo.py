@@ -83,9 +83,9 @@ def test_ghosts_are_used_on_the_gpu_tier() -> None:
     """
     import random
 
+    from kvframe import Request
     from kvframe.core.hashing import make_block_hasher
     from kvframe.core.kv_cache_manager import KVCacheManager
-    from kvframe.request import Request
 
     class Counting(S3FIFOPolicy):
         ghost_inserts = inserts = 0

@@ -43,8 +43,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from kvframe.core.scheduler_output import ModelRunnerOutput
-from kvframe.domain.costs import prefill_pairs
-from kvframe.executors.sim import StepResult
+from kvframe.executors.base import StepResult, StepShape, classify_step, offload_bracket
 from kvframe.executors.torch.model import LlamaModel, StepChunk
 from kvframe.executors.torch.options import CLOCKS, check_cpu_clock
 from kvframe.log import get_logger
@@ -52,9 +51,9 @@ from kvframe.log import get_logger
 if TYPE_CHECKING:
     from kvframe.core.scheduler_output import SchedulerOutput
     from kvframe.domain.costs import CostModel
+    from kvframe.domain.request import Request
     from kvframe.executors.torch.tokenizer import TextTokenizer
     from kvframe.offload.worker import OffloadWorker, SimTransferHandler
-    from kvframe.request import Request
 
 __all__ = ["RealBytesTransferHandler", "StepTiming", "TorchExecutor"]
 
@@ -164,6 +163,11 @@ class TorchExecutor:
         (lazily: a run that writes no outputs never builds it).
     """
 
+    supports_decode_runs = False
+    """Every step runs the model: the engine never takes decode runs in one go."""
+    token_id = -1
+    """Unused (no decode runs): the model samples its own tokens."""
+
     def __init__(
         self,
         model: LlamaModel,
@@ -180,8 +184,7 @@ class TorchExecutor:
             raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, not {clock!r}")
         if clock == "cpu":
             check_cpu_clock(model.device.type, torch.get_num_threads())
-        if (offload_worker is None) != (transfer_handler is None):
-            raise ValueError("give both offload_worker and transfer_handler, or neither")
+        self._bracket = offload_bracket(offload_worker, transfer_handler)
         self.model = model
         self.cost_model = cost_model
         self.clock = clock
@@ -230,83 +233,73 @@ class TorchExecutor:
         now: float = 0.0,
     ) -> StepResult:
         """Run one step (the signature and result of :meth:`SimExecutor.execute`)."""
-        worker = self.offload_worker
-        handler = self.transfer_handler
-        stall = 0.0
-        meta = scheduler_output.kv_connector_metadata
-        if worker is not None:
-            handler.now = now
-            worker.start_step(meta)  # type: ignore[arg-type]
-            stall = handler.now - now
+        bracket = self._bracket
+        stall = 0.0 if bracket is None else bracket.start(scheduler_output, now)
         self._update_block_tables(scheduler_output)
-        chunks: list[StepChunk] = []
-        sampled: list[Request] = []
-        prefill = decode = context = prefill_seqs = pairs = 0
-        for request_id, num_new in scheduler_output.num_scheduled_tokens.items():
-            request = requests[request_id]
-            computed = request.num_computed_tokens
-            before = computed - num_new
-            context += before
-            if before >= request.num_prompt_tokens and request.num_output_tokens:
-                decode += 1
-                prefill += num_new - 1
-            else:
-                prefill += num_new
-                prefill_seqs += 1
-                pairs += prefill_pairs(num_new, before)
-            all_ids = request.all_token_ids
-            sample = computed >= len(all_ids)
-            chunks.append(
-                StepChunk(
-                    token_ids=all_ids[before:computed],
-                    start=before,
-                    block_ids=self.block_table(request_id),
-                    sample=sample,
-                )
-            )
-            if sample:
-                sampled.append(request)
+        shape, sampled = classify_step(scheduler_output.num_scheduled_tokens, requests)
         tokens: dict[str, list[int]] = {}
-        wall = 0.0
-        if chunks:
-            started = time.perf_counter()
-            cpu_started = time.thread_time()
-            logits = self.model.forward(chunks)
-            best, index = logits.max(dim=-1) if len(logits) else (logits, logits)
-            if self._cuda:
-                torch.cuda.synchronize(self.model.device)
-            cpu = time.thread_time() - cpu_started
-            wall = time.perf_counter() - started
-            chosen = index.tolist()
-            values = best.tolist()
-            for request, token, value in zip(sampled, chosen, values, strict=True):
-                tokens[request.request_id] = [token]
-                self.logits.setdefault(request.request_id, []).append(value)
-            virtual = self.cost_model.step_time(prefill, decode, context, prefill_seqs, pairs)
-            duration = {"virtual": virtual, "wall": wall, "cpu": cpu}[self.clock]
-            self.steps.append(
-                StepTiming(
-                    prefill,
-                    decode,
-                    context,
-                    virtual,
-                    wall,
-                    prefill_seqs=prefill_seqs,
-                    prefill_pairs=pairs,
-                    cpu_s=cpu,
-                )
-            )
+        if scheduler_output.num_scheduled_tokens:
+            duration = self._forward(scheduler_output, requests, shape, sampled, tokens)
         else:
             duration = 0.0
         model_output = ModelRunnerOutput(sampled_token_ids=tokens)
-        if worker is not None:
+        if bracket is not None:
             duration += stall
-            handler.now = now + duration
-            model_output.kv_connector_output = worker.end_step(
-                meta,  # type: ignore[arg-type]
-                scheduler_output.finished_req_ids,
+            model_output.kv_connector_output = bracket.end(scheduler_output, now, duration)
+        return StepResult(
+            model_output, duration, sampled, shape.prefill, shape.decode, shape.context
+        )
+
+    def _forward(
+        self,
+        scheduler_output: SchedulerOutput,
+        requests: Mapping[str, Request],
+        shape: StepShape,
+        sampled: list[Request],
+        tokens: dict[str, list[int]],
+    ) -> float:
+        """The step's forward pass: samples into ``tokens``; returns the step's duration
+        on the selected clock (and records its timing)."""
+        chunks: list[StepChunk] = []
+        for request_id, num_new in scheduler_output.num_scheduled_tokens.items():
+            request = requests[request_id]
+            computed = request.num_computed_tokens
+            all_ids = request.all_token_ids
+            chunks.append(
+                StepChunk(
+                    token_ids=all_ids[computed - num_new : computed],
+                    start=computed - num_new,
+                    block_ids=self.block_table(request_id),
+                    sample=computed >= len(all_ids),
+                )
             )
-        return StepResult(model_output, duration, sampled, prefill, decode, context)
+        started = time.perf_counter()
+        cpu_started = time.thread_time()
+        logits = self.model.forward(chunks)
+        best, index = logits.max(dim=-1) if len(logits) else (logits, logits)
+        if self._cuda:
+            torch.cuda.synchronize(self.model.device)
+        cpu = time.thread_time() - cpu_started
+        wall = time.perf_counter() - started
+        for request, token, value in zip(sampled, index.tolist(), best.tolist(), strict=True):
+            tokens[request.request_id] = [token]
+            self.logits.setdefault(request.request_id, []).append(value)
+        virtual = self.cost_model.step_time(
+            shape.prefill, shape.decode, shape.context, shape.prefill_seqs, shape.prefill_pairs
+        )
+        self.steps.append(
+            StepTiming(
+                shape.prefill,
+                shape.decode,
+                shape.context,
+                virtual,
+                wall,
+                prefill_seqs=shape.prefill_seqs,
+                prefill_pairs=shape.prefill_pairs,
+                cpu_s=cpu,
+            )
+        )
+        return {"virtual": virtual, "wall": wall, "cpu": cpu}[self.clock]
 
     # -- results ------------------------------------------------------------------
 

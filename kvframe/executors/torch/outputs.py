@@ -3,7 +3,9 @@
 Torch-free: ``kvframe outputs-diff RUN_A RUN_B`` and the invariance tests use it.
 One JSON object per line, ``{"request_id": ..., "output_token_ids": [...]}``,
 in the order requests finished; a model with a tokenizer (a GGUF file) adds
-``"text"``, the decoded output without special tokens.
+``"text"``, the decoded output without special tokens, and ``kvframe run`` adds
+``"run_id"``, the run id of the ``metrics.json`` beside it (:func:`check_run_id`:
+a file left from an earlier run is never read as this run's).
 """
 
 from __future__ import annotations
@@ -14,7 +16,14 @@ from pathlib import Path
 
 import attrs
 
-__all__ = ["OUTPUTS_FILE", "Difference", "first_difference", "read_outputs", "write_outputs"]
+__all__ = [
+    "OUTPUTS_FILE",
+    "Difference",
+    "check_run_id",
+    "first_difference",
+    "read_outputs",
+    "write_outputs",
+]
 
 OUTPUTS_FILE = "outputs.jsonl"
 
@@ -23,21 +32,63 @@ def write_outputs(
     path: str | Path,
     outputs: Mapping[str, Sequence[int]],
     texts: Mapping[str, str] | None = None,
+    *,
+    run_id: str | None = None,
 ) -> None:
-    """One record per request; with ``texts`` (a model with a tokenizer) a ``"text"`` field."""
+    """One record per request; with ``texts`` (a model with a tokenizer) a ``"text"`` field,
+    with ``run_id`` a ``"run_id"`` field."""
     with Path(path).open("w") as f:
         for request_id, tokens in outputs.items():
             record: dict[str, object] = {"request_id": request_id, "output_token_ids": list(tokens)}
             if texts is not None and request_id in texts:
                 record["text"] = texts[request_id]
+            if run_id is not None:
+                record["run_id"] = run_id
             f.write(json.dumps(record, ensure_ascii=False))
             f.write("\n")
+
+
+def check_run_id(path: Path) -> None:
+    """Refuse an ``outputs.jsonl`` that does not belong to the ``metrics.json`` beside it.
+
+    Why: a run directory re-used by a run that writes no outputs (a simulated
+    run) once kept the old torch run's ``outputs.jsonl``, and comparing it
+    reported "identical" about a run that generated nothing. Files written
+    before run ids existed (neither file has one) are let through.
+
+    :raises ValueError: naming both files and both run ids.
+    """
+    metrics_file = path.parent / "metrics.json"
+    if not metrics_file.is_file():
+        return
+    try:
+        expected = (json.loads(metrics_file.read_text()).get("metadata") or {}).get("run_id")
+    except (OSError, ValueError, AttributeError):
+        return
+    found: set[str | None] = set()
+    with path.open() as f:
+        for line in f:
+            if line.strip():
+                try:
+                    found.add(json.loads(line).get("run_id"))
+                except (ValueError, AttributeError):
+                    continue
+    if expected is None and found <= {None}:
+        return
+    if found != {expected}:
+        shown = ", ".join(sorted(str(r) for r in found)) or "none"
+        raise ValueError(
+            f"{path} does not belong to the run in {metrics_file} (its run id is "
+            f"{expected}, the outputs carry {shown}): it is left from another run; "
+            "run again into an empty --out"
+        )
 
 
 def read_outputs(path: str | Path) -> dict[str, list[int]]:
     """Read ``outputs.jsonl`` (or the one inside a run directory).
 
-    :raises ValueError: a line that is not an outputs record, naming file and line.
+    :raises ValueError: a line that is not an outputs record, naming file and line;
+        outputs of another run than the ``metrics.json`` beside them (:func:`check_run_id`).
     """
     path = Path(path)
     if path.is_dir():
@@ -46,6 +97,7 @@ def read_outputs(path: str | Path) -> dict[str, list[int]]:
         raise ValueError(
             f"{path}: no such file (outputs.jsonl is written by runs with --executor torch)"
         )
+    check_run_id(path)
     outputs: dict[str, list[int]] = {}
     with path.open() as f:
         for number, line in enumerate(f, 1):

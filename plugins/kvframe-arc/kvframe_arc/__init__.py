@@ -40,8 +40,7 @@ from operator import attrgetter, ge, not_
 from typing import Literal
 
 import kvframe
-from kvframe.bases import EvictableBlock
-from kvframe.policy_support import TouchWalkCache
+from kvframe import EvictableBlock, TouchWalkCache
 
 __all__ = ["ARCPolicy"]
 

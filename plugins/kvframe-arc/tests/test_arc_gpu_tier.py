@@ -20,7 +20,7 @@ from kvframe_arc import ARCPolicy
 
 from kvframe.core.hashing import make_block_hasher
 from kvframe.core.kv_cache_manager import KVCacheManager
-from kvframe.request import Request
+from kvframe.domain.request import Request
 
 BS = 4
 HASHER = make_block_hasher(BS)

@@ -58,9 +58,7 @@ from typing import TYPE_CHECKING, Literal
 import attrs
 
 import kvframe
-from kvframe.domain.costs import prefill_pairs
-from kvframe.executors.presets import get_preset
-from kvframe.request import RequestStatus
+from kvframe import RequestStatus, get_preset, prefill_pairs
 from kvframe_continuum.queue import PINNED, PREEMPTED, UNPINNED, ContinuumQueue, Rank
 from kvframe_continuum.ttl import (
     DurationHistory,
@@ -74,9 +72,7 @@ from kvframe_continuum.ttl import (
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from kvframe.bases import Retention, SchedulerContext, TierView
-    from kvframe.domain.costs import CostModel
-    from kvframe.request import Request, RequestQueue
+    from kvframe import CostModel, Request, RequestQueue, Retention, SchedulerContext, TierView
 
 DEFAULT_PRESET = "llama3.1-8b-h100"
 """Cost model for ``reload`` when neither the ``preset`` option nor the engine gives one."""
@@ -666,7 +662,7 @@ class ContinuumPolicy(kvframe.SchedulingPolicy):
         """Seconds to get the request's context back if its blocks are freed now.
 
         ``load_time(cached) + prefill(rest)``: the tokens the offload tier holds
-        (the scheduler context's read-only :class:`~kvframe.bases.TierView`,
+        (the scheduler context's read-only :class:`~kvframe.contract.views.TierView`,
         ``offload``) are loaded, the rest is prefilled on the cost model. With
         no tier (or a tier that holds nothing of it), the whole context is
         prefilled again.

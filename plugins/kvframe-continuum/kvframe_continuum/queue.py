@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from kvframe.request import Request, RequestQueue
+    from kvframe import Request, RequestQueue
 
 __all__ = ["PINNED", "PREEMPTED", "UNPINNED", "ContinuumQueue", "Rank"]
 

@@ -18,11 +18,11 @@ from collections.abc import Sequence
 
 import attrs
 
-from kvframe.bases import SchedulingPolicy
+from kvframe.contract.bases import SchedulingPolicy
 from kvframe.core.scheduler import Scheduler
 from kvframe.core.scheduler_config import SchedulerConfig
 from kvframe.core.scheduler_output import ModelRunnerOutput
-from kvframe.request import Request
+from kvframe.domain.request import Request
 from kvframe.workloads import RequestSpec
 from kvframe.workloads.agentic import scripted_output_tokens
 

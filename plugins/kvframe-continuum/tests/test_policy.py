@@ -12,7 +12,7 @@ from kvframe.core.scheduler import Scheduler
 from kvframe.core.scheduler_config import SchedulerConfig
 from kvframe.core.scheduler_output import ModelRunnerOutput
 from kvframe.domain.costs import CostModel
-from kvframe.request import Request
+from kvframe.domain.request import Request
 
 SAMPLED = 7
 
@@ -413,7 +413,7 @@ def test_fixed_mode_pins_for_two_seconds_unless_the_tool_is_slow_on_average():
 
 
 def test_options_are_validated_and_reachable_by_config_string():
-    from kvframe.plugins import get_registry
+    from kvframe.host.registry import get_registry
 
     with pytest.raises(ValueError, match="cold_eta"):
         ContinuumPolicy(cold_eta=2.0)

@@ -11,7 +11,7 @@ import attrs
 import pytest
 from kvframe_continuum import ContinuumPolicy, ContinuumQueue
 
-from kvframe.request import Request, RequestStatus
+from kvframe.domain.request import Request, RequestStatus
 
 
 @attrs.define

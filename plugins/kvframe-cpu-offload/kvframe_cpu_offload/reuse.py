@@ -23,7 +23,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 import kvframe
-from kvframe.events import BlockHash
+from kvframe import BlockHash
 
 __all__ = ["ThresholdReuseFilter"]
 

@@ -22,10 +22,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import kvframe
-from kvframe.offload.manager import SlotOffloadManager
+from kvframe import Bytes, SlotOffloadManager
 
 if TYPE_CHECKING:
-    from kvframe.offload.contract import OffloadContext, OffloadManager, TransferHandler
+    from kvframe import OffloadContext, OffloadManager, TransferHandler
 
 __all__ = ["CPUOffloadSpec"]
 
@@ -39,7 +39,7 @@ class CPUOffloadSpec(kvframe.OffloadSpec):
     def __init__(
         self,
         *,
-        capacity: int,
+        capacity: Bytes,
         eviction: str = "lru",
         block_size_factor: int = 1,
     ) -> None:

@@ -1,7 +1,7 @@
 """The ``cpu`` tier's worker side: copies KV blocks between device tensors and host DRAM.
 
 :class:`TorchTransferHandler` implements
-:class:`~kvframe.offload.contract.TransferHandler` with torch, as vLLM 0.19's
+:class:`~kvframe.contract.offload.TransferHandler` with torch, as vLLM 0.19's
 ``CpuGpuOffloadingHandlers`` do (``vllm/v1/kv_offload/worker/cpu_gpu.py``).
 
 Layout. ``register_kv_caches`` takes a sequence of device tensors (typically

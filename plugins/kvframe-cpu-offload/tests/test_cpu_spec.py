@@ -6,8 +6,8 @@ import pytest
 from kvframe_cpu_offload import CPUOffloadSpec
 
 import kvframe
-from kvframe.events import BlockRemoved
-from kvframe.offload.contract import OffloadContext
+from kvframe.contract.offload import OffloadContext
+from kvframe.contract.records import BlockRemoved
 from kvframe.offload.manager import FilteredOffloadManager, SlotOffloadManager
 
 # 16 tokens x 2 KiB per token = 32 KiB per GPU block.

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 from kvframe_cpu_offload import CPUOffloadSpec  # noqa: E402
 from kvframe_cpu_offload.torch_handler import TorchTransferHandler, coalesce_runs  # noqa: E402
 
-from kvframe.offload.contract import OffloadContext  # noqa: E402
+from kvframe.contract.offload import OffloadContext  # noqa: E402
 from kvframe.testing import OffloadSpecSuite  # noqa: E402
 
 NUM_GPU_BLOCKS = 32

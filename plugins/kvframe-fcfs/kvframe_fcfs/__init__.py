@@ -8,13 +8,13 @@
   the one admitted last, whose loss wastes the least work under FCFS.
 
 These are :class:`kvframe.SchedulingPolicy`'s defaults, so the policy is its
-name: the queue is the host's :class:`~kvframe.request_queues.FIFORequestQueue`.
+name: the queue is the host's :class:`~kvframe.domain.queues.FIFORequestQueue`.
 """
 
 from __future__ import annotations
 
 import kvframe
-from kvframe.request_queues import FIFORequestQueue
+from kvframe import FIFORequestQueue
 
 __all__ = ["FCFSPolicy", "FCFSQueue"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kvframe_fcfs import FCFSPolicy, FCFSQueue
 
-from kvframe.request import Request
+from kvframe.domain.request import Request
 
 
 def req(request_id: str, arrival: float = 0.0) -> Request:

@@ -34,16 +34,10 @@ from typing import IO, TYPE_CHECKING, Any
 import attrs
 
 import kvframe
-from kvframe.events import BlockRemoved
+from kvframe import BlockRemoved
 
 if TYPE_CHECKING:
-    from kvframe.events import (
-        KVEvent,
-        PrefixCacheEvent,
-        RequestFinished,
-        StepDecision,
-        StepSnapshot,
-    )
+    from kvframe import KVEvent, PrefixCacheEvent, RequestFinished, StepDecision, StepSnapshot
 
 __all__ = ["JsonlTracer", "record_to_dict"]
 

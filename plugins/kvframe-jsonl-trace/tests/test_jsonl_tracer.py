@@ -9,7 +9,7 @@ import pytest
 from kvframe_jsonl_trace import JsonlTracer, record_to_dict
 
 from kvframe.config import ConfigError
-from kvframe.events import (
+from kvframe.contract.records import (
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,
@@ -18,7 +18,7 @@ from kvframe.events import (
     StepDecision,
     StepSnapshot,
 )
-from kvframe.plugins import PluginRegistry
+from kvframe.host.registry import PluginRegistry
 
 H1, H2, H3 = b"\x01" * 16, b"\x02" * 16, b"\xab" * 16
 

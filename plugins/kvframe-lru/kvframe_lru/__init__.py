@@ -35,8 +35,7 @@ from itertools import compress, filterfalse
 from operator import attrgetter, not_
 
 import kvframe
-from kvframe.bases import EvictableBlock
-from kvframe.policy_support import TouchWalkCache
+from kvframe import EvictableBlock, TouchWalkCache
 
 __all__ = ["LRUPolicy"]
 

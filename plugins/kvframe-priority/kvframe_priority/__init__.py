@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import kvframe
-from kvframe.request import Request
-from kvframe.request_queues import SortedRequestQueue
+from kvframe import Request, SortedRequestQueue
 
 __all__ = ["PriorityPolicy", "PriorityQueue"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kvframe_priority import PriorityPolicy, PriorityQueue
 
-from kvframe.request import Request
+from kvframe.domain.request import Request
 
 
 def req(request_id: str, priority: int, arrival: float) -> Request:

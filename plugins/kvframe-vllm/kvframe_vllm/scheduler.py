@@ -59,8 +59,8 @@ from kvframe.config import ConfigError
 from kvframe.core.scheduler import Scheduler
 from kvframe.core.scheduler_config import SchedulerConfig
 from kvframe.core.scheduler_output import ModelRunnerOutput as KvModelRunnerOutput
-from kvframe.request import Request as KvRequest
-from kvframe.request import RequestStatus as KvStatus
+from kvframe.domain.request import Request as KvRequest
+from kvframe.domain.request import RequestStatus as KvStatus
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig

@@ -251,7 +251,10 @@ class RequestMetrics:
             num_recomputed_tokens=record.num_recomputed_tokens,
             time_to_first_token_seconds=None if first is None else first - arrival,
             time_per_output_token_seconds=tpot,
-            e2e_request_latency_seconds=None if finish is None else finish - arrival,
+            # An ignored request never ran: its "finish" is the refusal, not a latency.
+            e2e_request_latency_seconds=(
+                None if finish is None or record.finish_status == IGNORED else finish - arrival
+            ),
             request_queue_time_seconds=None if scheduled is None else scheduled - arrival,
             request_prefill_time_seconds=(
                 None if first is None or scheduled is None else first - scheduled

@@ -40,14 +40,14 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
-    from kvframe.bases import (
+    from kvframe.contract.bases import (
         EvictionPolicy,
         OffloadSpec,
         ReuseFilter,
         SchedulingPolicy,
         Tracer,
     )
-    from kvframe.events import (
+    from kvframe.contract.records import (
         KVEvent,
         PrefixCacheEvent,
         RequestFinished,
@@ -184,9 +184,9 @@ def kvframe_kv_events(step: int, now: float, events: Sequence[KVEvent]) -> None:
 
     :param step: the engine step.
     :param now: its virtual time.
-    :param events: :class:`kvframe.events.BlockStored` /
-        :class:`~kvframe.events.BlockRemoved` /
-        :class:`~kvframe.events.AllBlocksCleared`, in the order they happened.
+    :param events: :class:`kvframe.contract.records.BlockStored` /
+        :class:`~kvframe.contract.records.BlockRemoved` /
+        :class:`~kvframe.contract.records.AllBlocksCleared`, in the order they happened.
     """
 
 

@@ -4,14 +4,17 @@
 they do not hold (``lru``, ``arc``). An offload tier's connector touches every
 full block of a waiting request on each lookup, every step it waits, and most
 of those keys are not in the tier: filtering them again each step was the
-largest cost of a touch.
+largest cost of a touch. :func:`claimed_max_evictable` tells a caller whether a
+policy answers the optional ``max_evictable`` bound.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 
-__all__ = ["TouchWalkCache"]
+from kvframe.contract.bases import EvictionPolicy
+
+__all__ = ["TouchWalkCache", "claimed_max_evictable"]
 
 
 class TouchWalkCache:
@@ -115,3 +118,16 @@ class TouchWalkCache:
             self._num_cached = len(keys)
         entries[signature] = (keys, held, len(log), None)
         return held
+
+
+def claimed_max_evictable(policy: object) -> Callable[[], int | None] | None:
+    """``policy.max_evictable`` if the policy's class overrides the base's, else ``None``.
+
+    The base's answer claims nothing, so callers that would ask it per store
+    (the offload ledger) or per ``evict`` (the conformance suite) skip the
+    question for a policy that inherits it.
+    """
+    own = getattr(type(policy), "max_evictable", None)
+    if own is None or own is EvictionPolicy.max_evictable:
+        return None
+    return policy.max_evictable  # type: ignore[attr-defined, no-any-return]

@@ -17,10 +17,10 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from kvframe.contract.records import KVEvent
     from kvframe.core.block_pool import KVCacheBlock
     from kvframe.core.scheduler_output import KVConnectorOutput, SchedulerOutput
-    from kvframe.events import KVEvent
-    from kvframe.request import Request
+    from kvframe.domain.request import Request
 
 
 class SchedulerConnector(Protocol):

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from kvframe.bases import (
+from kvframe.contract.bases import (
     EvictionPolicy,
     OffloadSpec,
     PluginBase,
@@ -26,7 +26,7 @@ class Kind:
     """The key used everywhere in code: ``"eviction"``, ``"reuse_filter"``, ..."""
     base: type[PluginBase]
     hook: str
-    """The registration hook in :mod:`kvframe.hookspecs` that offers classes of this kind."""
+    """The registration hook (in :mod:`kvframe.contract.hookspecs`) offering this kind."""
     label: str
     """Singular noun for messages: ``"eviction policy"``."""
     plural: str

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 
 if TYPE_CHECKING:
-    from kvframe.events import BlockHash, KVEvent
+    from kvframe.contract.records import KVEvent
+    from kvframe.domain.tokens import BlockHash
 
 __all__ = [
     "OffloadContext",

@@ -1,12 +1,13 @@
 """The waiting queues the host ships: FIFO, and sorted by a policy's key.
 
 A scheduling policy gets one of these from :meth:`SchedulingPolicy.create_queue
-<kvframe.bases.SchedulingPolicy.create_queue>` unless it overrides it: a
+<kvframe.contract.bases.SchedulingPolicy.create_queue>` unless it overrides it: a
 :class:`FIFORequestQueue` (vLLM's FCFS order), or a :class:`SortedRequestQueue`
 when the policy defines ``sort_key``. They are data structures, not policies:
 the order they keep is arrival order or the key's, nothing else.
 
-Both implement the :class:`~kvframe.request.RequestQueue` protocol.
+Both implement the :class:`RequestQueue` protocol, which a policy's own queue
+implements too.
 """
 
 from __future__ import annotations
@@ -15,12 +16,59 @@ import heapq
 import itertools
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from kvframe.request import Request, RequestQueue
+    from kvframe.domain.request import Request
 
-__all__ = ["FIFORequestQueue", "SortedRequestQueue"]
+__all__ = ["FIFORequestQueue", "RequestQueue", "SortedRequestQueue"]
+
+
+class RequestQueue(Protocol):
+    """A waiting queue. Its order is the scheduling policy's choice.
+
+    The scheduler admits from the head (:meth:`peek_request` /
+    :meth:`pop_request`), puts back requests it could not admit with
+    :meth:`prepend_request`, and moves a whole skipped-waiting queue back with
+    :meth:`prepend_requests`. Implementations live in the scheduling plugins
+    (``fcfs``, ``priority``, ...).
+    """
+
+    def add_request(self, request: Request) -> None:
+        """Insert a request where the policy says it belongs."""
+        ...
+
+    def pop_request(self) -> Request:
+        """Remove and return the head. Raises ``IndexError`` when empty."""
+        ...
+
+    def peek_request(self) -> Request:
+        """Return the head without removing it. Raises ``IndexError`` when empty."""
+        ...
+
+    def prepend_request(self, request: Request) -> None:
+        """Put a request back at the head (a priority queue may just re-add it)."""
+        ...
+
+    def prepend_requests(self, requests: RequestQueue) -> None:
+        """Put all of another queue's requests, in its order, ahead of this queue's."""
+        ...
+
+    def remove_request(self, request: Request) -> None:
+        """Remove one request that is in the queue."""
+        ...
+
+    def remove_requests(self, requests: Iterable[Request]) -> None:
+        """Remove several requests; ones not in the queue are ignored."""
+        ...
+
+    def __len__(self) -> int: ...
+
+    def __bool__(self) -> bool: ...
+
+    def __iter__(self) -> Iterator[Request]:
+        """Iterate in admission order without changing the queue."""
+        ...
 
 
 class FIFORequestQueue:

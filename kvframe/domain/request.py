@@ -6,22 +6,23 @@ hottest object in the engine: thousands live at once and the scheduler reads a
 handful of attributes per request per step, so it is a plain class with
 ``__slots__`` rather than an attrs class, and the counters are plain attributes.
 
-The waiting-queue order is a policy decision, so this module only states the
-queue :class:`RequestQueue` protocol; the FCFS and priority queues live in their
-plugins.
+The waiting-queue order is a policy decision: the queue protocol and the
+host's queues are in :mod:`kvframe.domain.queues`, token sources and the token
+encoding in :mod:`kvframe.domain.tokens`.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from kvframe.domain.tokens import TokenView
 
 if TYPE_CHECKING:
-    from kvframe.events import BlockHash
-    from kvframe.workloads.spec import ChunkIds
+    from kvframe.domain.tokens import BlockHash
 
-__all__ = ["Request", "RequestQueue", "RequestStatus", "TokenView"]
+__all__ = ["Request", "RequestStatus"]
 
 
 class RequestStatus(enum.IntEnum):
@@ -310,149 +311,3 @@ class Request:
             f"Request({self.request_id!r}, status={self.status.name}, "
             f"num_tokens={self.num_tokens}, num_computed_tokens={self.num_computed_tokens})"
         )
-
-
-class TokenView(Sequence[int]):
-    """Prompt followed by outputs, read-only, without copying the prompt.
-
-    Why: the Mooncake trace's waiting queue holds thousands of 13k-token
-    prompts at once; as lists of ints they cost 4 GB. The view reads the
-    (lazy) prompt and the request's own output list; slices and iteration
-    materialise only what is asked for. ``token_bytes`` is what the block
-    hasher reads (uint32 little-endian).
-    """
-
-    __slots__ = ("_num_prompt", "_outputs", "_prompt")
-
-    def __init__(self, prompt: Sequence[int], outputs: list[int]) -> None:
-        self._prompt = prompt
-        self._outputs = outputs
-        # Kept: a lazy prompt's len() is a chain of Python calls, and the block
-        # hasher asks for it with every generated block.
-        self._num_prompt = len(prompt)
-
-    def __len__(self) -> int:
-        return self._num_prompt + len(self._outputs)
-
-    def __getitem__(self, index: Any) -> Any:
-        num_prompt = self._num_prompt
-        if isinstance(index, slice):
-            start, stop, stride = index.indices(len(self))
-            if stride != 1:
-                return self.tolist()[index]
-            if stop <= num_prompt:
-                return list(self._prompt[start:stop])
-            if start >= num_prompt:
-                return self._outputs[start - num_prompt : stop - num_prompt]
-            return list(self._prompt[start:num_prompt]) + self._outputs[: stop - num_prompt]
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError("token index out of range")
-        return self._prompt[index] if index < num_prompt else self._outputs[index - num_prompt]
-
-    def __iter__(self) -> Iterator[int]:
-        yield from self._prompt
-        yield from self._outputs
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Sequence) and not isinstance(other, str | bytes):
-            return len(self) == len(other) and self.tolist() == list(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]  # mutable contents, like a list
-
-    def tolist(self) -> list[int]:
-        return [*self._prompt, *self._outputs]
-
-    def token_bytes(self, start: int, end: int) -> bytes:
-        """Tokens ``start .. end - 1`` as uint32 little-endian bytes (for hashing)."""
-        num_prompt = self._num_prompt
-        if end <= num_prompt:
-            return self._prompt.token_bytes(start, end)  # type: ignore[attr-defined]
-        encode = _encode_tokens or _load_token_encoder()
-        out = encode(self._outputs[max(start, num_prompt) - num_prompt : end - num_prompt])
-        if start < num_prompt:
-            return self._prompt.token_bytes(start, num_prompt) + out  # type: ignore[attr-defined]
-        return out
-
-    def chunk_ids(self, start: int, end: int) -> ChunkIds | None:
-        """The prompt's identified chunks from ``start`` to ``end`` (for the block hasher).
-
-        ``(namespace, chunk_tokens, ids, chunk_bytes)`` from a prompt that knows them (a
-        Mooncake trace prompt: see ``MooncakePrompt.chunk_ids``), else ``None``.
-        Outputs are never part of a chunk.
-        """
-        num_prompt = self._num_prompt
-        if start >= num_prompt:
-            return None
-        direct = getattr(self._prompt, "chunk_ids", None)
-        return direct(start, min(end, num_prompt)) if direct is not None else None
-
-    def __repr__(self) -> str:
-        return f"TokenView(<{self._num_prompt} prompt + {len(self._outputs)} output tokens>)"
-
-
-_encode_tokens: Callable[[Sequence[int]], bytes] | None = None
-""":func:`kvframe.core.hashing.token_bytes`, once :func:`_load_token_encoder` has run."""
-
-
-def _load_token_encoder() -> Callable[[Sequence[int]], bytes]:
-    """Import the hasher's token encoding on first use, once.
-
-    Not at module level: ``kvframe.core`` imports this module. Not inside
-    :meth:`TokenView.token_bytes` either: an import statement costs about a
-    microsecond, and that method runs once per generated block.
-    """
-    global _encode_tokens
-    from kvframe.core.hashing import token_bytes
-
-    _encode_tokens = token_bytes
-    return token_bytes
-
-
-class RequestQueue(Protocol):
-    """A waiting queue. Its order is the scheduling policy's choice.
-
-    The scheduler admits from the head (:meth:`peek_request` /
-    :meth:`pop_request`), puts back requests it could not admit with
-    :meth:`prepend_request`, and moves a whole skipped-waiting queue back with
-    :meth:`prepend_requests`. Implementations live in the scheduling plugins
-    (``fcfs``, ``priority``, ...).
-    """
-
-    def add_request(self, request: Request) -> None:
-        """Insert a request where the policy says it belongs."""
-        ...
-
-    def pop_request(self) -> Request:
-        """Remove and return the head. Raises ``IndexError`` when empty."""
-        ...
-
-    def peek_request(self) -> Request:
-        """Return the head without removing it. Raises ``IndexError`` when empty."""
-        ...
-
-    def prepend_request(self, request: Request) -> None:
-        """Put a request back at the head (a priority queue may just re-add it)."""
-        ...
-
-    def prepend_requests(self, requests: RequestQueue) -> None:
-        """Put all of another queue's requests, in its order, ahead of this queue's."""
-        ...
-
-    def remove_request(self, request: Request) -> None:
-        """Remove one request that is in the queue."""
-        ...
-
-    def remove_requests(self, requests: Iterable[Request]) -> None:
-        """Remove several requests; ones not in the queue are ignored."""
-        ...
-
-    def __len__(self) -> int: ...
-
-    def __bool__(self) -> bool: ...
-
-    def __iter__(self) -> Iterator[Request]:
-        """Iterate in admission order without changing the queue."""
-        ...

@@ -17,7 +17,7 @@ and the median kept: the engine's steps, which the model must predict, are
 timed once each, so the median is the like-for-like statistic (the minimum
 would bias every prediction low). To the grid are added the steps of a
 *training* workload run through the engine
-(:mod:`kvframe.executors.torch.replay`): the shapes a scheduler actually
+(:mod:`kvframe.calibrate.replay`): the shapes a scheduler actually
 forms. The held-out check uses a different workload (another seed).
 
 **Fit.** Step time is linear in six quantities (:data:`TERMS`, the fields of

@@ -1,7 +1,7 @@
 """The plugin host: find plugins, pick one by config string, build it.
 
 :class:`PluginRegistry` wraps a ``pluggy.PluginManager("kvframe")`` that carries
-the hook specs of :mod:`kvframe.hookspecs`. Plugins reach it three ways:
+the hook specs of :mod:`kvframe.contract.hookspecs`. Plugins reach it three ways:
 
 * an entry point in group ``kvframe`` naming a module (or any object) with
   ``@kvframe.hookimpl`` registration hooks;
@@ -31,14 +31,12 @@ import importlib
 import inspect
 import os
 import types
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 import pluggy
 
-from kvframe import hookspecs
-from kvframe.bases import PluginBase, Tracer
 from kvframe.config import (
     KINDS,
     NAME_PATTERN,
@@ -53,6 +51,9 @@ from kvframe.config import (
     parse_spec,
     plugin_options,
 )
+from kvframe.contract import hookspecs
+from kvframe.contract.bases import PluginBase, Tracer
+from kvframe.host.tracing import Tracing, tracing_manager
 from kvframe.log import get_logger
 
 if TYPE_CHECKING:
@@ -63,9 +64,7 @@ __all__ = [
     "PluginRegistry",
     "PluginSource",
     "Resolved",
-    "Tracing",
     "get_registry",
-    "tracing_manager",
 ]
 
 log = get_logger(__name__)
@@ -240,93 +239,6 @@ class _OneClassPlugin:
 
     def __repr__(self) -> str:
         return f"<one-class kvframe plugin {self.cls.__module__}.{self.cls.__qualname__}>"
-
-
-def tracing_manager(tracers: Iterable[Tracer]) -> pluggy.PluginManager:
-    """A ``PluginManager`` whose tracing hooks broadcast to ``tracers``, in order.
-
-    Only the methods a tracer overrides become hookimpls, so a tracer that only
-    wants finished requests costs nothing per step. The engine calls e.g.
-    ``pm.hook.kvframe_step_snapshot(snapshot=...)``.
-    """
-    pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
-    pm.add_hookspecs(hookspecs)
-    # pluggy calls the most recently registered impl first; register in reverse
-    # so tracers receive records in the order the user selected them.
-    for index, tracer in reversed(list(enumerate(tracers))):
-        pm.register(_tracer_adapter(tracer), name=f"tracer-{index}-{type(tracer).__name__}")
-    return pm
-
-
-def _overrides(tracer: Tracer, method: str) -> bool:
-    return getattr(type(tracer), method) is not getattr(Tracer, method)
-
-
-def _tracer_adapter(tracer: Tracer) -> types.SimpleNamespace:
-    impls: dict[str, Callable[..., None]] = {}
-    if _overrides(tracer, "on_step_snapshot"):
-
-        def kvframe_step_snapshot(snapshot: Any) -> None:
-            tracer.on_step_snapshot(snapshot)
-
-        impls["kvframe_step_snapshot"] = kvframe_step_snapshot
-    if _overrides(tracer, "on_prefix_cache"):
-
-        def kvframe_prefix_cache_event(event: Any) -> None:
-            tracer.on_prefix_cache(event)
-
-        impls["kvframe_prefix_cache_event"] = kvframe_prefix_cache_event
-    if _overrides(tracer, "on_step_decision"):
-
-        def kvframe_step_decision(decision: Any) -> None:
-            tracer.on_step_decision(decision)
-
-        impls["kvframe_step_decision"] = kvframe_step_decision
-    if _overrides(tracer, "on_kv_events"):
-
-        def kvframe_kv_events(step: int, now: float, events: Sequence[Any]) -> None:
-            tracer.on_kv_events(step, now, events)
-
-        impls["kvframe_kv_events"] = kvframe_kv_events
-    if _overrides(tracer, "on_request_finished"):
-
-        def kvframe_request_finished(record: Any) -> None:
-            tracer.on_request_finished(record)
-
-        impls["kvframe_request_finished"] = kvframe_request_finished
-    return types.SimpleNamespace(
-        tracer=tracer, **{name: hookspecs.hookimpl(fn) for name, fn in impls.items()}
-    )
-
-
-@attrs.define(slots=True)
-class Tracing:
-    """The selected tracers and the broadcast ``PluginManager`` that reaches them."""
-
-    pm: pluggy.PluginManager
-    tracers: tuple[Tracer, ...]
-
-    @property
-    def active(self) -> bool:
-        """Whether any tracer is selected; the engine checks this once, not per record."""
-        return bool(self.tracers)
-
-    @property
-    def hook(self) -> Any:
-        """``tracing.hook.kvframe_step_snapshot(snapshot=...)`` and the other tracing hooks."""
-        return self.pm.hook
-
-    def close(self) -> None:
-        """Close every tracer, even when one of them fails (the first error is re-raised)."""
-        first: BaseException | None = None
-        for tracer in self.tracers:
-            try:
-                tracer.close()
-            except Exception as err:
-                log.warning("tracer_close_failed", tracer=type(tracer).__name__, error=repr(err))
-                first = first or err
-        if first is not None:
-            raise first
 
 
 # ==========================================================================

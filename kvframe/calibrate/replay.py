@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from kvframe.executors.torch.calibrate import Sample, grid_samples, time_steps
+from kvframe.calibrate.fit import Sample, grid_samples, time_steps
 
 if TYPE_CHECKING:
     from kvframe.executors.torch.model import LlamaModel, StepChunk

@@ -23,38 +23,35 @@ be set from a config string.
 
 The host calls these methods directly on the object it built. Nothing here goes
 through pluggy once the engine is running: the hook specs in
-:mod:`kvframe.hookspecs` are only used to *find* the classes.
+:mod:`kvframe.contract.hookspecs` are only used to *find* the classes.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence, Set
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from collections.abc import Hashable, Iterable, Sequence, Set
+from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
-    from kvframe.domain.costs import CostModel
-    from kvframe.events import (
-        BlockHash,
+    from kvframe.contract.offload import OffloadContext, OffloadManager, TransferHandler
+    from kvframe.contract.records import (
         KVEvent,
         PrefixCacheEvent,
         RequestFinished,
         StepDecision,
         StepSnapshot,
     )
-    from kvframe.offload.contract import OffloadContext, OffloadManager, TransferHandler
-    from kvframe.request import Request, RequestQueue
+    from kvframe.contract.views import EvictableBlock, SchedulerContext
+    from kvframe.domain.queues import RequestQueue
+    from kvframe.domain.request import Request
+    from kvframe.domain.tokens import BlockHash
 
 __all__ = [
-    "EvictableBlock",
     "EvictionPolicy",
     "OffloadSpec",
     "PluginBase",
-    "Retention",
     "ReuseFilter",
-    "SchedulerContext",
     "SchedulingPolicy",
-    "TierView",
     "Tracer",
 ]
 
@@ -75,125 +72,6 @@ class PluginBase(abc.ABC):  # noqa: B024 - the kinds below add the abstract meth
 # ==========================================================================
 # Scheduling policy
 # ==========================================================================
-
-
-class Retention(Protocol):
-    """A finished request whose KV blocks the core keeps on the policy's behalf."""
-
-    @property
-    def request(self) -> Request: ...
-
-    @property
-    def deadline(self) -> float:
-        """Virtual time at which the core releases the blocks by itself."""
-        ...
-
-
-class TierView(Protocol):
-    """A read-only view of the offload tier behind the scheduler's connector.
-
-    What a scheduling policy may ask about the tier, so that it can price a
-    decision by where a request's KV would come from -- e.g. "if I free these
-    blocks now, what does getting them back cost?": loading the part the tier
-    holds plus recomputing the rest, rather than recomputing everything.
-
-    Nothing here changes the tier: no eviction-policy touch, no reuse-filter
-    sighting, no pin. It answers with the tier manager's ``lookup`` behind the
-    host's reuse filter, which for the bundled ``cpu`` tier is a pure query, so
-    asking does not change which blocks the tier keeps (FCFS and priority
-    never ask). The offload contract does not require a third-party manager's
-    ``lookup`` to be pure -- a tier with a reuse filter built into its manager
-    may count lookups as sightings -- and with such a tier the view's questions
-    count too. The answers are the tier's state *now*; it may evict later.
-
-    Called directly, never through pluggy; each call walks the request's block
-    hashes once, so ask per decision, not per step.
-    """
-
-    @property
-    def medium(self) -> str:
-        """Where the tier lives (``"CPU"``)."""
-        ...
-
-    @property
-    def block_size(self) -> int:
-        """Tokens per offloaded block: the tier holds whole blocks of this size."""
-        ...
-
-    def num_cached_tokens(self, request: Request) -> int:
-        """Leading tokens of ``request``'s context the tier holds, in whole offloaded blocks.
-
-        Counts the blocks that are stored and ready, and the blocks of this
-        request whose store the tier has accepted but not finished (they will
-        be ready long before a follow-up turn could load them), in order from
-        the first token, stopping at the first block the tier does not hold.
-        Covers only full blocks whose hashes the request already has.
-        """
-        ...
-
-    def load_time(self, num_tokens: int) -> float:
-        """Seconds the connector estimates a load of ``num_tokens`` tokens takes.
-
-        One batch from the tier into GPU memory on an idle link (the transfer
-        model of the executor: latency plus bytes over bandwidth); 0 for 0.
-        """
-        ...
-
-
-class SchedulerContext(Protocol):
-    """The view of the scheduler a :class:`SchedulingPolicy` gets in ``attach``.
-
-    Read the queues; do not mutate them. The only mutation offered is
-    :meth:`release`, which gives retained blocks back to the prefix cache.
-    """
-
-    @property
-    def now(self) -> float:
-        """Virtual time of the current step."""
-        ...
-
-    @property
-    def block_size(self) -> int: ...
-
-    @property
-    def cost_model(self) -> CostModel | None:
-        """The executor's cost model when the engine has one (e.g. to price a
-        re-prefill against keeping blocks), else ``None``."""
-        ...
-
-    @property
-    def num_free_blocks(self) -> int:
-        """Blocks that an allocation could take right now (free or evictable)."""
-        ...
-
-    @property
-    def running(self) -> Sequence[Request]: ...
-
-    @property
-    def waiting(self) -> RequestQueue: ...
-
-    @property
-    def skipped_waiting(self) -> RequestQueue: ...
-
-    @property
-    def retained(self) -> Mapping[str, Retention]:
-        """Retained finished requests by request id, oldest retention first."""
-        ...
-
-    @property
-    def offload(self) -> TierView | None:
-        """The offload tier behind the connector, read-only; ``None`` without a tier.
-
-        Also ``None`` when the connector offers no view (a connector that is
-        not kvframe's :class:`~kvframe.offload.offloading_connector.OffloadingConnector`
-        or one built without a load-time estimate). Policies should treat
-        ``None`` as "every freed block must be recomputed".
-        """
-        ...
-
-    def release(self, request_id: str) -> None:
-        """Free a retained request's blocks now (they stay in the prefix cache)."""
-        ...
 
 
 class SchedulingPolicy(PluginBase):
@@ -238,7 +116,7 @@ class SchedulingPolicy(PluginBase):
         """Override to order the waiting queues by this key, smallest first.
 
         When a subclass defines it, the default :meth:`create_queue` returns a
-        :class:`~kvframe.request_queues.SortedRequestQueue` on it (equal keys
+        :class:`~kvframe.domain.queues.SortedRequestQueue` on it (equal keys
         first-come-first-served), :meth:`select_queue` admits from the queue
         whose head has the smaller key, and :meth:`choose_victim` preempts the
         running request with the largest key. The key is computed when a
@@ -253,12 +131,12 @@ class SchedulingPolicy(PluginBase):
     def create_queue(self) -> RequestQueue:
         """Return a new, empty queue; used for both ``waiting`` and ``skipped_waiting``.
 
-        The default is the host's :class:`~kvframe.request_queues.FIFORequestQueue`,
-        or a :class:`~kvframe.request_queues.SortedRequestQueue` on
+        The default is the host's :class:`~kvframe.domain.queues.FIFORequestQueue`,
+        or a :class:`~kvframe.domain.queues.SortedRequestQueue` on
         :meth:`sort_key` when the policy defines one. Override only for an
         order neither can keep.
         """
-        from kvframe.request_queues import FIFORequestQueue, SortedRequestQueue
+        from kvframe.domain.queues import FIFORequestQueue, SortedRequestQueue
 
         if self._sorted:
             return SortedRequestQueue(self.sort_key)
@@ -336,18 +214,6 @@ class SchedulingPolicy(PluginBase):
 # ==========================================================================
 # Eviction policy
 # ==========================================================================
-
-
-@runtime_checkable
-class EvictableBlock(Protocol):
-    """What an eviction policy may look at on the blocks it is given.
-
-    ``ref_cnt`` follows vLLM's offload convention: ``-1`` while being written,
-    ``0`` idle (the only evictable state), ``> 0`` in use.
-    """
-
-    @property
-    def ref_cnt(self) -> int: ...
 
 
 class EvictionPolicy(PluginBase):
@@ -494,19 +360,6 @@ class EvictionPolicy(PluginBase):
 # ==========================================================================
 # Offload spec
 # ==========================================================================
-
-
-def claimed_max_evictable(policy: object) -> Callable[[], int | None] | None:
-    """``policy.max_evictable`` if the policy's class overrides the base's, else ``None``.
-
-    The base's answer claims nothing, so callers that would ask it per store
-    (the offload ledger) or per ``evict`` (the conformance suite) skip the
-    question for a policy that inherits it.
-    """
-    own = getattr(type(policy), "max_evictable", None)
-    if own is None or own is EvictionPolicy.max_evictable:
-        return None
-    return policy.max_evictable  # type: ignore[attr-defined, no-any-return]
 
 
 class OffloadSpec(PluginBase):

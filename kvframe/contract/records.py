@@ -12,9 +12,7 @@ from collections.abc import Mapping
 
 import attrs
 
-BlockHash = bytes
-"""A chained block hash as produced by :mod:`kvframe.core.hashing`."""
-
+from kvframe.domain.tokens import BlockHash
 
 # --------------------------------------------------------------------------
 # KV events: emitted by a KV tier (the GPU block pool or an offload tier) when

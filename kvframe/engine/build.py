@@ -1,0 +1,258 @@
+"""Assembling an engine: the plugins a config selects, the scheduler and the executor.
+
+:func:`assemble` is what :meth:`Engine.from_config <kvframe.engine.Engine.from_config>`
+runs; it is apart from the step loop so that each reads on its own. Every
+problem found here is a :class:`~kvframe.config.ConfigError` naming what to fix
+(an unknown plugin, options a plugin refuses, a tier whose blocks do not divide
+into GPU blocks, a model that does not fit), raised before the run starts.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from kvframe.config import ConfigError
+from kvframe.contract.offload import OffloadContext
+from kvframe.core.scheduler import Scheduler
+from kvframe.executors.sim import SimExecutor
+
+if TYPE_CHECKING:
+    from kvframe.contract.bases import EvictionPolicy
+    from kvframe.engine.config import EngineConfig
+    from kvframe.executors.base import Executor
+    from kvframe.executors.presets import Preset
+    from kvframe.executors.torch.build import ModelPlan
+    from kvframe.executors.torch.options import TorchOptions
+    from kvframe.host.registry import PluginRegistry
+    from kvframe.host.tracing import Tracing
+    from kvframe.offload.offloading_connector import OffloadingConnector
+    from kvframe.offload.worker import OffloadWorker
+
+__all__ = ["EngineParts", "assemble", "build_offload"]
+
+
+@attrs.frozen(slots=True)
+class EngineParts:
+    """What an :class:`~kvframe.engine.Engine` is made of."""
+
+    config: EngineConfig
+    scheduler: Scheduler
+    executor: Executor
+    tracing: Tracing | None
+    preset: Preset
+
+
+def assemble(config: EngineConfig, registry: PluginRegistry | None = None) -> EngineParts:
+    """Build the plugins ``config`` selects, the scheduler and the executor.
+
+    :param registry: where plugins are looked up (default: the installed ones).
+    :raises ConfigError: for an unknown plugin or a bad option.
+    """
+    if registry is None:
+        from kvframe.host.registry import get_registry
+
+        registry = get_registry()
+    from kvframe.executors.torch.options import parse_executor
+
+    torch_options = parse_executor(config.executor)[1]
+    plan = None
+    if torch_options is not None:
+        # Validate the model (dtype, device, checkpoint) before anything else is built.
+        plan, config = _plan_model(config, torch_options)
+    preset = config.preset_object
+    policy = registry.create("scheduling", config.scheduling)
+    num_gpu_blocks = config.resolved_num_gpu_blocks()
+    model = None
+    if plan is not None:
+        try:
+            model = plan.build(num_gpu_blocks, config.block_size)
+        except ValueError as err:
+            raise ConfigError(str(err), origin="--executor") from None
+    eviction = _gpu_eviction(config, registry, num_gpu_blocks)
+    tracing = registry.create_tracing(config.tracers) if config.tracers else None
+    events = tracing is not None and tracing.active
+    try:
+        connector = worker = handler = None
+        if config.offload is not None:
+            connector, worker, handler = build_offload(
+                config,
+                registry,
+                events,
+                kv_bytes_per_token=None if plan is None else plan.kv_bytes_per_token(),
+                real_bytes=plan is not None,
+            )
+        scheduler = Scheduler(
+            config.scheduler_config(enable_kv_cache_events=events),
+            policy,
+            eviction_policy=eviction,
+            connector=connector,
+            cost_model=preset.cost_model,
+        )
+    except BaseException:
+        if tracing is not None:
+            tracing.close()
+        raise
+    executor: Executor
+    if model is not None:
+        assert plan is not None and torch_options is not None
+        executor = _torch_executor(model, plan, torch_options, preset, worker, handler)
+    else:
+        executor = SimExecutor(preset.cost_model, offload_worker=worker, transfer_handler=handler)
+    return EngineParts(config, scheduler, executor, tracing, preset)
+
+
+def _plan_model(config: EngineConfig, options: TorchOptions) -> tuple[ModelPlan, EngineConfig]:
+    """The torch executor's model plan, and the config with its GPU block count."""
+    from kvframe.executors.torch.build import plan_model
+
+    try:
+        plan = plan_model(options)
+    except ValueError as err:
+        raise ConfigError(str(err), origin="--executor") from None
+    num_blocks = _torch_num_blocks(
+        config, plan.kv_bytes_per_block(config.block_size), options.kv_memory
+    )
+    return plan, attrs.evolve(config, num_gpu_blocks=num_blocks, kv_memory=None)
+
+
+def _gpu_eviction(
+    config: EngineConfig, registry: PluginRegistry, num_gpu_blocks: int
+) -> EvictionPolicy | None:
+    """The GPU prefix cache's eviction policy, if one replaces vLLM's free queue."""
+    if config.gpu_eviction is None:
+        return None
+    eviction = registry.create("eviction", config.gpu_eviction, num_gpu_blocks)
+    from kvframe.core.block_pool import gpu_eviction_problem
+
+    problem = gpu_eviction_problem(eviction)
+    if problem is not None:
+        selected = config.gpu_eviction
+        text = selected if isinstance(selected, str) else type(eviction).name
+        raise ConfigError(f"--gpu-eviction {text}: {problem}")
+    return eviction  # type: ignore[no-any-return]
+
+
+def _torch_executor(
+    model: Any,
+    plan: ModelPlan,
+    options: TorchOptions,
+    preset: Preset,
+    worker: OffloadWorker | None,
+    handler: Any,
+) -> Executor:
+    from kvframe.executors.torch.executor import TorchExecutor
+
+    if handler is not None:
+        handler.register_kv_caches(model.kv_caches)
+    eos = options.eos if options.eos is not None else plan.config.eos_token_id
+    return TorchExecutor(
+        model,
+        preset.cost_model,
+        clock=options.clock,
+        stop_token_ids=() if eos is None or eos < 0 else (eos,),
+        offload_worker=worker,
+        transfer_handler=handler,
+        description=plan.describe(),
+        tokenizer=plan.tokenizer,
+    )
+
+
+def build_offload(
+    config: EngineConfig,
+    registry: PluginRegistry,
+    enable_events: bool,
+    *,
+    kv_bytes_per_token: int | None = None,
+    real_bytes: bool = False,
+) -> tuple[OffloadingConnector, OffloadWorker, Any]:
+    """The tier's manager (wrapped in the reuse filter), its connector and the worker.
+
+    The sim executor's worker runs a :class:`SimTransferHandler`. With
+    ``real_bytes`` (the torch executor) the tier's own transfer handler moves
+    the bytes and the sim handler keeps the time (see
+    :class:`~kvframe.executors.torch.executor.RealBytesTransferHandler`);
+    ``kv_bytes_per_token`` is then the torch model's, not the preset's.
+
+    ``config.eviction`` sets the tier's ``eviction`` option; if the offload
+    config string sets it too, they must name the same policy with the same options.
+    """
+    from kvframe.offload.manager import FilteredOffloadManager
+    from kvframe.offload.offloading_connector import OffloadingConnector
+    from kvframe.offload.worker import OffloadWorker, SimTransferHandler
+
+    assert config.offload is not None
+    resolved = registry.resolve("offload", config.offload)
+    options = dict(resolved.options)
+    if config.eviction is not None:
+        wanted = registry.resolve("eviction", config.eviction)
+        given = options.get("eviction")
+        if given is not None:
+            have = given if not isinstance(given, str) else registry.resolve("eviction", given)
+            if (have.name, dict(have.options)) != (wanted.name, dict(wanted.options)):
+                raise ConfigError(
+                    f"the offload tier's eviction policy {have.name!r} disagrees with the "
+                    f"eviction policy selected separately ({wanted.spec.source or wanted.name!r})",
+                    hints=["name the tier's eviction policy once: --eviction or eviction=..."],
+                )
+        options["eviction"] = wanted.spec.source or wanted.name
+    try:
+        spec = resolved.cls(**options)
+    except ValueError as err:
+        raise ConfigError(f"offload tier {resolved.name!r} rejected its options: {err}") from err
+    preset = config.preset_object
+    context = OffloadContext(
+        gpu_block_size=config.block_size,
+        kv_bytes_per_token=(
+            preset.shape.kv_bytes_per_token if kv_bytes_per_token is None else kv_bytes_per_token
+        ),
+        num_gpu_blocks=config.resolved_num_gpu_blocks(),
+        enable_events=enable_events,
+    )
+    try:
+        manager = spec.create_manager(context)  # type: ignore[attr-defined]
+    except ValueError as err:
+        raise ConfigError(f"offload tier {resolved.name!r}: {err}") from err
+    if config.reuse_filter is not None:
+        reuse_filter = registry.create("reuse_filter", config.reuse_filter)
+        manager = FilteredOffloadManager(manager, reuse_filter)
+    factor, rest = divmod(manager.block_size, config.block_size)
+    if rest or factor < 1:
+        raise ConfigError(
+            f"offload tier {resolved.name!r}: its block of {manager.block_size} tokens is not "
+            f"a whole number of {config.block_size}-token GPU blocks"
+        )
+    cost_model = preset.cost_model
+    if config.offload_bandwidth is not None:
+        cost_model = attrs.evolve(cost_model, transfer_bytes_per_s=float(config.offload_bandwidth))
+    kv_bytes = context.kv_bytes_per_token
+    connector = OffloadingConnector(
+        manager,
+        gpu_block_size=config.block_size,
+        block_size_factor=factor,
+        enable_prefix_caching=config.enable_prefix_caching,
+        # The tier view's load estimate is the sim transfer model's (what a load costs here).
+        load_time=lambda num_tokens: cost_model.transfer_time(num_tokens * kv_bytes),
+    )
+    handler: Any = SimTransferHandler(cost_model, context.gpu_block_bytes)
+    if real_bytes:
+        from kvframe.executors.torch.executor import RealBytesTransferHandler
+
+        handler = RealBytesTransferHandler(handler, spec.create_transfer_handler(context))
+    return connector, OffloadWorker(handler), handler
+
+
+def _torch_num_blocks(config: EngineConfig, block_bytes: int, default_kv_memory: int) -> int:
+    """GPU blocks for the torch executor: as given, or its KV memory over the *model's*
+    block bytes (the preset's model shape only drives the sim's clock)."""
+    if config.num_gpu_blocks is not None:
+        return config.num_gpu_blocks
+    memory = config.kv_memory if config.kv_memory is not None else default_kv_memory
+    blocks = int(memory // block_bytes)
+    if blocks < 2:
+        raise ConfigError(
+            f"kv_memory={memory} bytes holds fewer than 2 blocks of {block_bytes} bytes "
+            "for the torch executor's model"
+        )
+    return blocks
