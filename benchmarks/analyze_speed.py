@@ -30,7 +30,7 @@ import time
 CHILD = r"""
 import json, resource, sys, time
 from kvframe.analyze import analyze_trace, auto_block_size, build_block_trace, default_policy_specs
-from kvframe.plugins import get_registry
+from kvframe.host.registry import get_registry
 from kvframe.workloads import load_workload
 
 name, rate, mode = sys.argv[1], sys.argv[2], sys.argv[3]

@@ -28,7 +28,7 @@ from kvframe.analyze.replay import PolicyContractError, replay_policy
 from kvframe.analyze.trace import BlockTrace, auto_block_size, build_block_trace
 
 if TYPE_CHECKING:
-    from kvframe.plugins import PluginRegistry
+    from kvframe.host.registry import PluginRegistry
 
 __all__ = [
     "OPTIMAL",
@@ -72,7 +72,7 @@ def analyze(
         block_size = auto_block_size(loaded)
     if policies is None:
         if registry is None:
-            from kvframe.plugins import get_registry
+            from kvframe.host.registry import get_registry
 
             registry = get_registry()
         policies = default_policy_specs(registry)

@@ -36,7 +36,7 @@ from kvframe.analyze.stack import stack_profile
 from kvframe.analyze.trace import BlockTrace
 
 if TYPE_CHECKING:
-    from kvframe.plugins import PluginRegistry
+    from kvframe.host.registry import PluginRegistry
 
 __all__ = [
     "Analysis",
@@ -218,7 +218,7 @@ def analyze_trace(
             )
             continue
         if registry is None:
-            from kvframe.plugins import get_registry
+            from kvframe.host.registry import get_registry
 
             registry = get_registry()
         rates_list = []

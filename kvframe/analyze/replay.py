@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 from kvframe.analyze.trace import BlockTrace
 
 if TYPE_CHECKING:
-    from kvframe.bases import EvictionPolicy
-    from kvframe.plugins import PluginRegistry
+    from kvframe.contract.bases import EvictionPolicy
+    from kvframe.host.registry import PluginRegistry
 
 __all__ = ["PolicyContractError", "replay_policy"]
 

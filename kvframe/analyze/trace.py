@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 import attrs
 
 from kvframe.core.hashing import make_block_hasher
-from kvframe.request import Request
+from kvframe.domain.request import Request
 from kvframe.workloads.spec import MOONCAKE_BLOCK_TOKENS, MooncakePrompt, PromptTokens, RequestSpec
 
 __all__ = ["DEFAULT_BLOCK_SIZE", "METRICS", "BlockTrace", "auto_block_size", "build_block_trace"]

@@ -11,7 +11,7 @@ import pytest
 from kvframe.cli.cmd_analyze import parse_sizes
 from kvframe.cli.main import main
 from kvframe.config import ConfigError
-from kvframe.plugins import get_registry
+from kvframe.host.registry import get_registry
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

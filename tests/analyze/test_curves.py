@@ -12,7 +12,7 @@ from kvframe.analyze import analyze_trace, build_block_trace, replay_policy
 from kvframe.analyze.optimal import optimal_hit_tokens
 from kvframe.analyze.replay import build_policy
 from kvframe.analyze.stack import stack_profile
-from kvframe.plugins import get_registry
+from kvframe.host.registry import get_registry
 from kvframe.workloads import load_workload
 
 from .reference import (

@@ -19,8 +19,8 @@ from kvframe.analyze import build_block_trace
 from kvframe.analyze.stack import stack_profile
 from kvframe.core.hashing import make_block_hasher
 from kvframe.core.kv_cache_manager import KVCacheManager
-from kvframe.plugins import get_registry
-from kvframe.request import Request
+from kvframe.domain.request import Request
+from kvframe.host.registry import get_registry
 from kvframe.workloads import load_workload
 from kvframe.workloads.spec import PromptTokens
 
