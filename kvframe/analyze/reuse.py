@@ -21,6 +21,7 @@ from kvframe.analyze.trace import BlockTrace
 __all__ = ["GAP_EDGES", "QUANTILES", "ReuseProfile", "reuse_profile"]
 
 QUANTILES = (0.25, 0.5, 0.75, 0.9, 0.99)
+"""The quantiles the profile reports (nearest rank, ties to the upper value)."""
 
 GAP_EDGES = (1.0, 10.0, 60.0, 300.0, 900.0, 1800.0, 3600.0)
 """Upper edges (seconds) of the reuse-time histogram's buckets; the last bucket is open."""
@@ -91,7 +92,7 @@ def reuse_profile(trace: BlockTrace, stack: StackProfile) -> ReuseProfile:
     if job_tokens:
         rates = sorted(job_hits[j] / job_tokens[j] for j in job_tokens)
         last = len(rates) - 1
-        quartiles = tuple(rates[round(q * last)] for q in (0, 0.25, 0.5, 0.75, 1))
+        quartiles = tuple(rates[int(q * last + 0.5)] for q in (0, 0.25, 0.5, 0.75, 1))
     return ReuseProfile(
         distance_quantiles=_quantiles(distances),
         gap_quantiles=_quantiles(gaps),
@@ -110,4 +111,4 @@ def _quantiles(ordered: Sequence[Any]) -> tuple[Any, ...]:
     if not ordered:
         return ()
     last = len(ordered) - 1
-    return tuple(ordered[round(q * last)] for q in QUANTILES)
+    return tuple(ordered[int(q * last + 0.5)] for q in QUANTILES)

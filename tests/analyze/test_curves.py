@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvframe.analyze import analyze_trace, build_block_trace, replay_policy
+from kvframe.analyze import analyze_trace, build_block_trace, default_policy_specs, replay_policy
 from kvframe.analyze.optimal import optimal_hit_tokens
 from kvframe.analyze.replay import build_policy
 from kvframe.analyze.stack import stack_profile
@@ -22,14 +22,19 @@ from .reference import (
     traces,
 )
 
-POLICIES = ("lru", "arc", "arc:variant=paper", "s3fifo", "kvframe_s3fifo:S3FIFOPolicy")
-"""The s3fifo example (examples/third_party_policy) counts when installed or importable."""
+S3FIFO_EXAMPLE = "kvframe_s3fifo:S3FIFOPolicy"
+"""The s3fifo example (examples/third_party_policy), by class path when importable."""
 
 
-def _installed(spec: str) -> bool:
-    if "." in spec.split(":")[0]:
-        return importlib.util.find_spec(spec.split(":")[0]) is not None
-    return spec.split(":")[0] in get_registry().names("eviction")
+def _policies() -> list[str]:
+    """Every installed eviction policy and its variants, and the s3fifo example if importable."""
+    specs = default_policy_specs(get_registry())
+    if "s3fifo" not in specs and importlib.util.find_spec("kvframe_s3fifo") is not None:
+        specs.append(S3FIFO_EXAMPLE)
+    return specs
+
+
+POLICIES = _policies()
 
 
 @settings(max_examples=60, deadline=None)
@@ -58,9 +63,8 @@ def test_optimal_bound_is_at_least_every_policy_and_the_ceiling_when_unlimited(t
     for capacity in range(1, trace.num_distinct + 2):
         bound = optimal_hit_tokens(trace, capacity)
         for spec in POLICIES:
-            if _installed(spec):
-                policy = build_policy(registry, spec, capacity)
-                assert replay_policy(trace, policy, capacity, spec=spec)[0] <= bound, spec
+            policy = build_policy(registry, spec, capacity)
+            assert replay_policy(trace, policy, capacity, spec=spec)[0] <= bound, spec
         assert bound <= ceiling
     assert optimal_hit_tokens(trace, trace.num_distinct) == ceiling
 
@@ -88,7 +92,7 @@ def test_hit_counts_stop_at_the_first_missing_block_and_the_last_token_rule():
 def test_bundled_traces_lru_exact_within_a_tenth_of_a_point_and_bound_above_all(name):
     workload = load_workload(name, limit=700)
     trace = build_block_trace(workload.requests, 512, name=name)
-    specs = [s for s in POLICIES if _installed(s)]
+    specs = POLICIES
     result = analyze_trace(trace, policies=specs)
     assert len(result.sizes) >= 12
     lru = result.curve("lru").hit_rates
@@ -108,7 +112,7 @@ def test_whole_bundled_traces_bound_above_every_exact_policy_curve(name):
     """About 20 s (synthetic) and 50 s (conversation): every policy replayed on the whole trace."""
     workload = load_workload(name)
     trace = build_block_trace(workload.requests, 512, name=name)
-    specs = [s for s in POLICIES if _installed(s)]
+    specs = POLICIES
     result = analyze_trace(trace, policies=specs, sample_rate=1.0)
     bound = result.curve("optimal").hit_rates
     for curve in result.curves:

@@ -106,3 +106,29 @@ def test_partial_blocks_are_unique_never_eligible_slots_at_the_chain_tail():
     assert list(trace.eligible) == [2, 2, 1]
     assert trace.num_distinct == 4
     assert build_block_trace(specs, 16).num_distinct == 2
+
+
+def test_reuse_profile_counts_every_eligible_lookup_once_and_breaks_down_by_job():
+    from kvframe.analyze.reuse import reuse_profile
+
+    shared = list(range(64))
+    specs = [
+        RequestSpec("a1", shared + [1] * 16, max_tokens=1, arrival_time=0.0, job_id="a"),
+        RequestSpec("b1", [7] * 48, max_tokens=1, arrival_time=5.0, job_id="b"),
+        RequestSpec(
+            "a2", shared + [1] * 16 + [2] * 17, max_tokens=1, arrival_time=30.0, job_id="a"
+        ),
+    ]
+    trace = build_block_trace(specs, 16)
+    stack = stack_profile(trace)
+    profile = reuse_profile(trace, stack)
+    eligible = sum(trace.eligible)
+    assert profile.cold_lookups + profile.reused_lookups == eligible
+    assert sum(count for _, count in profile.distance_histogram) == profile.reused_lookups == 5
+    assert profile.gap_histogram[2] == (60.0, 5)  # all reused 30 s after their first use
+    # a2 reuses a1's 5 blocks past b1's 3: stack distances 3..7 (block 0 is the most recent)
+    assert list(stack.distances) == [3, 4, 5, 6, 7]
+    assert profile.jobs == 2
+    # job a: 80 of its 177 prompt tokens hit; job b: none (quantiles: nearest rank, ties up)
+    assert profile.job_hit_rate_quartiles == (0.0, 0.0, 80 / 177, 80 / 177, 80 / 177)
+    assert profile.request_hit_shares[0] == 2 and profile.requests_without_hit == 2
