@@ -14,7 +14,15 @@ from typing import Any
 from kvframe.analyze.analysis import OPTIMAL, Analysis
 from kvframe.analyze.reuse import QUANTILES
 
-__all__ = ["DEFINITION", "curve_table", "plot_curves", "summary_lines", "to_csv", "to_json"]
+__all__ = [
+    "DEFINITION",
+    "above_bound_warnings",
+    "curve_table",
+    "plot_curves",
+    "summary_lines",
+    "to_csv",
+    "to_json",
+]
 
 DEFINITION = (
     "hit rate = prompt tokens served from the prefix cache / prompt tokens, summed over "
@@ -79,11 +87,43 @@ def summary_lines(result: Analysis) -> list[str]:
     for curve in result.curves:
         extra = f", {curve.refused_stores:,} stores refused" if curve.refused_stores else ""
         lines.append(f"{curve.policy}: {curve.method}, {curve.seconds:.1f} s{extra}")
+    lines.extend(above_bound_warnings(result))
     if result.sample_rate < 1:
         lines.append(
             f"sampling: requests kept by the hash of their chain's block {result.sample_depth}, "
             f"cache scaled by the same rate ({result.sample_rate:g}); error in docs/analyze.md"
         )
+    return lines
+
+
+def above_bound_warnings(result: Analysis) -> list[str]:
+    """A line for each sampled curve that lies above the optimal bound somewhere.
+
+    An exact curve never does (the tests check it); a sampled one can, by its
+    sampling error, and a reader must not take that for a policy beating MIN.
+    """
+    try:
+        bound = result.curve(OPTIMAL).hit_rates
+    except KeyError:
+        return []
+    lines = []
+    for curve in result.curves:
+        over = [
+            (size, rate - limit)
+            for size, rate, limit in zip(result.sizes, curve.hit_rates, bound, strict=True)
+            if rate > limit
+        ]
+        if over:
+            size, excess = max(over, key=lambda item: item[1])
+            lines.append(
+                f"warning: {curve.policy} ({curve.method}) lies above the optimal bound at "
+                f"{len(over)} size(s), by up to {excess * 100:.2f} points at {size:,} blocks: "
+                + (
+                    "sampling error; --sample-rate 1 replays the whole trace"
+                    if curve.method.startswith("sampled")
+                    else "impossible for an exact replay, please report it with the command"
+                )
+            )
     return lines
 
 

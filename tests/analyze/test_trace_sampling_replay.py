@@ -132,3 +132,22 @@ def test_reuse_profile_counts_every_eligible_lookup_once_and_breaks_down_by_job(
     # job a: 80 of its 177 prompt tokens hit; job b: none (quantiles: nearest rank, ties up)
     assert profile.job_hit_rate_quartiles == (0.0, 0.0, 80 / 177, 80 / 177, 80 / 177)
     assert profile.request_hit_shares[0] == 2 and profile.requests_without_hit == 2
+
+
+def test_a_sampled_curve_above_the_bound_is_flagged_as_sampling_error():
+    import attrs
+
+    from kvframe.analyze import analyze_trace
+    from kvframe.analyze.analysis import Curve
+    from kvframe.analyze.report import above_bound_warnings
+
+    trace = make_trace([[0, 1, 2], [0, 1, 3], [0, 1, 2]], [1, 1, 1])
+    result = analyze_trace(trace, policies=["lru"], sizes=[2, 4])
+    assert above_bound_warnings(result) == []
+    bound = result.curve("optimal").hit_rates
+    fake = Curve("arc", (bound[0] + 0.01, bound[1]), "sampled at 50%", 0.0)
+    flagged = attrs.evolve(result, curves=(*result.curves, fake))
+    assert above_bound_warnings(flagged) == [
+        "warning: arc (sampled at 50%) lies above the optimal bound at 1 size(s), by up to "
+        "1.00 points at 2 blocks: sampling error; --sample-rate 1 replays the whole trace"
+    ]
