@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from kvframe.analyze.optimal import next_uses, optimal_hit_tokens
-from kvframe.analyze.replay import build_policy, replay_policy
+from kvframe.analyze.replay import PolicyContractError, build_policy, replay_policy
 from kvframe.analyze.reuse import ReuseProfile, reuse_profile
 from kvframe.analyze.sampling import sample_depth, sample_trace, scaled_capacity
-from kvframe.analyze.stack import stack_profile
+from kvframe.analyze.stack import StackProfile, stack_profile
 from kvframe.analyze.trace import BlockTrace
 
 if TYPE_CHECKING:
@@ -89,6 +89,8 @@ class Analysis:
     """``"tokens"`` (vLLM's hit rate) or ``"blocks"``: see :func:`build_block_trace`."""
     partial_blocks: bool = False
     """Whether partial prompt blocks took cache slots: see :func:`build_block_trace`."""
+    errors: tuple[str, ...] = ()
+    """Policies left out because they broke the eviction contract, one message each."""
 
     def curve(self, policy: str) -> Curve:
         for curve in self.curves:
@@ -203,6 +205,7 @@ def analyze_trace(
         raise ValueError(f"cache sizes must be >= 1 block, got {list(grid)}")
     total = trace.total_tokens
     curves: list[Curve] = []
+    errors: list[str] = []
     depth = None
     sampled = trace
     if sample_rate < 1 and any(p != "lru" for p in policies):
@@ -223,16 +226,14 @@ def analyze_trace(
             registry = get_registry()
         rates_list = []
         refused = 0
-        for size in grid:
-            if size >= footprint:
-                # Nothing is ever evicted: every policy serves the ceiling.
-                rates_list.append(stack.hit_rate(None))
-                continue
-            capacity = scaled_capacity(size, sample_rate) if sampled is not trace else size
-            policy = build_policy(registry, spec, capacity)
-            hit_tokens, refusals = replay_policy(sampled, policy, capacity, spec=spec)
-            refused += refusals
-            rates_list.append(hit_tokens / sampled.total_tokens if sampled.total_tokens else 0.0)
+        try:
+            rates_list, refused = _replay_curve(
+                spec, registry, grid, footprint, stack, sampled, sample_rate
+            )
+        except PolicyContractError as err:
+            # The other curves are still worth having: report this one and go on.
+            errors.append(str(err))
+            continue
         method = "exact (replay)" if sampled is trace else f"sampled at {sample_rate:.0%}"
         curves.append(Curve(spec, tuple(rates_list), method, time.perf_counter() - start, refused))
     if optimal:
@@ -271,4 +272,30 @@ def analyze_trace(
         seconds=seconds,
         metric=metric,
         partial_blocks=trace.partial_blocks,
+        errors=tuple(errors),
     )
+
+
+def _replay_curve(
+    spec: str,
+    registry: PluginRegistry,
+    grid: tuple[int, ...],
+    footprint: int,
+    stack: StackProfile,
+    sampled: BlockTrace,
+    sample_rate: float,
+) -> tuple[list[float], int]:
+    """One policy's hit rates at every size, and its refused stores (summed)."""
+    rates: list[float] = []
+    refused = 0
+    for size in grid:
+        if size >= footprint:
+            # Nothing is ever evicted: every policy serves the ceiling.
+            rates.append(stack.hit_rate(None))
+            continue
+        capacity = scaled_capacity(size, sample_rate) if sample_rate < 1 else size
+        policy = build_policy(registry, spec, capacity)
+        hit_tokens, refusals = replay_policy(sampled, policy, capacity, spec=spec)
+        refused += refusals
+        rates.append(hit_tokens / sampled.total_tokens if sampled.total_tokens else 0.0)
+    return rates, refused

@@ -3,7 +3,10 @@
 Prints the ceiling (unlimited cache), the reuse profile and a table of hit
 rates by cache size for each eviction policy and the optimal bound; ``--json``
 / ``--csv`` print the same as data, ``--plot FILE`` also draws the curves.
-Never imports the engine: the analysis is :mod:`kvframe.analyze`.
+Never imports the engine: the analysis is :mod:`kvframe.analyze`. Exit codes:
+0, 2 for a usage error, 1 when a policy broke the eviction contract (the
+other curves are still printed; the error names the policy, the request and
+the call).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvframe.cli.common import EXIT_OK, EXIT_USAGE
+from kvframe.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from kvframe.config import ConfigError
 
 if TYPE_CHECKING:
@@ -177,7 +180,9 @@ def analyze_command(args: argparse.Namespace, ctx: Context) -> int:
             )
             return EXIT_USAGE
         print(f"kvframe analyze: wrote {written}", file=sys.stderr)
-    return EXIT_OK
+    for error in result.errors:
+        print(f"kvframe analyze: error: {error}; its curve is left out", file=sys.stderr)
+    return EXIT_FAILED if result.errors else EXIT_OK
 
 
 def _check_plot_target(path: Path) -> None:

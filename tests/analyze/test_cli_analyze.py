@@ -111,3 +111,58 @@ def test_bad_sample_rate_and_plot_suffix_are_usage_errors(capsys):
     code, _, err = _run(capsys, "mooncake:synthetic", "--plot", "x.txt")
     assert code == 2
     assert "the file must end in .png, .svg or .pdf" in err
+
+
+def test_a_policy_breaking_the_contract_is_left_out_and_the_rest_printed(capsys, write_module):
+    """The broken policy is given by class path, as any user's class can be."""
+    module = write_module(
+        "broken_evict",
+        """
+        import kvframe
+
+        class EvictsOne(kvframe.EvictionPolicy):
+            name = "evicts-one"
+
+            def __init__(self, capacity):
+                super().__init__(capacity)
+                self.keys = {}
+
+            def get(self, key):
+                return self.keys.get(key)
+
+            def insert(self, key, block):
+                self.keys[key] = block
+
+            def remove(self, key):
+                del self.keys[key]
+
+            def touch(self, keys):
+                pass
+
+            def evict(self, n, protected):
+                for key in self.keys:
+                    if key not in protected:
+                        return [(key, self.keys.pop(key))]
+                return None
+        """,
+    )
+    code, out, err = _run(
+        capsys,
+        "mooncake:synthetic",
+        "--limit",
+        "200",
+        "--csv",
+        "--sizes",
+        "300",
+        "--policy",
+        "lru",
+        "--policy",
+        f"{module}:EvictsOne",
+    )
+    assert code == 1
+    assert [line.split(",")[3] for line in out.splitlines()[1:]] == ["lru", "optimal"]
+    errors = [line for line in err.splitlines() if line.startswith("kvframe analyze: error:")]
+    assert errors == [
+        "kvframe analyze: error: eviction policy 'broken_evict:EvictsOne': evict(76, ...) at "
+        "request 6 returned 1 victims, not 76; its curve is left out"
+    ]
