@@ -224,8 +224,6 @@ def analyze_trace(
             from kvframe.host.registry import get_registry
 
             registry = get_registry()
-        rates_list = []
-        refused = 0
         try:
             rates_list, refused = _replay_curve(
                 spec, registry, grid, footprint, stack, sampled, sample_rate
@@ -243,8 +241,8 @@ def analyze_trace(
         ceiling_tokens = stack.hit_tokens(None)
         bound: list[int] = []
         for size in grid:
-            # MIN is a stack algorithm (more room never loses a hit): once it
-            # reaches the ceiling, every larger size does too.
+            # MIN is optimal, and the optimum never falls as the cache grows:
+            # once it reaches the ceiling, every larger size is the ceiling.
             hits = ceiling_tokens if bound and bound[-1] == ceiling_tokens else None
             if hits is None:
                 hits = ceiling_tokens if size >= footprint else optimal_hit_tokens(trace, size, nxt)
