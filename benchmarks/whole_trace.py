@@ -21,8 +21,8 @@ interleaved per size:
   (with ``all_token_ids`` a copy), the request representation before lazy
   prompts: the memory reference.
 * ``tree`` -- another checkout of kvframe (``--tree DIR``, e.g. a ``git
-  worktree`` of an older commit) imported first through ``PYTHONPATH``, run as
-  that version runs it: a before/after comparison in one run, on one machine.
+  worktree`` of an older commit) and its bundled plugins imported first through
+  ``PYTHONPATH``, run as that version runs it: a before/after comparison in one run, on one machine.
 
 Printed per size and mode: wall seconds, CPU seconds, peak RSS, engine steps,
 and each mode's ratio to ``fast``; then which summary counters differ between
@@ -38,6 +38,7 @@ import resource
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 _EXCLUDED = {"wall_clock_seconds", "simulated_requests_per_wall_second"}
 MODES = ("fast", "step", "eager", "tree")
@@ -79,7 +80,9 @@ def _run(trace: str, limit: int, mode: str, offload: str | None, tree: str | Non
         command += ["--offload", offload]
     env = dict(os.environ)
     if mode == "tree":
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [tree, env.get("PYTHONPATH")]))
+        # That checkout's own bundled plugins too: they are written against its kvframe.
+        plugins = sorted(str(p) for p in Path(tree, "plugins").glob("*/") if p.is_dir())  # type: ignore[arg-type]
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [tree, *plugins, env.get("PYTHONPATH")]))
     out = subprocess.run(command, capture_output=True, text=True, check=True, env=env).stdout
     line = next(line for line in out.splitlines() if line.startswith("ROW "))
     return json.loads(line[4:])

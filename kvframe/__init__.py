@@ -136,8 +136,8 @@ class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             DeprecationWarning,
             stacklevel=_importer_stacklevel(),
         )
-        if len(homes) == 1:
-            return importlib.import_module(homes[0])
+        # Always a module of its own: the import machinery stamps the old name's
+        # spec on whatever module this returns, which must not be the new one.
         return _merged_module(spec.name, homes)
 
     def exec_module(self, module: types.ModuleType) -> None:
@@ -145,7 +145,8 @@ class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 def _merged_module(name: str, homes: tuple[str, ...]) -> types.ModuleType:
-    """A module whose attributes are looked up in ``homes``, first one first."""
+    """A module whose attributes are looked up in ``homes``, first one first (the same
+    objects: ``kvframe.bases.EvictionPolicy is kvframe.EvictionPolicy``)."""
     modules = [importlib.import_module(home) for home in homes]
     merged = types.ModuleType(name, f"Moved: see {', '.join(homes)}.")
     exported: list[str] = []

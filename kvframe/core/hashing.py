@@ -54,7 +54,7 @@ from kvframe.domain.tokens import encode_tokens
 
 if TYPE_CHECKING:
     from kvframe.domain.request import Request
-    from kvframe.domain.tokens import BlockHash
+    from kvframe.domain.tokens import BlockHash, ChunkIds
 
 __all__ = [
     "DIGEST_SIZE",
@@ -258,20 +258,9 @@ def make_block_hasher(
         raise ValueError(f"chunk_memo_capacity must be >= 0, got {chunk_memo_capacity}")
     root = root_hash(seed)
     header = _COUNT.pack(block_size)
-    step = 4 * block_size
     salt_only = extra_keys_fn is cache_salt_extra_keys
-    new_hasher = blake2b(digest_size=DIGEST_SIZE).copy
+    chain = _block_chain(block_size)
     memos: dict[Hashable, ChunkMemo] = {}
-
-    def chain(parent: BlockHash, data: bytes, append: Callable[[BlockHash], None]) -> BlockHash:
-        # Copying an empty hasher skips blake2b()'s keyword parsing: ~25% per
-        # block, and prompt blocks are hashed by the million in a trace replay.
-        for byte_offset in range(0, len(data), step):
-            digest = new_hasher()
-            digest.update(parent + header + data[byte_offset : byte_offset + step])
-            parent = digest.digest()
-            append(parent)
-        return parent
 
     def hasher(request: Request) -> list[BlockHash]:
         hashes = request.block_hashes
@@ -288,45 +277,26 @@ def make_block_hasher(
             if tokens.__class__ is list:
                 chain(parent, encode_tokens(tokens[start:end]), append)
                 return new_hashes
-            chunk_ids = getattr(tokens, "chunk_ids", None)
-            chunks = chunk_ids(start, end) if chunk_ids is not None else None
+            chunks = tokens.chunk_ids(start, end)  # a TokenView: see Request.all_token_ids
             if chunks is not None and chunk_memo_capacity and chunks[1] % block_size == 0:
                 # A trace prompt made of identified chunks (Mooncake's hash
                 # ids): a chunk after the same parent has the same hashes, and
                 # a conversation re-sends its earlier turns.
-                namespace, chunk_tokens, ids, chunk_bytes = chunks
-                memo = memos.get(namespace)
+                memo = memos.get(chunks[0])
                 if memo is None:
-                    memo = memos[namespace] = ChunkMemo(chunk_memo_capacity)
-                extend = new_hashes.extend
-                for chunk_id in ids:
-                    found = memo.get(parent, chunk_id)
-                    if found is None:
-                        computed: list[BlockHash] = []
-                        chain(parent, chunk_bytes(chunk_id), computed.append)
-                        memo.put(parent, chunk_id, computed)
-                        found = computed
-                    extend(found)
-                    parent = found[-1]
-                    start += chunk_tokens
+                    memo = memos[chunks[0]] = ChunkMemo(chunk_memo_capacity)
+                parent = _hash_chunks(memo, chunks, parent, chain, new_hashes)
+                start += chunks[1] * len(chunks[2])
                 if start >= end:
                     return new_hashes
             # A lazy prompt (kvframe.domain.tokens.TokenView): its bytes without
             # materialising the token ids.
             chain(parent, tokens.token_bytes(start, end), append)
             return new_hashes
-        if tokens.__class__ is list:
-            data = encode_tokens(tokens[start:end])
-        else:
+        data = encode_tokens(tokens[start:end]) if tokens.__class__ is list else None
+        if data is None:
             data = tokens.token_bytes(start, end)
-        for offset in range(0, end - start, block_size):
-            byte_offset = offset * 4
-            message = parent + header + data[byte_offset : byte_offset + step]
-            extra = extra_keys_fn(request, start + offset, start + offset + block_size)
-            if extra:
-                message += encode_extra_keys(extra)
-            parent = blake2b(message, digest_size=DIGEST_SIZE).digest()
-            append(parent)
+        _hash_keyed(request, extra_keys_fn, parent, header, block_size, start, data, append)
         return new_hashes
 
     # For diagnostics and tests: each chunk namespace's memo (hits, misses).
@@ -334,3 +304,72 @@ def make_block_hasher(
     # Read by Request: a token that fills no block needs no call at all.
     hasher.block_size = block_size  # type: ignore[attr-defined]
     return hasher
+
+
+def _block_chain(
+    block_size: int,
+) -> Callable[[BlockHash, bytes, Callable[[BlockHash], None]], BlockHash]:
+    """``chain(parent, data, append)``: hash each ``block_size``-token block of the
+    encoded ``data`` after ``parent``, appending each hash; returns the last."""
+    header = _COUNT.pack(block_size)
+    step = 4 * block_size
+    new_hasher = blake2b(digest_size=DIGEST_SIZE).copy
+
+    def chain(parent: BlockHash, data: bytes, append: Callable[[BlockHash], None]) -> BlockHash:
+        # Copying an empty hasher skips blake2b()'s keyword parsing: ~25% per
+        # block, and prompt blocks are hashed by the million in a trace replay.
+        for byte_offset in range(0, len(data), step):
+            digest = new_hasher()
+            digest.update(parent + header + data[byte_offset : byte_offset + step])
+            parent = digest.digest()
+            append(parent)
+        return parent
+
+    return chain
+
+
+def _hash_chunks(
+    memo: ChunkMemo,
+    chunks: ChunkIds,
+    parent: BlockHash,
+    chain: Callable[[BlockHash, bytes, Callable[[BlockHash], None]], BlockHash],
+    new_hashes: list[BlockHash],
+) -> BlockHash:
+    """Append the hashes of every whole chunk in ``chunks`` after ``parent`` to
+    ``new_hashes``, from ``memo`` where it has them (hashing and remembering the
+    others); returns the last hash, the next block's parent."""
+    chunk_bytes = chunks[3]
+    extend = new_hashes.extend
+    for chunk_id in chunks[2]:
+        found = memo.get(parent, chunk_id)
+        if found is None:
+            computed: list[BlockHash] = []
+            chain(parent, chunk_bytes(chunk_id), computed.append)
+            memo.put(parent, chunk_id, computed)
+            found = computed
+        extend(found)
+        parent = found[-1]
+    return parent
+
+
+def _hash_keyed(
+    request: Request,
+    extra_keys_fn: ExtraKeysFn,
+    parent: BlockHash,
+    header: bytes,
+    block_size: int,
+    start: int,
+    data: bytes,
+    append: Callable[[BlockHash], None],
+) -> None:
+    """Hash the blocks of ``data`` (tokens from ``start`` on) with each block's extra
+    keys: the path of a salted first block or a custom ``extra_keys_fn``."""
+    step = 4 * block_size
+    for offset in range(0, len(data) // 4, block_size):
+        byte_offset = offset * 4
+        message = parent + header + data[byte_offset : byte_offset + step]
+        extra = extra_keys_fn(request, start + offset, start + offset + block_size)
+        if extra:
+            message += encode_extra_keys(extra)
+        parent = blake2b(message, digest_size=DIGEST_SIZE).digest()
+        append(parent)

@@ -17,7 +17,7 @@ import enum
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from kvframe.domain.tokens import TokenView
+from kvframe.domain.tokens import TokenSource, TokenView
 
 if TYPE_CHECKING:
     from kvframe.domain.tokens import BlockHash
@@ -197,7 +197,7 @@ class Request:
         # bytes, not a Python int per token.
         self.all_token_ids: list[int] | TokenView = (
             TokenView(prompt_token_ids, self.output_token_ids)
-            if hasattr(prompt_token_ids, "token_bytes")
+            if isinstance(prompt_token_ids, TokenSource)
             else list(prompt_token_ids)
         )
         self.spec_token_ids: list[int] = []

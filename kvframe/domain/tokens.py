@@ -60,14 +60,20 @@ class TokenSource(Protocol):
     """A lazy sequence of token ids that can write a range of them encoded.
 
     ``token_bytes(start, end)`` equals ``encode_tokens(list(source)[start:end])``;
-    a source may also offer ``chunk_ids(start, end) -> ChunkIds | None`` (the block
-    hasher probes for it once per call, as it is optional).
+    ``chunk_ids(start, end)`` names the whole chunks from ``start`` when the source
+    is made of identified chunks (a Mooncake prompt's hash ids), else ``None``. A
+    :class:`~kvframe.domain.request.Request` given a token source keeps it as is
+    (a :class:`TokenView` over it and the outputs), never as a list of ints.
     """
 
     def __len__(self) -> int: ...
 
     def token_bytes(self, start: int, end: int) -> bytes:
         """Tokens ``start .. end - 1`` encoded as :func:`encode_tokens` does."""
+        ...
+
+    def chunk_ids(self, start: int, end: int) -> ChunkIds | None:
+        """The identified chunks from ``start`` to ``end``, or ``None``."""
         ...
 
 
@@ -144,8 +150,7 @@ class TokenView(Sequence[int]):
         num_prompt = self._num_prompt
         if start >= num_prompt:
             return None
-        direct = getattr(self._prompt, "chunk_ids", None)
-        return direct(start, min(end, num_prompt)) if direct is not None else None
+        return self._prompt.chunk_ids(start, min(end, num_prompt))  # type: ignore[attr-defined]
 
     def __repr__(self) -> str:
         return f"TokenView(<{self._num_prompt} prompt + {len(self._outputs)} output tokens>)"

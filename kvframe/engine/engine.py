@@ -24,11 +24,11 @@ wait (blocked) also jumps to the next arrival, or to the earliest retention
 deadline if only retained blocks stand in the way; with neither, nothing can
 ever change and :class:`EngineStalled` is raised instead of looping forever.
 
-Why the loop is one long method: it runs once per step (hundreds of thousands
-of times for a real trace), so it binds everything it touches to locals and
-keeps per-request work to what the metrics need. Tracing costs one
+The loop runs once per step (hundreds of thousands of times for a real trace),
+so it binds what it touches to locals and keeps per-request work to what the
+metrics need; each kind of step is a method of its own. Tracing costs one
 ``if hook is not None`` per trace point when no tracer is selected; the trace
-records are built only inside those branches, by the helpers at the bottom.
+records are built only inside those branches (:mod:`kvframe.engine.records`).
 """
 
 from __future__ import annotations
@@ -261,35 +261,28 @@ class Engine:
         return getattr(self.scheduler.policy, "name", "") or type(self.scheduler.policy).__name__
 
     def _loop(self, arrivals: ArrivalQueue, progress: ProgressCallback | None) -> None:
+        """One iteration per engine step (see the module docstring): arrivals, the
+        decision (a decode run or ``schedule``), its record, then the step by its kind:
+        one the executor runs (:meth:`_executed_step`) or one that schedules nothing
+        (:meth:`_empty_step`). It runs once per step, so what it touches is bound to
+        locals first."""
         scheduler = self.scheduler
         schedule = scheduler.schedule
-        update_from_output = scheduler.update_from_output
         requests = scheduler.requests
-        kv = scheduler.kv_cache_manager
-        execute = self.executor.execute
-        collector = self._collector
-        on_step = collector.on_step
-        on_first_token = collector.on_first_token
-        on_finished = collector.on_finished
-        on_scheduled = collector.on_scheduled
-        on_prefix_hit = collector.on_prefix_hit
         stats = scheduler.stats
         hook = self.tracing.hook if self.tracing is not None and self.tracing.active else None
         view = RunProgress(self) if progress is not None else None
         connector = cast("OffloadingConnector | None", scheduler.connector)
         worker = self.executor.offload_worker
-        handler = self.executor.transfer_handler
-        record_finished = self.executor.record_finished
         # Runs of plain decode steps in one go (kvframe.core.decode_run): only
         # where every step's effects are the scheduler's own and the cost
-        # model's, i.e. the sim executor with no offload tier and no tracer.
+        # model's, i.e. an executor that allows it, no offload tier, no tracer.
         decode_runs = (
             not self.config.step_by_step
             and hook is None
             and connector is None
             and self.executor.supports_decode_runs
         )
-
         now = arrivals.next_time if arrivals.next_time != math.inf else 0.0
         idle_steps = 0
         while True:
@@ -321,84 +314,133 @@ class Engine:
                         progress(view)  # type: ignore[misc]
             if output is None:
                 output = schedule(now)
-            step = stats.num_steps
             if hook is not None:
-                trace_decision(hook, output, step, now)
+                trace_decision(hook, output, stats.num_steps, now)
+            self._record_decision(output, now)
 
-            if output.preempted_req_ids:
-                for request_id in output.preempted_req_ids:
-                    collector.on_preempted(request_id)
-            if output.first_admissions:
-                for hit in output.first_admissions:
-                    on_prefix_hit(hit.req_id, hit.local_hit_tokens, hit.external_hit_tokens)
-            if output.scheduled_new_reqs:
-                # Stamped when the request enters RUNNING, as vLLM's SCHEDULED
-                # event: an async load's first admission only reserves blocks.
-                for new_request in output.scheduled_new_reqs:
-                    on_scheduled(new_request.req_id, now)
-            if output.recomputed_tokens:
-                for request_id, num_tokens in output.recomputed_tokens.items():
-                    if num_tokens:
-                        collector.on_recomputed(request_id, num_tokens)
-
-            if not output.total_num_scheduled_tokens:
-                next_transfer = math.inf
-                if handler is not None:
-                    # No forward pass, but the connector's transfers still run
-                    # (vLLM's model runner does the same without tokens).
-                    kv_output = execute(output, requests, now).model_output
-                    update_from_output(output, kv_output)
-                    done = kv_output.kv_connector_output
-                    if hook is not None:
-                        trace_kv_events(hook, kv, step, now, connector)
-                    if done is not None and (done.finished_recving or done.finished_sending):
-                        idle_steps = 0
-                        continue
-                    next_transfer = handler.next_completion()
-                elif hook is not None:
-                    trace_kv_events(hook, kv, step, now)
-                now = self._idle(arrivals, now, output, idle_steps, next_transfer)
-                idle_steps = idle_steps + 1 if now == self._now else 0
-                self._now = now
-                if view is not None:
-                    progress(view)  # type: ignore[misc]
-                continue
-            idle_steps = 0
-
-            result = execute(output, requests, now)
-            end = now + result.duration
-            sampled = result.sampled
-            on_step(
-                now,
-                result.duration,
-                num_generated_tokens=len(sampled),
-                num_computed_tokens=output.total_num_scheduled_tokens,
-            )
-            finished = update_from_output(output, result.model_output)
-            for request in sampled:
-                if request.first_token_time is None:
-                    request.first_token_time = end
-                    on_first_token(request.request_id, end)
-            if hook is not None:
-                trace_kv_events(hook, kv, step, now, connector)
-            if finished:
-                for request in finished:
-                    request.finish_time = end
-                    on_finished(
-                        request.request_id,
-                        end,
-                        num_output_tokens=request.num_output_tokens,
-                        status=request.get_finished_reason() or str(request.status),
-                    )
-                    record_finished(request)
-                    if request.job_id is not None:
-                        arrivals.turn_finished(request.job_id, end)
-                    if hook is not None:
-                        hook.kvframe_request_finished(record=finished_record(request, step, now))
-            now = end
-            self._now = end
+            if output.total_num_scheduled_tokens:
+                idle_steps = 0
+                now = self._executed_step(output, arrivals, now, hook)
+            else:
+                woke = self._empty_step(output, arrivals, now, idle_steps, hook)
+                if woke is None:
+                    idle_steps = 0
+                    continue  # transfers finished: step again at the same time
+                now, idle_steps = woke
             if view is not None:
                 progress(view)  # type: ignore[misc]
+
+    def _record_decision(self, output: SchedulerOutput, now: float) -> None:
+        """The metrics of what ``schedule`` decided: preemptions, first admissions'
+        prefix hits, requests entering RUNNING, recomputed tokens."""
+        collector = self._collector
+        if output.preempted_req_ids:
+            for request_id in output.preempted_req_ids:
+                collector.on_preempted(request_id)
+        if output.first_admissions:
+            on_prefix_hit = collector.on_prefix_hit
+            for hit in output.first_admissions:
+                on_prefix_hit(hit.req_id, hit.local_hit_tokens, hit.external_hit_tokens)
+        if output.scheduled_new_reqs:
+            # Stamped when the request enters RUNNING, as vLLM's SCHEDULED
+            # event: an async load's first admission only reserves blocks.
+            on_scheduled = collector.on_scheduled
+            for new_request in output.scheduled_new_reqs:
+                on_scheduled(new_request.req_id, now)
+        if output.recomputed_tokens:
+            for request_id, num_tokens in output.recomputed_tokens.items():
+                if num_tokens:
+                    collector.on_recomputed(request_id, num_tokens)
+
+    def _executed_step(
+        self, output: SchedulerOutput, arrivals: ArrivalQueue, now: float, hook: Any
+    ) -> float:
+        """Run a step that schedules tokens; returns the clock at its end, which is
+        when its tokens exist (first-token and finish times)."""
+        scheduler = self.scheduler
+        collector = self._collector
+        step = scheduler.stats.num_steps
+        result = self.executor.execute(output, scheduler.requests, now)
+        end = now + result.duration
+        sampled = result.sampled
+        collector.on_step(
+            now,
+            result.duration,
+            num_generated_tokens=len(sampled),
+            num_computed_tokens=output.total_num_scheduled_tokens,
+        )
+        finished = scheduler.update_from_output(output, result.model_output)
+        on_first_token = collector.on_first_token
+        for request in sampled:
+            if request.first_token_time is None:
+                request.first_token_time = end
+                on_first_token(request.request_id, end)
+        if hook is not None:
+            trace_kv_events(hook, scheduler.kv_cache_manager, step, now, scheduler.connector)
+        if finished:
+            self._finish(finished, arrivals, step, now, end, hook)
+        self._now = end
+        return end
+
+    def _finish(
+        self,
+        finished: Sequence[Request],
+        arrivals: ArrivalQueue,
+        step: int,
+        now: float,
+        end: float,
+        hook: Any,
+    ) -> None:
+        """Requests that finished in the step from ``now`` to ``end``."""
+        on_finished = self._collector.on_finished
+        record_finished = self.executor.record_finished
+        for request in finished:
+            request.finish_time = end
+            on_finished(
+                request.request_id,
+                end,
+                num_output_tokens=request.num_output_tokens,
+                status=request.get_finished_reason() or str(request.status),
+            )
+            record_finished(request)
+            if request.job_id is not None:
+                arrivals.turn_finished(request.job_id, end)
+            if hook is not None:
+                hook.kvframe_request_finished(record=finished_record(request, step, now))
+
+    def _empty_step(
+        self,
+        output: SchedulerOutput,
+        arrivals: ArrivalQueue,
+        now: float,
+        idle_steps: int,
+        hook: Any,
+    ) -> tuple[float, int] | None:
+        """A step that schedules nothing. With an offload tier the connector's
+        transfers still run (vLLM's model runner does the same without tokens): if
+        some finished, ``None`` (step again now). Otherwise the clock of the next
+        step (:meth:`_idle`) and the count of consecutive steps that did not move it.
+        """
+        scheduler = self.scheduler
+        kv = scheduler.kv_cache_manager
+        handler = self.executor.transfer_handler
+        step = scheduler.stats.num_steps
+        next_transfer = math.inf
+        if handler is not None:
+            kv_output = self.executor.execute(output, scheduler.requests, now).model_output
+            scheduler.update_from_output(output, kv_output)
+            done = kv_output.kv_connector_output
+            if hook is not None:
+                trace_kv_events(hook, kv, step, now, scheduler.connector)
+            if done is not None and (done.finished_recving or done.finished_sending):
+                return None
+            next_transfer = handler.next_completion()
+        elif hook is not None:
+            trace_kv_events(hook, kv, step, now)
+        woke = self._idle(arrivals, now, output, idle_steps, next_transfer)
+        idle_steps = idle_steps + 1 if woke == self._now else 0
+        self._now = woke
+        return woke, idle_steps
 
     # -- runs of plain decode steps ------------------------------------------
 

@@ -66,18 +66,26 @@ import math
 import os
 import random
 from collections.abc import Callable, Iterable, Mapping
-from statistics import NormalDist
 from typing import IO, Any
 
 import attrs
 
-from kvframe.workloads.chat import (
+from kvframe.workloads.distributions import (
+    DurationDistribution,
     Fixed,
+    FixedDuration,
     LengthDistribution,
     LogNormal,
+    LogNormalDuration,
+    ParetoDuration,
     Uniform,
+    UniformDuration,
+    as_duration_distribution,
     as_length_distribution,
+    check_finite_non_negative,
+    check_positive_float,
     check_positive_int,
+    parse_duration_distribution,
 )
 from kvframe.workloads.kvframe_jsonl import write_jsonl
 from kvframe.workloads.spec import RequestSpec, SyntheticPrompt
@@ -98,165 +106,6 @@ __all__ = [
     "write_agentic_jsonl",
 ]
 
-_STANDARD_NORMAL = NormalDist()
-
-
-def _check_finite_non_negative(instance: Any, attribute: attrs.Attribute, value: float) -> None:
-    if not (value >= 0 and math.isfinite(value)):
-        raise ValueError(f"{attribute.name} must be a finite number >= 0, got {value!r}")
-
-
-def _check_positive_float(instance: Any, attribute: attrs.Attribute, value: float) -> None:
-    if not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"{attribute.name} must be a finite number > 0, got {value!r}")
-
-
-# --------------------------------------------------------------------------
-# Duration distributions (seconds, floats). Like the length distributions of
-# the chat generator, each draws exactly one ``random()`` per sample and prints
-# as the string that parses back to it.
-# --------------------------------------------------------------------------
-
-
-@attrs.frozen(slots=True)
-class FixedDuration:
-    """Always ``value`` seconds."""
-
-    value: float = attrs.field(validator=_check_finite_non_negative)
-
-    def sample(self, rng: random.Random) -> float:
-        rng.random()  # keep the stream in step with the other distributions
-        return float(self.value)
-
-    def __str__(self) -> str:
-        return f"fixed:value={self.value:g}"
-
-
-@attrs.frozen(slots=True)
-class UniformDuration:
-    """Uniform on ``[low, high]`` seconds."""
-
-    low: float = attrs.field(validator=_check_finite_non_negative)
-    high: float = attrs.field(validator=_check_finite_non_negative)
-
-    def __attrs_post_init__(self) -> None:
-        if self.high < self.low:
-            raise ValueError(f"uniform needs low <= high, got low={self.low} high={self.high}")
-
-    def sample(self, rng: random.Random) -> float:
-        return self.low + rng.random() * (self.high - self.low)
-
-    def __str__(self) -> str:
-        return f"uniform:low={self.low:g},high={self.high:g}"
-
-
-@attrs.frozen(slots=True)
-class LogNormalDuration:
-    """Log-normal with the given median (seconds) and log-space sigma, clamped to ``[min, max]``."""
-
-    median: float = attrs.field(validator=_check_positive_float)
-    sigma: float = attrs.field(default=1.0, validator=_check_finite_non_negative)
-    min: float = attrs.field(default=0.0, validator=_check_finite_non_negative)
-    max: float = attrs.field(default=3600.0, validator=_check_finite_non_negative)
-
-    def __attrs_post_init__(self) -> None:
-        if self.max < self.min:
-            raise ValueError(f"lognormal needs min <= max, got min={self.min} max={self.max}")
-
-    def sample(self, rng: random.Random) -> float:
-        u = rng.random() or 0.5 / 2**53  # inv_cdf is undefined at 0
-        value = self.median * math.exp(self.sigma * _STANDARD_NORMAL.inv_cdf(u))
-        return max(self.min, min(self.max, value))
-
-    def __str__(self) -> str:
-        return (
-            f"lognormal:median={self.median:g},sigma={self.sigma:g},"
-            f"min={self.min:g},max={self.max:g}"
-        )
-
-
-@attrs.frozen(slots=True)
-class ParetoDuration:
-    """Pareto (type I): ``scale / U ** (1 / alpha)`` seconds, capped at ``max``.
-
-    The classic heavy tail: most calls take about ``scale``, a few take many
-    times longer (``alpha <= 2`` has infinite variance before the cap).
-    """
-
-    scale: float = attrs.field(validator=_check_positive_float)
-    alpha: float = attrs.field(default=1.5, validator=_check_positive_float)
-    max: float = attrs.field(default=3600.0, validator=_check_finite_non_negative)
-
-    def __attrs_post_init__(self) -> None:
-        if self.max < self.scale:
-            raise ValueError(f"pareto needs scale <= max, got scale={self.scale} max={self.max}")
-
-    def sample(self, rng: random.Random) -> float:
-        u = 1.0 - rng.random()  # in (0, 1]
-        return min(self.max, self.scale / u ** (1.0 / self.alpha))
-
-    def __str__(self) -> str:
-        return f"pareto:scale={self.scale:g},alpha={self.alpha:g},max={self.max:g}"
-
-
-DurationDistribution = FixedDuration | UniformDuration | LogNormalDuration | ParetoDuration
-
-_DURATIONS: dict[str, Callable[..., Any]] = {
-    "fixed": FixedDuration,
-    "uniform": UniformDuration,
-    "lognormal": LogNormalDuration,
-    "pareto": ParetoDuration,
-}
-
-
-def parse_duration_distribution(text: str | float) -> DurationDistribution:
-    """Parse ``2.5``, ``fixed:value=2.5``, ``uniform:low=0.1,high=2``,
-    ``lognormal:median=0.5,sigma=1[,min=0.05,max=30]`` or
-    ``pareto:scale=5,alpha=1.5[,max=120]`` (seconds).
-
-    :raises ValueError: naming the bad text, with the known names or keys.
-    """
-    if isinstance(text, int | float):
-        return FixedDuration(float(text))
-    text = text.strip()
-    try:
-        return FixedDuration(float(text))
-    except ValueError:
-        pass
-    name, _, options = text.partition(":")
-    factory = _DURATIONS.get(name)
-    if factory is None:
-        close = difflib.get_close_matches(name, _DURATIONS, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ValueError(
-            f"unknown duration distribution {name!r} in {text!r}{hint} "
-            f"(known: {', '.join(_DURATIONS)}, or a plain number of seconds)"
-        )
-    kwargs: dict[str, float] = {}
-    for item in filter(None, options.split(",")):
-        key, sep, value = item.partition("=")
-        key = key.strip()
-        if not sep:
-            raise ValueError(f"expected key=value in {text!r}, got {item!r}")
-        if key not in attrs.fields_dict(factory):  # type: ignore[arg-type]
-            known = ", ".join(attrs.fields_dict(factory))  # type: ignore[arg-type]
-            raise ValueError(f"{name} has no parameter {key!r} in {text!r} (known: {known})")
-        try:
-            kwargs[key] = float(value)
-        except ValueError:
-            raise ValueError(f"{key} must be a number in {text!r}, got {value!r}") from None
-    try:
-        return factory(**kwargs)
-    except TypeError as exc:
-        raise ValueError(f"bad parameters in {text!r}: {exc}") from None
-
-
-def _as_duration(value: DurationDistribution | float | str) -> DurationDistribution:
-    if isinstance(value, FixedDuration | UniformDuration | LogNormalDuration | ParetoDuration):
-        return value
-    return parse_duration_distribution(value)
-
-
 # --------------------------------------------------------------------------
 # Tools
 # --------------------------------------------------------------------------
@@ -267,9 +116,9 @@ class ToolSpec:
     """A tool an agent calls: how often, how long the call takes, how long its result is."""
 
     name: str = attrs.field()
-    weight: float = attrs.field(default=1.0, validator=_check_positive_float)
+    weight: float = attrs.field(default=1.0, validator=check_positive_float)
     """Relative frequency among the config's tools."""
-    duration: DurationDistribution = attrs.field(converter=_as_duration)
+    duration: DurationDistribution = attrs.field(converter=as_duration_distribution)
     """Seconds between the turn finishing and the job's next turn arriving."""
     result_length: LengthDistribution = attrs.field(
         default=LogNormal(median=256, sigma=0.8, max=8192), converter=as_length_distribution
@@ -430,12 +279,12 @@ class AgenticConfig:
     """Tokens each turn generates (``max_tokens``)."""
     tools: tuple[ToolSpec, ...] = attrs.field(default="mixed", converter=_as_tools)
     """A name from :data:`TOOL_MIXES` or a sequence of :class:`ToolSpec` (or their dicts)."""
-    tool_time_scale: float = attrs.field(default=1.0, validator=_check_finite_non_negative)
+    tool_time_scale: float = attrs.field(default=1.0, validator=check_finite_non_negative)
     """Multiplies every tool duration."""
     max_context_tokens: int = attrs.field(default=32768, validator=check_positive_int)
     """A job ends early, at its last turn whose prompt plus output fits."""
     seed: int = 0
-    start_time: float = attrs.field(default=0.0, validator=_check_finite_non_negative)
+    start_time: float = attrs.field(default=0.0, validator=check_finite_non_negative)
     id_prefix: str = "job-"
 
     def __attrs_post_init__(self) -> None:

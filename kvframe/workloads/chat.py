@@ -20,16 +20,22 @@ and closed-form transforms, whose outputs CPython keeps stable across versions.
 from __future__ import annotations
 
 import bisect
-import difflib
 import math
 import os
 import random
-from collections.abc import Callable
-from statistics import NormalDist
 from typing import IO, Any
 
 import attrs
 
+from kvframe.workloads.distributions import (
+    Fixed,
+    LengthDistribution,
+    LogNormal,
+    Uniform,
+    as_length_distribution,
+    check_positive_int,
+    parse_length_distribution,
+)
 from kvframe.workloads.kvframe_jsonl import write_jsonl
 from kvframe.workloads.spec import RequestSpec, SyntheticPrompt
 
@@ -44,147 +50,6 @@ __all__ = [
     "write_chat_jsonl",
     "write_jsonl",
 ]
-
-_STANDARD_NORMAL = NormalDist()
-
-
-def check_positive_int(instance: Any, attribute: attrs.Attribute, value: int) -> None:
-    if type(value) is not int or value < 1:
-        raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
-
-
-# --------------------------------------------------------------------------
-# Length distributions. Each prints as the string that parses back to it, so
-# a workload header records them readably.
-# --------------------------------------------------------------------------
-
-
-@attrs.frozen(slots=True)
-class Fixed:
-    """Always ``value`` tokens."""
-
-    value: int = attrs.field(validator=check_positive_int)
-
-    def sample(self, rng: random.Random) -> int:
-        rng.random()  # keep the stream in step with the other distributions
-        return self.value
-
-    def __str__(self) -> str:
-        return f"fixed:value={self.value}"
-
-
-@attrs.frozen(slots=True)
-class Uniform:
-    """Uniform over the integers ``low..high`` inclusive."""
-
-    low: int = attrs.field(validator=check_positive_int)
-    high: int = attrs.field(validator=check_positive_int)
-
-    def __attrs_post_init__(self) -> None:
-        if self.high < self.low:
-            raise ValueError(f"uniform needs low <= high, got low={self.low} high={self.high}")
-
-    def sample(self, rng: random.Random) -> int:
-        return min(self.high, self.low + int(rng.random() * (self.high - self.low + 1)))
-
-    def __str__(self) -> str:
-        return f"uniform:low={self.low},high={self.high}"
-
-
-@attrs.frozen(slots=True)
-class LogNormal:
-    """Log-normal with the given median and log-space sigma, clamped to ``[min, max]``.
-
-    The usual shape of prompt and output lengths in production traces: most
-    are short, a long tail is very long.
-    """
-
-    median: float
-    sigma: float = 1.0
-    min: int = attrs.field(default=1, validator=check_positive_int)
-    max: int = attrs.field(default=32768, validator=check_positive_int)
-
-    def __attrs_post_init__(self) -> None:
-        if not self.median > 0 or not self.sigma >= 0 or self.max < self.min:
-            raise ValueError(
-                f"lognormal needs median > 0, sigma >= 0, min <= max; got median={self.median}, "
-                f"sigma={self.sigma}, min={self.min}, max={self.max}"
-            )
-
-    def sample(self, rng: random.Random) -> int:
-        u = rng.random() or 0.5 / 2**53  # inv_cdf is undefined at 0
-        value = self.median * math.exp(self.sigma * _STANDARD_NORMAL.inv_cdf(u))
-        return max(self.min, min(self.max, round(value)))
-
-    def __str__(self) -> str:
-        return (
-            f"lognormal:median={self.median:g},sigma={self.sigma:g},min={self.min},max={self.max}"
-        )
-
-
-LengthDistribution = Fixed | Uniform | LogNormal
-
-_DISTRIBUTIONS: dict[str, Callable[..., Any]] = {
-    "fixed": Fixed,
-    "uniform": Uniform,
-    "lognormal": LogNormal,
-}
-
-
-def _parse_number(text: str) -> int | float:
-    try:
-        return int(text)
-    except ValueError:
-        return float(text)
-
-
-def parse_length_distribution(text: str | int) -> LengthDistribution:
-    """Parse ``512``, ``fixed:value=512``, ``uniform:low=64,high=512`` or
-    ``lognormal:median=256,sigma=0.8[,min=1,max=8192]``.
-
-    The same ``NAME:key=value,...`` shape as kvframe's config strings.
-
-    :raises ValueError: naming the bad text, with the known names or keys.
-    """
-    if isinstance(text, int):
-        return Fixed(text)
-    text = text.strip()
-    if text.isdigit():
-        return Fixed(int(text))
-    name, _, options = text.partition(":")
-    factory = _DISTRIBUTIONS.get(name)
-    if factory is None:
-        close = difflib.get_close_matches(name, _DISTRIBUTIONS, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ValueError(
-            f"unknown length distribution {name!r} in {text!r}{hint} "
-            f"(known: {', '.join(_DISTRIBUTIONS)}, or a plain integer)"
-        )
-    kwargs: dict[str, int | float] = {}
-    for item in filter(None, options.split(",")):
-        key, sep, value = item.partition("=")
-        key = key.strip()
-        if not sep:
-            raise ValueError(f"expected key=value in {text!r}, got {item!r}")
-        if key not in attrs.fields_dict(factory):  # type: ignore[arg-type]
-            known = ", ".join(attrs.fields_dict(factory))  # type: ignore[arg-type]
-            raise ValueError(f"{name} has no parameter {key!r} in {text!r} (known: {known})")
-        try:
-            kwargs[key] = _parse_number(value.strip())
-        except ValueError:
-            raise ValueError(f"{key} must be a number in {text!r}, got {value!r}") from None
-    try:
-        return factory(**kwargs)
-    except TypeError as exc:
-        raise ValueError(f"bad parameters in {text!r}: {exc}") from None
-
-
-def as_length_distribution(value: LengthDistribution | int | str) -> LengthDistribution:
-    """Accept a distribution object, an int (fixed) or its config text."""
-    if isinstance(value, (Fixed, Uniform, LogNormal)):
-        return value
-    return parse_length_distribution(value)
-
 
 # --------------------------------------------------------------------------
 # The generator

@@ -83,12 +83,29 @@ def synthetic_tokens(key: str, n: int) -> list[int]:
 
 @runtime_checkable
 class Prompt(Protocol):
-    """A recipe for a prompt's token ids. ``len()`` must not materialise them."""
+    """A recipe for a prompt's token ids. ``len()`` must not materialise them.
+
+    Every prompt is also a :class:`~kvframe.domain.tokens.TokenSource` (the block
+    hasher reads ``token_bytes`` and ``chunk_ids``), and can cut out a range of
+    its tokens; each kind does it as cheaply as its representation allows.
+    """
 
     def __len__(self) -> int: ...
 
     def token_ids(self) -> list[int]:
         """Build the token ids: a fresh list the caller may keep and mutate."""
+        ...
+
+    def token_slice(self, start: int, end: int) -> list[int]:
+        """Tokens ``start .. end - 1`` (cut to the prompt)."""
+        ...
+
+    def token_bytes(self, start: int, end: int) -> bytes:
+        """Tokens ``start .. end - 1``, encoded as the block hasher reads them."""
+        ...
+
+    def chunk_ids(self, start: int, end: int) -> ChunkIds | None:
+        """The identified chunks from ``start`` (:meth:`MooncakePrompt.chunk_ids`), or ``None``."""
         ...
 
 
@@ -126,6 +143,13 @@ class TokenPrompt:
         """Tokens ``start .. end - 1`` encoded as :func:`kvframe.domain.tokens.encode_tokens`
         does: a slice, since the prompt is stored in that encoding."""
         return self.packed[4 * start : 4 * end]
+
+    def token_slice(self, start: int, end: int) -> list[int]:
+        return decode_tokens(self.packed[4 * start : 4 * end])
+
+    def chunk_ids(self, start: int, end: int) -> None:
+        """Explicit tokens come in no identified chunks."""
+        return None
 
     def __repr__(self) -> str:
         return f"TokenPrompt(<{len(self)} tokens>)"
@@ -170,6 +194,16 @@ class SyntheticPrompt:
             "kvframe/unique/" + self.key, self.length - self.shared_prefix_length
         )
         return tokens
+
+    def token_slice(self, start: int, end: int) -> list[int]:
+        return self.token_ids()[start:end]
+
+    def token_bytes(self, start: int, end: int) -> bytes:
+        return encode_tokens(self.token_ids()[start:end])
+
+    def chunk_ids(self, start: int, end: int) -> None:
+        """A generated prompt comes in no identified chunks."""
+        return None
 
 
 @attrs.frozen(slots=True)
@@ -258,7 +292,6 @@ class MooncakePrompt:
         )
 
 
-_U32 = "I" if array("I").itemsize == 4 else "L"
 _U32_LIMIT = 1 << 32
 
 
@@ -325,9 +358,8 @@ class PromptTokens(Sequence[int]):
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
             start, stop, stride = index.indices(len(self.prompt))
-            token_slice = getattr(self.prompt, "token_slice", None)
-            if stride == 1 and token_slice is not None:
-                return token_slice(start, stop)
+            if stride == 1:
+                return self.prompt.token_slice(start, stop)
             return self.tolist()[index]
         if index < 0:
             index += len(self.prompt)
@@ -346,19 +378,12 @@ class PromptTokens(Sequence[int]):
     __hash__ = None  # type: ignore[assignment]
 
     def token_bytes(self, start: int, end: int) -> bytes:
-        """Tokens ``start .. end - 1`` as uint32 little-endian bytes (for hashing)."""
-        direct = getattr(self.prompt, "token_bytes", None)
-        if direct is not None:
-            return direct(start, end)
-        values = array(_U32, self.tolist()[start:end])
-        if sys.byteorder == "big":
-            values.byteswap()
-        return values.tobytes()
+        """Tokens ``start .. end - 1`` encoded for hashing (the prompt's own ``token_bytes``)."""
+        return self.prompt.token_bytes(start, end)
 
     def chunk_ids(self, start: int, end: int) -> ChunkIds | None:
         """The prompt's identified chunks from ``start`` (``MooncakePrompt.chunk_ids``), if any."""
-        direct = getattr(self.prompt, "chunk_ids", None)
-        return direct(start, end) if direct is not None else None
+        return self.prompt.chunk_ids(start, end)
 
     def __repr__(self) -> str:
         return f"PromptTokens({self.prompt!r})"
