@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 import kvframe
+from kvframe.cli.cmd_analyze import add_analyze_command
 from kvframe.cli.cmd_calibrate import add_calibrate_command
 from kvframe.cli.cmd_check import add_check_command
 from kvframe.cli.cmd_compare import add_compare_command
@@ -53,6 +54,7 @@ SUBCOMMANDS: list[Callable[[Any], None]] = [
     add_compare_command,
     add_calibrate_command,
     add_outputs_diff_command,
+    add_analyze_command,
 ]
 """Functions that each add one subcommand; later commands append themselves here."""
 
