@@ -20,6 +20,7 @@ from kvframe.executors.sim import SimExecutor
 
 if TYPE_CHECKING:
     from kvframe.contract.bases import EvictionPolicy
+    from kvframe.domain.costs import CostModel
     from kvframe.engine.config import EngineConfig
     from kvframe.executors.base import Executor
     from kvframe.executors.presets import Preset
@@ -178,13 +179,36 @@ def build_offload(
     ``config.eviction`` sets the tier's ``eviction`` option; if the offload
     config string sets it too, they must name the same policy with the same options.
     """
-    from kvframe.domain.transfers import num_chunks
-    from kvframe.offload.manager import FilteredOffloadManager
-    from kvframe.offload.offloading_connector import OffloadingConnector
     from kvframe.offload.worker import OffloadWorker, SimTransferHandler
 
     assert config.offload is not None
     resolved = registry.resolve("offload", config.offload)
+    spec = _offload_spec(config, registry, resolved)
+    preset = config.preset_object
+    context = OffloadContext(
+        gpu_block_size=config.block_size,
+        kv_bytes_per_token=(
+            preset.shape.kv_bytes_per_token if kv_bytes_per_token is None else kv_bytes_per_token
+        ),
+        num_gpu_blocks=config.resolved_num_gpu_blocks(),
+        enable_events=enable_events,
+    )
+    manager, factor = _offload_manager(config, registry, resolved.name, spec, context)
+    cost_model = preset.cost_model
+    if config.offload_bandwidth is not None:
+        cost_model = attrs.evolve(cost_model, transfer_bytes_per_s=float(config.offload_bandwidth))
+    connector = _offload_connector(config, manager, factor, cost_model, context, preset)
+    handler: Any = SimTransferHandler(cost_model, context.gpu_block_bytes, preset.shape.num_layers)
+    if real_bytes:
+        from kvframe.executors.torch.executor import RealBytesTransferHandler
+
+        handler = RealBytesTransferHandler(handler, spec.create_transfer_handler(context))
+    return connector, OffloadWorker(handler), handler
+
+
+def _offload_spec(config: EngineConfig, registry: PluginRegistry, resolved: Any) -> Any:
+    """The tier's spec, built with the eviction policy selected on its own (``--eviction``),
+    which must agree with one the offload config string names."""
     options = dict(resolved.options)
     if config.eviction is not None:
         wanted = registry.resolve("eviction", config.eviction)
@@ -199,58 +223,63 @@ def build_offload(
                 )
         options["eviction"] = wanted.spec.source or wanted.name
     try:
-        spec = resolved.cls(**options)
+        return resolved.cls(**options)
     except ValueError as err:
         raise ConfigError(f"offload tier {resolved.name!r} rejected its options: {err}") from err
-    preset = config.preset_object
-    context = OffloadContext(
-        gpu_block_size=config.block_size,
-        kv_bytes_per_token=(
-            preset.shape.kv_bytes_per_token if kv_bytes_per_token is None else kv_bytes_per_token
-        ),
-        num_gpu_blocks=config.resolved_num_gpu_blocks(),
-        enable_events=enable_events,
-    )
+
+
+def _offload_manager(
+    config: EngineConfig, registry: PluginRegistry, name: str, spec: Any, context: OffloadContext
+) -> tuple[Any, int]:
+    """The tier's manager behind the reuse filter, and how many GPU blocks a tier block spans."""
+    from kvframe.offload.manager import FilteredOffloadManager
+
     try:
-        manager = spec.create_manager(context)  # type: ignore[attr-defined]
+        manager = spec.create_manager(context)
     except ValueError as err:
-        raise ConfigError(f"offload tier {resolved.name!r}: {err}") from err
+        raise ConfigError(f"offload tier {name!r}: {err}") from err
     if config.reuse_filter is not None:
         reuse_filter = registry.create("reuse_filter", config.reuse_filter)
         manager = FilteredOffloadManager(manager, reuse_filter)
     factor, rest = divmod(manager.block_size, config.block_size)
     if rest or factor < 1:
         raise ConfigError(
-            f"offload tier {resolved.name!r}: its block of {manager.block_size} tokens is not "
+            f"offload tier {name!r}: its block of {manager.block_size} tokens is not "
             f"a whole number of {config.block_size}-token GPU blocks"
         )
-    cost_model = preset.cost_model
-    if config.offload_bandwidth is not None:
-        cost_model = attrs.evolve(cost_model, transfer_bytes_per_s=float(config.offload_bandwidth))
+    return manager, factor
+
+
+def _offload_connector(
+    config: EngineConfig,
+    manager: Any,
+    factor: int,
+    cost_model: CostModel,
+    context: OffloadContext,
+    preset: Preset,
+) -> OffloadingConnector:
+    """The scheduler-side connector; its tier view prices a load with the sim's transfer
+    model (what a load costs here), copies counted by the preset's block layout."""
+    from kvframe.domain.transfers import num_chunks
+    from kvframe.offload.offloading_connector import OffloadingConnector
+
     kv_bytes = context.kv_bytes_per_token
     layers = preset.shape.num_layers
     block_size = config.block_size
 
     def load_time(num_tokens: int) -> float:
-        # The tier view's load estimate is the sim transfer model's (what a load costs here).
         blocks = -(-num_tokens // block_size)
         return cost_model.transfer_time(
             num_tokens * kv_bytes, num_chunks(cost_model.transfer_layout, blocks, layers)
         )
 
-    connector = OffloadingConnector(
+    return OffloadingConnector(
         manager,
         gpu_block_size=config.block_size,
         block_size_factor=factor,
         enable_prefix_caching=config.enable_prefix_caching,
         load_time=load_time,
     )
-    handler: Any = SimTransferHandler(cost_model, context.gpu_block_bytes, layers)
-    if real_bytes:
-        from kvframe.executors.torch.executor import RealBytesTransferHandler
-
-        handler = RealBytesTransferHandler(handler, spec.create_transfer_handler(context))
-    return connector, OffloadWorker(handler), handler
 
 
 def _torch_num_blocks(config: EngineConfig, block_bytes: int, default_kv_memory: int) -> int:

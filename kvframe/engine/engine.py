@@ -293,14 +293,9 @@ class Engine:
             ):
                 # Nothing in flight: jump over the idle gap (or stop).
                 if arrivals.next_time == math.inf:
-                    if arrivals.num_held:
-                        raise EngineStalled(
-                            f"{arrivals.num_held} agentic turns wait for earlier turns "
-                            "that never finished"
-                        )
+                    self._check_no_turn_held(arrivals)
                     break
-                now = max(now, arrivals.next_time)
-                self._now = now
+                now = self._now = max(now, arrivals.next_time)
                 continue
 
             if hook is not None:
@@ -329,6 +324,14 @@ class Engine:
                 now, idle_steps = woke
             if view is not None:
                 progress(view)  # type: ignore[misc]
+
+    @staticmethod
+    def _check_no_turn_held(arrivals: ArrivalQueue) -> None:
+        """At the end of the arrivals: an agentic turn still held waits forever."""
+        if arrivals.num_held:
+            raise EngineStalled(
+                f"{arrivals.num_held} agentic turns wait for earlier turns that never finished"
+            )
 
     def _record_decision(self, output: SchedulerOutput, now: float) -> None:
         """The metrics of what ``schedule`` decided: preemptions, first admissions'
