@@ -32,6 +32,41 @@ def add_calibrate_command(subparsers: Any) -> None:
         "decode requests, context lengths), fit the sim cost model's coefficients and "
         "write a cost-model file that `kvframe run --cost-model FILE` accepts.",
     )
+    _add_torch_timing_arguments(parser)
+    parser.add_argument(
+        "--form",
+        choices=("extended", "linear", "overlap", "additive"),
+        default=None,
+        help="cost-model terms to fit. Timing the torch executor: extended (default; adds "
+        "per-prefill-request and prefill-attention-pair terms) or linear (the four roofline "
+        "terms only). With --from-steps: overlap (default; compute and bandwidth overlapped, "
+        "see docs/cost-model.md) or additive",
+    )
+    _add_from_steps_arguments(parser)
+    parser.add_argument(
+        "--out", default="cost-model.json", metavar="FILE", help="(default: cost-model.json)"
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="also replay a held-out workload on the torch executor and the calibrated sim "
+        "and report per-step, duration and mean-TTFT errors",
+    )
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=3,
+        metavar="N",
+        help="measurement rounds (default 3; 1 on a slow model): each times a share of the "
+        "grid, replays the training workload and, with --check, the held-out one; a training "
+        "step's time is its median over the rounds, and the sim is compared with the held-out "
+        "replay of median duration",
+    )
+    parser.set_defaults(handler=_calibrate)
+
+
+def _add_torch_timing_arguments(parser: Any) -> None:
+    """The options of timing the torch executor (the default mode)."""
     parser.add_argument(
         "--executor",
         default="torch:preset=small",
@@ -55,15 +90,10 @@ def add_calibrate_command(subparsers: Any) -> None:
         "auto (default): cpu on a CPU device with threads=1, wall otherwise (CUDA, several "
         "threads)",
     )
-    parser.add_argument(
-        "--form",
-        choices=("extended", "linear", "overlap", "additive"),
-        default=None,
-        help="cost-model terms to fit. Timing the torch executor: extended (default; adds "
-        "per-prefill-request and prefill-attention-pair terms) or linear (the four roofline "
-        "terms only). With --from-steps: overlap (default; compute and bandwidth overlapped, "
-        "see docs/cost-model.md) or additive",
-    )
+
+
+def _add_from_steps_arguments(parser: Any) -> None:
+    """The options of ``--from-steps``: fitting step times measured elsewhere."""
     steps = parser.add_argument_group(
         "fitting step times measured elsewhere (no torch executor is run)"
     )
@@ -93,26 +123,6 @@ def add_calibrate_command(subparsers: Any) -> None:
         help="KV block layout the transfers assume (default: the base preset's)",
     )
     steps.add_argument("--name", metavar="NAME", help="the preset's name (default: from --out)")
-    parser.add_argument(
-        "--out", default="cost-model.json", metavar="FILE", help="(default: cost-model.json)"
-    )
-    parser.add_argument(
-        "--check",
-        action="store_true",
-        help="also replay a held-out workload on the torch executor and the calibrated sim "
-        "and report per-step, duration and mean-TTFT errors",
-    )
-    parser.add_argument(
-        "--runs",
-        type=int,
-        default=3,
-        metavar="N",
-        help="measurement rounds (default 3; 1 on a slow model): each times a share of the "
-        "grid, replays the training workload and, with --check, the held-out one; a training "
-        "step's time is its median over the rounds, and the sim is compared with the held-out "
-        "replay of median duration",
-    )
-    parser.set_defaults(handler=_calibrate)
 
 
 def _calibrate(args: argparse.Namespace, ctx: Any) -> int:
@@ -120,6 +130,41 @@ def _calibrate(args: argparse.Namespace, ctx: Any) -> int:
         from kvframe.cli.calibrate_steps import calibrate_from_steps
 
         return calibrate_from_steps(args)
+    options = _torch_options(args)
+    from kvframe.calibrate.replay import compare
+    from kvframe.calibrate.torch_timing import LINEAR_TERMS, TERMS, fit_cost_model
+
+    measured = _measure(args, options)
+    terms = TERMS if args.form == "extended" else LINEAR_TERMS
+    cost_model, stats = fit_cost_model(
+        measured.samples, transfer_bytes_per_s=measured.bandwidth, terms=terms
+    )
+    _write(args, options, measured, cost_model, stats)
+    print(json.dumps({"cost_model": _asdict(cost_model), "fit": stats}, indent=2))
+    if measured.held_out is not None:
+        check = compare(
+            args.out,
+            measured.checks,
+            measured.held_out,
+            clock=measured.clock,
+            **_replay_settings(args),
+        )
+        out = Path(args.out)
+        data = json.loads(out.read_text())
+        data["calibration"]["held_out"] = check
+        out.write_text(json.dumps(data, indent=2) + "\n")
+        print(json.dumps({"held_out": check}, indent=2))
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def _replay_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The engine settings of the training and held-out replays."""
+    return {"block_size": args.block_size, "max_num_batched_tokens": 512}
+
+
+def _torch_options(args: argparse.Namespace) -> Any:
+    """The torch executor's options, after checking every flag that timing it takes."""
     for flag in ("copies", "layout", "name"):
         if getattr(args, flag) is not None:
             raise ConfigError(f"--{flag} needs --from-steps")
@@ -130,7 +175,7 @@ def _calibrate(args: argparse.Namespace, ctx: Any) -> int:
             f"{args.form} fits step times from a file: use it with --from-steps",
             origin="--form",
         )
-    from kvframe.executors.torch.options import parse_executor
+    from kvframe.executors.torch.options import check_cpu_clock, parse_executor
 
     try:
         _name, options = parse_executor(args.executor)
@@ -140,31 +185,30 @@ def _calibrate(args: argparse.Namespace, ctx: Any) -> int:
         raise ConfigError("calibrate times the torch executor: use --executor torch[:...]")
     if args.repeats < 1 or args.block_size < 1 or args.runs < 1:
         raise ConfigError("--repeats, --block-size and --runs must be >= 1")
-    from kvframe.executors.torch.options import check_cpu_clock
-
     if args.clock == "cpu":
         try:
             check_cpu_clock(options.device.partition(":")[0], options.threads)
         except ValueError as err:
             raise ConfigError(str(err), origin="--clock") from None
-    from kvframe.calibrate.replay import (
-        compare,
-        engine_samples,
-        held_out_workload,
-        measure_interleaved,
-    )
-    from kvframe.calibrate.torch_timing import (
-        LINEAR_TERMS,
-        TERMS,
-        Sample,
-        default_clock,
-        fit_cost_model,
-        grid_steps,
-        measure_copy_bandwidth,
-    )
-    from kvframe.domain.costs import ModelShape
-    from kvframe.executors.cost_model_file import write_cost_model_file
-    from kvframe.executors.presets import llama_num_params
+    return options
+
+
+@attrs.frozen
+class _Measured:
+    """What timing the torch executor gave: the fit's samples and what checks it."""
+
+    plan: Any
+    clock: str
+    bandwidth: float
+    samples: list[Any]
+    checks: Any
+    held_out: Any
+
+
+def _measure(args: argparse.Namespace, options: Any) -> _Measured:
+    """Time the grid and the training replays (and the held-out one with ``--check``)."""
+    from kvframe.calibrate.replay import engine_samples, held_out_workload, measure_interleaved
+    from kvframe.calibrate.torch_timing import default_clock, grid_steps, measure_copy_bandwidth
     from kvframe.executors.torch.build import plan_model
 
     try:
@@ -176,7 +220,6 @@ def _calibrate(args: argparse.Namespace, ctx: Any) -> int:
     clock = default_clock(plan.device.type, options.threads) if args.clock == "auto" else args.clock
     print(f"timing {plan.describe()} on {plan.device}, clock={clock} ...", file=sys.stderr)
     bandwidth = measure_copy_bandwidth(model)
-    settings: dict[str, Any] = {"block_size": args.block_size, "max_num_batched_tokens": 512}
     held_out = held_out_workload() if args.check else None
     try:
         grid = grid_steps(model)
@@ -191,15 +234,21 @@ def _calibrate(args: argparse.Namespace, ctx: Any) -> int:
         runs=args.runs,
         repeats=args.repeats,
         clock=clock,
-        **settings,
+        **_replay_settings(args),
     )
     del model
     samples += engine_samples(training, clock)
-    terms = TERMS if args.form == "extended" else LINEAR_TERMS
-    cost_model, stats = fit_cost_model(samples, transfer_bytes_per_s=bandwidth, terms=terms)
+    return _Measured(plan, clock, bandwidth, samples, checks, held_out)
+
+
+def _model_shape(plan: Any, options: Any) -> Any:
+    """The timed model's shape, as a cost-model file records it."""
+    from kvframe.domain.costs import ModelShape
+    from kvframe.executors.presets import llama_num_params
+
     c = plan.config
     element = plan.kv_bytes_per_token() // (c.num_layers * 2 * c.num_kv_heads * c.head_dim)
-    shape = ModelShape(
+    return ModelShape(
         name=f"torch-{_model_name(options)}",
         num_layers=c.num_layers,
         num_kv_heads=c.num_kv_heads,
@@ -217,6 +266,17 @@ def _calibrate(args: argparse.Namespace, ctx: Any) -> int:
         weight_dtype_bytes=element,
         hidden_size=c.hidden_size,
     )
+
+
+def _write(
+    args: argparse.Namespace, options: Any, measured: _Measured, cost_model: Any, stats: Any
+) -> None:
+    """The cost-model file, with how it was calibrated and every sample it was fitted to."""
+    from kvframe.calibrate.torch_timing import Sample
+    from kvframe.executors.cost_model_file import write_cost_model_file
+
+    plan, clock = measured.plan, measured.clock
+    shape = _model_shape(plan, options)
     calibration: dict[str, Any] = {
         "executor": args.executor,
         "block_size": args.block_size,
@@ -227,7 +287,7 @@ def _calibrate(args: argparse.Namespace, ctx: Any) -> int:
         "form": args.form,
         "fit": stats,
         "sample_fields": [f.name for f in attrs.fields(Sample)],
-        "samples": [list(attrs.astuple(s)) for s in samples],
+        "samples": [list(attrs.astuple(s)) for s in measured.samples],
     }
     write_cost_model_file(
         args.out,
@@ -245,17 +305,6 @@ def _calibrate(args: argparse.Namespace, ctx: Any) -> int:
         cost_model=cost_model,
         calibration=calibration,
     )
-    print(json.dumps({"cost_model": _asdict(cost_model), "fit": stats}, indent=2))
-    if held_out is not None:
-        check = compare(args.out, checks, held_out, clock=clock, **settings)
-        calibration["held_out"] = check
-        out = Path(args.out)
-        data = json.loads(out.read_text())
-        data["calibration"]["held_out"] = check
-        out.write_text(json.dumps(data, indent=2) + "\n")
-        print(json.dumps({"held_out": check}, indent=2))
-    print(f"wrote {args.out}", file=sys.stderr)
-    return 0
 
 
 def _model_name(options: Any) -> str:
