@@ -24,7 +24,6 @@ __all__ = ["calibrate_from_steps"]
 
 
 def calibrate_from_steps(args: argparse.Namespace) -> int:
-    from kvframe.calibrate.copies import fit_transfer, read_copy_table
     from kvframe.calibrate.fit import error_summary, fit_step_model, leave_one_out
     from kvframe.calibrate.steps import predict, read_step_timings
     from kvframe.executors.catalog import get_preset
@@ -45,28 +44,12 @@ def calibrate_from_steps(args: argparse.Namespace) -> int:
         steps = read_step_timings(args.from_steps)
     except ValueError as err:
         raise ConfigError(str(err), origin="--from-steps") from None
-    transfer = base.cost_model
     calibration: dict[str, Any] = {
         "from_steps": Path(args.from_steps).name,
         "base_preset": base.name,
         "form": form,
     }
-    if args.copies is not None:
-        try:
-            fitted = fit_transfer(read_copy_table(args.copies))
-        except ValueError as err:
-            raise ConfigError(str(err), origin="--copies") from None
-        transfer = attrs.evolve(
-            transfer,
-            transfer_bytes_per_s=fitted.bytes_per_s,
-            transfer_per_chunk_s=fitted.per_chunk_s,
-            transfer_latency_s=0.0,
-        )
-        calibration["copies"] = {
-            "file": Path(args.copies).name,
-            "per_chunk_s": fitted.per_chunk_s,
-            "bytes_per_s": fitted.bytes_per_s,
-        }
+    transfer = _transfer_model(args, base.cost_model, calibration)
     if args.layout is not None:
         transfer = attrs.evolve(transfer, transfer_layout=args.layout)
     print(f"fitting {form} form to {len(steps)} steps of {args.from_steps} ...", file=sys.stderr)
@@ -100,3 +83,27 @@ def calibrate_from_steps(args: argparse.Namespace) -> int:
     )
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
+
+
+def _transfer_model(args: argparse.Namespace, transfer: Any, calibration: dict[str, Any]) -> Any:
+    """The base preset's cost model with the transfer model fitted to ``--copies``, if
+    given (recorded in ``calibration``)."""
+    from kvframe.calibrate.copies import fit_transfer, read_copy_table
+
+    if args.copies is None:
+        return transfer
+    try:
+        fitted = fit_transfer(read_copy_table(args.copies))
+    except ValueError as err:
+        raise ConfigError(str(err), origin="--copies") from None
+    calibration["copies"] = {
+        "file": Path(args.copies).name,
+        "per_chunk_s": fitted.per_chunk_s,
+        "bytes_per_s": fitted.bytes_per_s,
+    }
+    return attrs.evolve(
+        transfer,
+        transfer_bytes_per_s=fitted.bytes_per_s,
+        transfer_per_chunk_s=fitted.per_chunk_s,
+        transfer_latency_s=0.0,
+    )
