@@ -122,7 +122,6 @@ def _sample_rate(text: str) -> float | str:
 def analyze_command(args: argparse.Namespace, ctx: Context) -> int:
     from kvframe.analyze import analyze_trace, auto_block_size, build_block_trace
     from kvframe.analyze.analysis import default_policy_specs
-    from kvframe.analyze.report import curve_table, plot_curves, summary_lines, to_csv, to_json
     from kvframe.workloads import WorkloadError, load_workload
 
     if args.limit is not None and args.limit < 1:
@@ -159,6 +158,19 @@ def analyze_command(args: argparse.Namespace, ctx: Context) -> int:
         optimal=not args.no_optimal,
         metric=args.metric,
     )
+    written = _show(args, ctx, result)
+    if written is not None:
+        return written
+    for error in result.errors:
+        print(f"kvframe analyze: error: {error}; its curve is left out", file=sys.stderr)
+    return EXIT_FAILED if result.errors else EXIT_OK
+
+
+def _show(args: argparse.Namespace, ctx: Context, result: Any) -> int | None:
+    """Print the result as asked (table, JSON or CSV) and draw the figure; an exit code
+    only when the figure cannot be drawn."""
+    from kvframe.analyze.report import curve_table, plot_curves, summary_lines, to_csv, to_json
+
     if args.json:
         ctx.print(to_json(result))
     elif args.csv:
@@ -180,9 +192,7 @@ def analyze_command(args: argparse.Namespace, ctx: Context) -> int:
             )
             return EXIT_USAGE
         print(f"kvframe analyze: wrote {written}", file=sys.stderr)
-    for error in result.errors:
-        print(f"kvframe analyze: error: {error}; its curve is left out", file=sys.stderr)
-    return EXIT_FAILED if result.errors else EXIT_OK
+    return None
 
 
 def _check_plot_target(path: Path) -> None:
