@@ -86,3 +86,13 @@ def test_gen_skewed_writes_a_workload_that_runs(
         assert "scan_fraction must be in [0, 1], got 2.0" in capsys.readouterr().err
     finally:
         structlog.reset_defaults()
+
+
+def test_a_sweep_cell_generates_it_per_seed() -> None:
+    from kvframe.sweep.cell import load_cell_workload
+
+    cell = {"workload": "gen:skewed", "generate": {"num_requests": 30, "num_documents": 4}}
+    first, again, other = (load_cell_workload({**cell, "seed": s}) for s in (0, 0, 1))
+    assert [r.prompt for r in first] == [r.prompt for r in again]
+    assert [r.prompt for r in first] != [r.prompt for r in other]
+    assert first.metadata["generator"] == "gen:skewed" and len(first) == 30
