@@ -161,7 +161,63 @@ def _gen_agentic(args: argparse.Namespace, ctx: Context) -> int:
     return write_generated(args.out, config, write_agentic_jsonl, ctx)
 
 
-GENERATORS: list[Any] = [add_chat_generator, add_agentic_generator]
+def add_skewed_generator(generators: Any) -> None:
+    """``kvframe gen skewed``: popular documents and scans (kvframe.workloads.skewed)."""
+    parser = generators.add_parser(
+        "skewed",
+        help="Zipf-popular documents plus one-use scans: where eviction policies part",
+        description="Write a seeded workload of shared documents chosen by a Zipf law, mixed "
+        "with one-use scan prompts, as kvframe JSONL (see docs/workloads.md: size "
+        "num-documents x document-length around the GPU cache). Length distributions as "
+        "for 'gen chat'.",
+    )
+    parser.add_argument("--out", required=True, metavar="FILE", help="output file ('-': stdout)")
+    parser.add_argument("--requests", type=int, metavar="N", help="number of requests")
+    parser.add_argument("--seed", type=int, metavar="S", help="random seed")
+    parser.add_argument(
+        "--rate", metavar="R", help="Poisson arrivals per second ('none': all at start)"
+    )
+    parser.add_argument("--num-documents", type=int, metavar="K")
+    parser.add_argument("--document-length", metavar="DIST")
+    parser.add_argument(
+        "--popularity", type=float, metavar="S", help="Zipf exponent over the documents"
+    )
+    parser.add_argument(
+        "--scan-fraction", type=float, metavar="F", help="fraction of one-use scan requests"
+    )
+    parser.add_argument("--scan-length", metavar="DIST")
+    parser.add_argument("--user-prompt-length", metavar="DIST")
+    parser.add_argument("--output-length", metavar="DIST")
+    parser.add_argument("--start-time", type=float, metavar="T", help="first arrival, seconds")
+    parser.set_defaults(handler=_gen_skewed)
+
+
+def _gen_skewed(args: argparse.Namespace, ctx: Context) -> int:
+    from kvframe.workloads.skewed import SkewedConfig, write_skewed_jsonl
+
+    options: dict[str, Any] = {
+        "num_requests": args.requests,
+        "seed": args.seed,
+        "num_documents": args.num_documents,
+        "document_length": args.document_length,
+        "popularity": args.popularity,
+        "scan_fraction": args.scan_fraction,
+        "scan_length": args.scan_length,
+        "user_prompt_length": args.user_prompt_length,
+        "output_length": args.output_length,
+        "start_time": args.start_time,
+    }
+    options = {k: v for k, v in options.items() if v is not None}
+    if args.rate is not None:
+        options["rate"] = parse_rate(args.rate)
+    try:
+        config = SkewedConfig(**options)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(str(err), origin="kvframe gen skewed") from None
+    return write_generated(args.out, config, write_skewed_jsonl, ctx)
+
+
+GENERATORS: list[Any] = [add_chat_generator, add_agentic_generator, add_skewed_generator]
 """Functions that each add one ``kvframe gen`` generator; later issues append theirs."""
 
 

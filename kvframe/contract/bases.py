@@ -242,6 +242,13 @@ class EvictionPolicy(PluginBase):
     * Memory stays bounded by a multiple of ``capacity`` however many keys pass
       through, by eviction or by ``remove``.
 
+    Optional, for history (:meth:`on_hit`): on the GPU prefix cache a block
+    leaves the policy while its content stays cached (a prefix hit takes it),
+    and comes back with ``insert`` when it is idle again. The default treats
+    that as ``remove``; a policy that learns per key (frequency, segment)
+    overrides it to keep what it learned. The tier's whole calling pattern is
+    below, under "The GPU tier".
+
     Optional, for speed (:meth:`track_idle` / :meth:`on_idle`): a tier may
     promise to report every block that becomes idle, so that ``evict`` can
     walk an index of idle blocks instead of every block it orders. The
@@ -250,6 +257,29 @@ class EvictionPolicy(PluginBase):
     Optional, for speed (:meth:`max_evictable`): a policy that may refuse can
     say how many blocks ``evict`` could give at most, so that a tier can refuse
     a store the policy would refuse before counting the store's new blocks.
+
+    The GPU tier (``--gpu-eviction``, :class:`kvframe.core.block_pool.PolicyOrderedBlockPool`)
+    holds in the policy exactly the cached blocks that are idle, keyed by
+    content (the block hash; ``(hash, block_id)`` for a second idle block with
+    the same content), and calls:
+
+    * ``insert(key, block)`` when a cached block's last reference is dropped,
+      then ``touch([key])`` if a prefix hit took the block since it was last
+      idle (its content served more than one request);
+    * :meth:`on_hit` ``(key)`` when a prefix hit takes an idle cached block:
+      it leaves the idle set, its content stays cached, and it comes back
+      with ``insert`` when idle again -- under the same key, unless another
+      idle block holds the same content by then;
+    * ``remove(key)`` when the content leaves the cache other than by
+      ``evict`` (a failed load, a prefix-cache reset): not an eviction, so no
+      ghost;
+    * ``touch(missed)`` once per admission with the request's block hashes
+      that missed, in prefix order (ghost keys tell an adaptive policy it
+      evicted too early);
+    * ``evict(n, frozenset())``, which must succeed: everything held is idle.
+
+    Offload tiers never call :meth:`on_hit`: a block being loaded stays held
+    there, with ``ref_cnt > 0``.
     """
 
     kind: ClassVar[str] = "eviction"
@@ -299,6 +329,34 @@ class EvictionPolicy(PluginBase):
         ``None`` is allowed only when fewer than ``n`` idle, unprotected blocks are
         held, or when the policy declares :attr:`may_refuse`.
         """
+
+    # -- optional: prefix hits on the GPU tier ---------------------------------
+
+    def on_hit(self, key: Hashable) -> None:
+        """A prefix hit takes the block held under ``key``: it is in use, its content stays
+        cached. Called only by the GPU tier, before it takes its reference.
+
+        From this call until ``key`` is inserted again the policy must not hold
+        ``key``: ``get(key)`` answers ``None`` and ``evict`` never returns it,
+        exactly as after ``remove``. What differs is the meaning: ``remove``
+        says the content left the cache, ``on_hit`` that it was just used and
+        will most likely be back (``insert(key, block)`` when the last request
+        using it finishes). A policy that orders by what it learned about a
+        key (a use count, a segment) keeps that here and restores it at the
+        ``insert``.
+
+        Default: ``self.remove(key)``, which is what the GPU tier called before
+        this hook existed; a policy that does not override it behaves exactly
+        as it always did (``lru`` then reproduces vLLM's order).
+
+        .. note:: The content may also leave the cache while in use (a failed
+           load drops its hash) or come back under another key (``(hash,
+           block_id)``, when another idle block holds the same content): then
+           no ``insert(key, ...)`` follows. Keep what you remember here bounded
+           by a multiple of ``capacity``, as ghost entries are; the suite
+           checks it (:mod:`kvframe.testing.gpu_hits`).
+        """
+        self.remove(key)
 
     # -- optional: idle tracking ----------------------------------------------
 

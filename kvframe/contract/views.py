@@ -109,6 +109,17 @@ class SchedulerContext(Protocol):
         """Blocks that an allocation could take right now (free or evictable)."""
         ...
 
+    def num_cached_tokens(self, request: Request) -> int:
+        """Leading tokens of ``request`` the GPU prefix cache holds now, in whole blocks.
+
+        What admitting it now would hit: the longest cached prefix of its
+        block hashes, capped as the KV cache manager caps a hit (the last
+        token is always computed). A query: no lookup is counted in the
+        prefix-cache statistics and no eviction order changes. Costs one
+        dict probe per hit block; 0 with prefix caching off.
+        """
+        ...
+
     @property
     def running(self) -> Sequence[Request]: ...
 

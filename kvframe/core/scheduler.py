@@ -976,6 +976,17 @@ class _SchedulerView:
     def num_free_blocks(self) -> int:
         return self._scheduler.kv_cache_manager.num_free_blocks
 
+    def num_cached_tokens(self, request: Request) -> int:
+        manager = self._scheduler.kv_cache_manager
+        if not manager.enable_caching or request.skip_reading_prefix_cache:
+            return 0
+        block_size = manager.block_size
+        max_blocks = (request.num_tokens - 1) // block_size
+        hits = len(manager.block_pool.get_cached_prefix(request.block_hashes, max_blocks))
+        if manager.use_eagle and hits:
+            hits -= 1  # as get_computed_blocks does
+        return hits * block_size
+
     @property
     def running(self) -> Sequence[Request]:
         return self._scheduler.running

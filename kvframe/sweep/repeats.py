@@ -3,7 +3,7 @@
 Why: one run per setting cannot say whether two policies differ or merely drew
 different luck. A sweep gets repeats from a ``seed`` axis:
 
-* ``workload = "gen:chat"`` or ``"gen:agentic"`` generates the workload in the
+* ``workload = "gen:chat"``, ``"gen:agentic"`` or ``"gen:skewed"`` generates the workload in the
   cell (the generators of ``kvframe gen``), from the options in ``generate``
   (a table of the generator's fields) and ``seed`` -- each seed a new draw of
   the same workload;
@@ -28,7 +28,7 @@ from kvframe.config import ConfigError
 
 __all__ = ["GENERATORS", "apply_jitter", "check_generated", "generate_workload"]
 
-GENERATORS = ("gen:chat", "gen:agentic")
+GENERATORS = ("gen:chat", "gen:agentic", "gen:skewed")
 """``workload`` values that generate the workload in the cell."""
 
 
@@ -37,6 +37,10 @@ def _config(name: str, options: Mapping[str, Any], seed: int) -> Any:
         from kvframe.workloads.chat import ChatConfig
 
         return ChatConfig(**{**options, "seed": seed})
+    if name == "gen:skewed":
+        from kvframe.workloads.skewed import SkewedConfig
+
+        return SkewedConfig(**{**options, "seed": seed})
     from kvframe.workloads.agentic import AgenticConfig
 
     options = dict(options)
@@ -76,6 +80,10 @@ def generate_workload(settings: Mapping[str, Any]) -> Any:
         from kvframe.workloads.chat import generate_chat
 
         specs = generate_chat(config)
+    elif name == "gen:skewed":
+        from kvframe.workloads.skewed import generate_skewed
+
+        specs = generate_skewed(config)
     else:
         from kvframe.workloads.agentic import generate_agentic
 

@@ -30,7 +30,9 @@ model (a plain dict of what the tier has inserted and not yet removed):
   (:mod:`kvframe.testing.eviction_sequences`);
 * (capability :attr:`EvictionPolicySuite.gpu_prefix_cache`) the real GPU tier
   runs with the policy (:mod:`kvframe.testing.gpu_tier`), or rejects it if it
-  declares ``may_refuse``.
+  declares ``may_refuse``; a prefix hit's ``on_hit`` takes a key out until it
+  is inserted again, and what a policy keeps at ``on_hit`` stays bounded
+  (:mod:`kvframe.testing.gpu_hits`).
 
 Keys are small ints so that a failure reads like
 ``after insert(0), insert(1), touch([0]), evict(1, protected={1}) ...``.
@@ -54,6 +56,7 @@ from kvframe.testing.common import (
     footprint,
     suite_settings,
 )
+from kvframe.testing.gpu_hits import GPUHitChecks
 
 __all__ = ["EvictionPolicySuite", "SimpleBlock"]
 
@@ -519,7 +522,7 @@ def _replay(
     return run, None
 
 
-class EvictionPolicySuite(PluginSuite):
+class EvictionPolicySuite(GPUHitChecks, PluginSuite):
     """Conformance checks for an :class:`kvframe.EvictionPolicy`.
 
     Subclass it and set :attr:`plugin`, or run ``pytest --kvframe-plugin eviction:NAME``.

@@ -43,7 +43,7 @@ class _Recorder:
     """Passes the tier's calls to the policy and keeps the last few, for messages.
 
     Every method of the policy is reached through ``__getattr__`` except the
-    five operations, which are recorded.
+    five operations and ``on_hit``, which are recorded.
     """
 
     def __init__(self, policy: Any, calls: list[str]) -> None:
@@ -63,6 +63,10 @@ class _Recorder:
     def remove(self, key: Hashable) -> None:
         self._calls.append(f"remove({_short(key)})")
         self._policy.remove(key)
+
+    def on_hit(self, key: Hashable) -> None:
+        self._calls.append(f"on_hit({_short(key)})")
+        self._policy.on_hit(key)
 
     def touch(self, keys: Iterable[Hashable]) -> None:
         keys = list(keys)

@@ -223,6 +223,42 @@ class LRUIdleTrackingIgnoresOnIdle(LRUPolicy):
         pass
 
 
+class LRUHitKeepsKey(LRUPolicy):
+    """Overrides ``on_hit`` as "a hit is a use": moves the key to the recent end and keeps it.
+
+    Breaks: after ``on_hit(key)`` the policy does not hold ``key`` until it is inserted
+    again (the GPU tier has the block in use; ``get`` must answer ``None``).
+    """
+
+    name = "mutant-lru-hit-keeps-key"
+
+    def on_hit(self, key: Hashable) -> None:
+        self.touch([key])
+
+
+class LRUHitHistoryLeaks(LRUPolicy):
+    """Remembers every key a hit took, to restore its place at the next insert, and forgets
+    one only when it comes back.
+
+    Breaks: what a policy keeps at ``on_hit`` stays bounded by a multiple of the capacity
+    (a hit key's content may leave the cache in use and never come back).
+    """
+
+    name = "mutant-lru-hit-history-leaks"
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__(capacity)
+        self.taken: dict[Hashable, int] = {}
+
+    def on_hit(self, key: Hashable) -> None:
+        self.remove(key)
+        self.taken[key] = len(self.taken)
+
+    def insert(self, key: Hashable, block: EvictableBlock) -> None:
+        self.taken.pop(key, None)
+        super().insert(key, block)
+
+
 # ==========================================================================
 # arc
 # ==========================================================================
@@ -600,6 +636,8 @@ MUTANTS: tuple[tuple[type, str, str, tuple[str, ...]], ...] = (
     (LRURefusesBehindProtected, "eviction", "every_short", ("The refusal rule", "returned None")),
     (LRUCachesIdleness, "eviction", "every_short", ("whose block has ref_cnt", "after ")),
     (LRURemoveLeaks, "eviction", "remove_churn", ("rule: memory stays bounded",)),
+    (LRUHitKeepsKey, "eviction", "hit_block_is_not_held", ("right after on_hit(", "after ")),
+    (LRUHitHistoryLeaks, "eviction", "kept_at_hits", ("rule: what a policy remembers at on_hit",)),
     (LRUEvictsWriting, "eviction", "every_short", ("being written", "after ")),
     (
         LRUIdleTrackingIgnoresOnIdle,

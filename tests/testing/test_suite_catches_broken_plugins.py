@@ -57,7 +57,7 @@ def test_a_correct_lru_passes_the_whole_eviction_suite(suite) -> None:
     result = suite("eviction:broken_plugins:GoodLRU", args=QUICK)
     # Skipped: the optional idle-tracking and max_evictable checks (GoodLRU declines
     # tracking and inherits max_evictable).
-    result.assert_outcomes(passed=16, skipped=2)
+    result.assert_outcomes(passed=18, skipped=2)
 
 
 def test_evicting_a_protected_key_is_caught_with_the_calls_that_led_there(suite) -> None:
@@ -293,7 +293,8 @@ def test_subclassing_a_suite_tests_a_class_and_skips_a_capability(pytester) -> N
         """
     )
     result = pytester.runpytest(*SANDBOX, "-rs", *QUICK)
-    result.assert_outcomes(passed=14, skipped=4)
+    # Skipped: idle tracking, max_evictable and the four GPU-tier checks (two of on_hit).
+    result.assert_outcomes(passed=14, skipped=6)
     result.stdout.fnmatch_lines(["*capability gpu_prefix_cache is off for this policy*"])
 
 
