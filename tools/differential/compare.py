@@ -25,9 +25,15 @@ row per (workload, policy) and, for the first differing step of each, both
 records side by side. Exits 1 on any difference or driver crash, 2 when no
 vLLM interpreter can be found.
 
-The vLLM interpreter is, in order: ``--vllm-python``, ``$KVFRAME_VLLM_PYTHON``,
-``<repo>/.vllm-reference-venv/bin/python``. Build that environment with
-``bash ../shared/tools/vllm-reference/install.sh .vllm-reference-venv``.
+``--vllm-version`` picks the release compared against, 0.19.1 (the default)
+or 0.33.0: the workloads carry it (``config["vllm"]``), kvframe's driver runs
+the core with that fidelity target, and vLLM's driver refuses an interpreter
+of another release. The vLLM interpreter is, in order: ``--vllm-python``, the
+release's environment variable (``$KVFRAME_VLLM_PYTHON`` for 0.19.1,
+``$KVFRAME_VLLM033_PYTHON`` for 0.33.0), ``<repo>/.vllm-reference-venv/bin/python``
+(0.19.1) or ``<repo>/.vllm033-reference-venv/bin/python`` (0.33.0). Build them with
+``bash ../shared/tools/vllm-reference/install.sh .vllm-reference-venv`` and
+``bash tools/vllm-reference/install-0.33.sh .vllm033-reference-venv``.
 """
 
 from __future__ import annotations
@@ -63,18 +69,27 @@ HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parents[1]
 DEFAULT_OUT_DIR = REPO_ROOT / "out" / "differential"
 VLLM_PYTHON_ENV = "KVFRAME_VLLM_PYTHON"
+VLLM_VERSIONS = ("0.19.1", "0.33.0")
+"""The vLLM releases the harness compares against (kvframe's fidelity targets)."""
+_VENVS = {
+    "0.19.1": (VLLM_PYTHON_ENV, ".vllm-reference-venv"),
+    "0.33.0": ("KVFRAME_VLLM033_PYTHON", ".vllm033-reference-venv"),
+}
 
 Record = dict[str, Any]
 
 
-def find_vllm_python(explicit: str | os.PathLike[str] | None = None) -> Path | None:
-    """The vLLM reference interpreter, or None when there is none to use."""
+def find_vllm_python(
+    explicit: str | os.PathLike[str] | None = None, version: str = "0.19.1"
+) -> Path | None:
+    """The reference interpreter of vLLM ``version``, or None when there is none to use."""
+    env_var, venv = _VENVS[version]
     candidates: list[str | os.PathLike[str]] = []
     if explicit:
         candidates.append(explicit)
-    if os.environ.get(VLLM_PYTHON_ENV):
-        candidates.append(os.environ[VLLM_PYTHON_ENV])
-    candidates.append(REPO_ROOT / ".vllm-reference-venv" / "bin" / "python")
+    if os.environ.get(env_var):
+        candidates.append(os.environ[env_var])
+    candidates.append(REPO_ROOT / venv / "bin" / "python")
     for candidate in candidates:
         path = Path(candidate)
         if path.is_file() and os.access(path, os.X_OK):
@@ -427,8 +442,12 @@ def run_comparison(
     blocks: bool = False,
     tier: dict[str, Sequence[Any]] | None = None,
     bridge: bool = False,
+    vllm_version: str = "0.19.1",
 ) -> tuple[list[Result], dict[str, DriverRun]]:
     """Generate, run both drivers, diff. ``kvframe_python=None`` runs vLLM only.
+
+    ``vllm_version``: the release ``vllm_python`` holds; the workloads carry it
+    (``config["vllm"]``) so that kvframe's driver runs that fidelity target.
 
     ``tier`` selects the tier set instead: a dict of ``evictions``, ``factors``,
     ``thresholds`` and ``rules`` (each optional; every value by default).
@@ -442,6 +461,8 @@ def run_comparison(
         workloads = tier_workloads(names, policies, num_requests=num_requests, seed=seed, **tier)
     else:
         workloads = all_workloads(names, policies, num_requests, seed)
+    for wl in workloads:
+        wl["config"]["vllm"] = vllm_version
     if bridge:
         return _run_bridge_comparison(workloads, out_dir, vllm_python, kvframe_python, blocks)
     paths = [write_workload(wl, out_dir / "workloads" / f"{wl['name']}.json") for wl in workloads]
@@ -526,7 +547,17 @@ def main(argv: list[str] | None = None) -> int:
     tier.add_argument("--rule", action="append", choices=list(COMPLETION_RULES), dest="rules")
     parser.add_argument("--num-requests", type=int, default=DEFAULT_NUM_REQUESTS)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--vllm-python", help=f"default: ${VLLM_PYTHON_ENV} or the repo's venv")
+    parser.add_argument(
+        "--vllm-version",
+        choices=VLLM_VERSIONS,
+        default="0.19.1",
+        help="the vLLM release to compare against (and kvframe's fidelity target)",
+    )
+    parser.add_argument(
+        "--vllm-python",
+        help=f"default: ${VLLM_PYTHON_ENV} (0.19.1) / $KVFRAME_VLLM033_PYTHON (0.33.0) "
+        "or the repo's venv",
+    )
     parser.add_argument("--kvframe-python", default=sys.executable)
     parser.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR)
     parser.add_argument(
@@ -558,12 +589,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.bridge and args.tier:
         parser.error("the bridge scheduler runs no KV connector: --bridge excludes --tier")
 
-    vllm_python = find_vllm_python(args.vllm_python)
+    if args.bridge and args.vllm_version != "0.19.1":
+        parser.error("the bridge is compared against vLLM 0.19.1 only")
+    vllm_python = find_vllm_python(args.vllm_python, args.vllm_version)
     if vllm_python is None:
+        env_var, venv = _VENVS[args.vllm_version]
+        recipe = (
+            "../shared/tools/vllm-reference/install.sh"
+            if args.vllm_version == "0.19.1"
+            else "tools/vllm-reference/install-0.33.sh"
+        )
         print(
-            "no vLLM reference interpreter: pass --vllm-python, set "
-            f"{VLLM_PYTHON_ENV}, or build <repo>/.vllm-reference-venv with "
-            "`bash ../shared/tools/vllm-reference/install.sh .vllm-reference-venv`",
+            f"no vLLM {args.vllm_version} reference interpreter: pass --vllm-python, set "
+            f"{env_var}, or build <repo>/{venv} with `bash {recipe} {venv}`",
             file=sys.stderr,
         )
         return 2
@@ -578,6 +616,7 @@ def main(argv: list[str] | None = None) -> int:
         blocks=args.blocks,
         tier=tier_matrix,
         bridge=args.bridge,
+        vllm_version=args.vllm_version,
     )
     for run in runs.values():
         if run.returncode != 0 and not any(
