@@ -161,6 +161,12 @@ class EngineConfig:
             raise ValueError(
                 "eviction and reuse_filter configure an offload tier, but offload is not set"
             )
+        if self.offload is not None and self.vllm != DEFAULT_VLLM:
+            raise ValueError(
+                f"vllm={self.vllm}: the offload tier follows vLLM {DEFAULT_VLLM}'s "
+                "OffloadingConnector only (vLLM 0.33.0 changed what it stores and when it "
+                "touches; docs/fidelity.md); run the tier with vllm 0.19.1"
+            )
         if self.num_gpu_blocks is not None and self.kv_memory is not None:
             raise ValueError(
                 "give num_gpu_blocks or kv_memory, not both "

@@ -130,3 +130,14 @@ def test_engine_setting_error_names_its_origin() -> None:
         EngineConfig.from_settings({"vllm": "1.0"}, origins={"vllm": "--vllm"})
     assert "--vllm" in str(err.value)
     assert "unknown vLLM fidelity target '1.0'" in str(err.value)
+
+
+def test_the_0_33_target_refuses_an_offload_tier() -> None:
+    """The tier's 0.33 changes are not modelled, so the pairing is refused, not half-run."""
+    with pytest.raises(ValueError) as err:
+        EngineConfig(num_gpu_blocks=64, vllm="0.33", offload="cpu:capacity=1GiB")
+    assert str(err.value) == (
+        "vllm=0.33.0: the offload tier follows vLLM 0.19.1's OffloadingConnector only "
+        "(vLLM 0.33.0 changed what it stores and when it touches; docs/fidelity.md); "
+        "run the tier with vllm 0.19.1"
+    )

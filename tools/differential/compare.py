@@ -11,6 +11,8 @@
         --policy continuum                                    # the kvframe-vllm bridge
     python tools/differential/compare.py --tier --workload tier-reuse --eviction arc \
         --factor 2 --store-threshold 2 --rule seeded
+    python tools/differential/compare.py --vllm-version 0.33.0 --blocks
+    python tools/differential/compare.py --switches --blocks --vllm-version 0.33.0
 
 ``--tier`` runs the tier set instead (``workloads.TIER_WORKLOADS``): each
 workload x eviction policy x ``block_size_factor`` x ``store_threshold`` x
@@ -50,6 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from switch_workloads import SWITCH_WORKLOADS, switch_workload
 from workloads import (
     BRIDGE_POLICIES,
     COMPLETION_RULES,
@@ -443,11 +446,15 @@ def run_comparison(
     tier: dict[str, Sequence[Any]] | None = None,
     bridge: bool = False,
     vllm_version: str = "0.19.1",
+    switches: bool = False,
 ) -> tuple[list[Result], dict[str, DriverRun]]:
     """Generate, run both drivers, diff. ``kvframe_python=None`` runs vLLM only.
 
     ``vllm_version``: the release ``vllm_python`` holds; the workloads carry it
     (``config["vllm"]``) so that kvframe's driver runs that fidelity target.
+
+    ``switches`` runs the small workloads of ``switch_workloads.py`` instead,
+    one per fidelity switch, each where vLLM 0.19.1 and 0.33.0 decide apart.
 
     ``tier`` selects the tier set instead: a dict of ``evictions``, ``factors``,
     ``thresholds`` and ``rules`` (each optional; every value by default).
@@ -457,7 +464,9 @@ def run_comparison(
     vLLM's policies, against kvframe for ``BRIDGE_POLICIES`` (Continuum), which
     vLLM lacks. The results' "kvframe" side is then the bridge.
     """
-    if tier is not None:
+    if switches:
+        workloads = [switch_workload(name, vllm_version) for name in SWITCH_WORKLOADS]
+    elif tier is not None:
         workloads = tier_workloads(names, policies, num_requests=num_requests, seed=seed, **tier)
     else:
         workloads = all_workloads(names, policies, num_requests, seed)
@@ -564,6 +573,11 @@ def main(argv: list[str] | None = None) -> int:
         "--blocks", action="store_true", help="also compare block ids (the free-queue order)"
     )
     parser.add_argument("--vllm-only", action="store_true", help="run and summarize vLLM only")
+    parser.add_argument(
+        "--switches",
+        action="store_true",
+        help="run the one-per-switch workloads where vLLM 0.19.1 and 0.33.0 differ",
+    )
     args = parser.parse_args(argv)
 
     tier_matrix: dict[str, Sequence[Any]] | None = None
@@ -589,6 +603,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.bridge and args.tier:
         parser.error("the bridge scheduler runs no KV connector: --bridge excludes --tier")
 
+    if args.switches and (args.tier or args.bridge or args.names):
+        parser.error("--switches runs its own workloads: no --tier, --bridge or --workload")
+    if args.tier and args.vllm_version != "0.19.1":
+        parser.error("kvframe's tier follows vLLM 0.19.1 only: --tier needs --vllm-version 0.19.1")
     if args.bridge and args.vllm_version != "0.19.1":
         parser.error("the bridge is compared against vLLM 0.19.1 only")
     vllm_python = find_vllm_python(args.vllm_python, args.vllm_version)
@@ -617,6 +635,7 @@ def main(argv: list[str] | None = None) -> int:
         tier=tier_matrix,
         bridge=args.bridge,
         vllm_version=args.vllm_version,
+        switches=args.switches,
     )
     for run in runs.values():
         if run.returncode != 0 and not any(

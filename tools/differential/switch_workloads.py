@@ -85,4 +85,4 @@ def switch_workload(name: str, vllm: str = "0.19.1") -> Workload:
     else:
         raise ValueError(f"unknown switch workload {name!r}; known: {', '.join(SWITCH_WORKLOADS)}")
     config["vllm"] = vllm
-    return {"name": name, "config": config, "requests": requests}
+    return {"name": f"{name}-{config['policy']}", "config": config, "requests": requests}
