@@ -2,7 +2,7 @@
 # Installs vLLM 0.33.0 into its own virtualenv on a CPU-only machine, for the
 # differential tests of kvframe's 0.33 fidelity target (`--vllm 0.33`) against
 # vLLM's real scheduler. Nothing here is needed by kvframe itself or by CI.
-#   bash tools/vllm-reference/install-0.33.sh [VENV_DIR]   (about 5 minutes)
+#   bash tools/vllm-reference/install-0.33.sh [VENV_DIR]   (about 4 minutes)
 # The 0.19.1 environment is ../shared/tools/vllm-reference/install.sh; this is
 # its counterpart, built the same way: torch from the local CPU wheel (2.13.0;
 # vLLM 0.33.0 pins 2.14.0, but nothing its scheduler, block pool or offload
