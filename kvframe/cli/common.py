@@ -150,6 +150,7 @@ ENGINE_FLAGS = (
     "executor",
     "cost_model",
     "step_by_step",
+    "vllm",
 )
 
 
@@ -218,6 +219,12 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SIZE",
         help="device <-> host bytes per second for offload transfers, e.g. 25GB "
         "(default: the preset's PCIe figure)",
+    )
+    engine.add_argument(
+        "--vllm",
+        metavar="VERSION",
+        help="the vLLM release whose scheduling rules to follow: 0.19.1 (default) or 0.33 "
+        "(docs/fidelity.md lists what differs)",
     )
     engine.add_argument(
         "--step-by-step",

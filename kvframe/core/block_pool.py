@@ -179,6 +179,21 @@ class FreeKVCacheBlockQueue:
         self.tail.prev_free_block = block
         self.num_free_blocks += 1
 
+    def prepend_n(self, blocks: Sequence[KVCacheBlock]) -> None:
+        """Add ``blocks`` at the head, in order (``blocks[0]`` becomes the head)."""
+        if not blocks:
+            return
+        first = self.head.next_free_block
+        assert first is not None
+        prev = self.head
+        for block in blocks:
+            prev.next_free_block = block
+            block.prev_free_block = prev
+            prev = block
+        prev.next_free_block = first
+        first.prev_free_block = prev
+        self.num_free_blocks += len(blocks)
+
     def append_n(self, blocks: Sequence[KVCacheBlock]) -> None:
         """Add ``blocks`` at the tail, in order (``blocks[0]`` is reused first)."""
         if not blocks:
@@ -327,6 +342,11 @@ class BlockPool:
         enable_kv_cache_events: record :class:`~kvframe.contract.records.BlockStored` /
             :class:`~kvframe.contract.records.BlockRemoved` /
             :class:`~kvframe.contract.records.AllBlocksCleared` for :meth:`take_events`.
+        uncached_freed_first: vLLM 0.33's rule for freed blocks (the
+            :class:`~kvframe.domain.fidelity.Fidelity` switch D): a block without
+            a hash -- every block when caching is off -- goes to the front of
+            the free queue, so it is reused before any cached block is evicted.
+            Chosen here, once, by binding :meth:`free_blocks`.
         eviction_policy: ``None`` for vLLM's LRU (the free queue's order).
             Otherwise an :class:`~kvframe.contract.bases.EvictionPolicy` built with
             ``capacity=num_gpu_blocks``; ``BlockPool(...)`` then returns a
@@ -348,6 +368,8 @@ class BlockPool:
         enable_caching: bool = True,
         enable_kv_cache_events: bool = False,
         eviction_policy: EvictionPolicy | None = None,
+        *,
+        uncached_freed_first: bool = False,
     ) -> BlockPool:
         if cls is BlockPool and eviction_policy is not None:
             cls = PolicyOrderedBlockPool
@@ -359,6 +381,8 @@ class BlockPool:
         enable_caching: bool = True,
         enable_kv_cache_events: bool = False,
         eviction_policy: EvictionPolicy | None = None,
+        *,
+        uncached_freed_first: bool = False,
     ) -> None:
         if num_gpu_blocks < 1:
             raise ValueError(f"num_gpu_blocks must be at least 1, got {num_gpu_blocks}")
@@ -372,6 +396,10 @@ class BlockPool:
         self.null_block = self.free_block_queue.popleft()
         self.null_block.is_null = True
         self.kv_event_queue: list[KVEvent] = []
+        self.uncached_freed_first = uncached_freed_first
+        if uncached_freed_first and type(self) is BlockPool:
+            # Bound once: the default rule's loop carries no per-block branch for it.
+            self.free_blocks = self._free_blocks_uncached_first  # type: ignore[method-assign]
 
     # ---------------------------------------------------------------- lookup
 
@@ -595,6 +623,29 @@ class BlockPool:
         tail.prev_free_block = last
         queue.num_free_blocks += num_freed
 
+    def _free_blocks_uncached_first(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
+        """:meth:`free_blocks` under vLLM 0.33's rule (vLLM PRs #42656, #51482).
+
+        Blocks reaching zero that carry no hash (or every one, with caching
+        off) are put at the *front* of the queue in the order given, so they
+        are reused first and the cached blocks behind them survive longer;
+        cached blocks are appended as before.
+        """
+        caching = self.enable_caching
+        first: list[KVCacheBlock] = []
+        last: list[KVCacheBlock] = []
+        for block in ordered_blocks:
+            ref_cnt = block.ref_cnt - 1
+            block.ref_cnt = ref_cnt
+            if ref_cnt == 0 and not block.is_null:
+                if block.block_hash is None or not caching:
+                    first.append(block)
+                else:
+                    last.append(block)
+        queue = self.free_block_queue
+        queue.prepend_n(first)
+        queue.append_n(last)
+
     def evict_blocks(self, block_ids: Iterable[int]) -> None:
         """Drop the hashes of the given blocks (e.g. their KV failed to load).
 
@@ -754,13 +805,23 @@ class PolicyOrderedBlockPool(BlockPool):
         enable_caching: bool = True,
         enable_kv_cache_events: bool = False,
         eviction_policy: EvictionPolicy | None = None,
+        *,
+        uncached_freed_first: bool = False,
     ) -> None:
         if eviction_policy is None:
             raise ValueError("PolicyOrderedBlockPool needs an eviction_policy")
         problem = gpu_eviction_problem(eviction_policy)
         if problem is not None:
             raise ValueError(problem)
-        super().__init__(num_gpu_blocks, enable_caching, enable_kv_cache_events)
+        super().__init__(
+            num_gpu_blocks,
+            enable_caching,
+            enable_kv_cache_events,
+            uncached_freed_first=uncached_freed_first,
+        )
+        # Uncached freed blocks: reused most recently freed first under vLLM 0.33's rule.
+        queue = self.free_block_queue
+        self._queue_uncached = queue.prepend_n if uncached_freed_first else queue.append_n
         self.eviction_policy = eviction_policy
         self.evictable: dict[Hashable, KVCacheBlock] = {}
         """Idle cached blocks by policy key, in release order: exactly the policy's keys."""
@@ -884,7 +945,7 @@ class PolicyOrderedBlockPool(BlockPool):
                 if block.block_id in hit:
                     hit.discard(block.block_id)
                     policy.touch((key,))
-        self.free_block_queue.append_n(uncached)
+        self._queue_uncached(uncached)
 
     def evict_blocks(self, block_ids: Iterable[int]) -> None:
         for block_id in block_ids:

@@ -91,6 +91,8 @@ class KVCacheManager:
         decode_lookahead: the lookahead slots the scheduler asks for with
             every running request's allocation (its ``num_lookahead_tokens``);
             :attr:`decode_limits` are computed for it.
+        uncached_freed_first: the free-queue rule of vLLM 0.33 (see
+            :class:`~kvframe.core.block_pool.BlockPool`).
 
     Invariants (per request with an entry):
 
@@ -116,6 +118,7 @@ class KVCacheManager:
         *,
         use_eagle: bool = False,
         decode_lookahead: int = 0,
+        uncached_freed_first: bool = False,
     ) -> None:
         if block_size <= 0:
             raise ValueError(f"block_size must be positive, got {block_size}")
@@ -128,6 +131,7 @@ class KVCacheManager:
             enable_caching=enable_caching,
             enable_kv_cache_events=enable_kv_cache_events,
             eviction_policy=eviction_policy,
+            uncached_freed_first=uncached_freed_first,
         )
         # Only a policy-ordered pool learns from lookups; the default skips the call.
         self._reports_lookups = enable_caching and eviction_policy is not None

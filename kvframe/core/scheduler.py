@@ -137,7 +137,11 @@ class Scheduler:
             eviction_policy=eviction_policy,
             use_eagle=config.use_eagle,
             decode_lookahead=config.num_lookahead_tokens,
+            uncached_freed_first=config.fidelity.uncached_freed_first,
         )
+        # Fidelity switches, read once (kvframe.domain.fidelity).
+        self._threshold_needs_company = config.fidelity.threshold_needs_company
+        self._self_preemption_continues = config.fidelity.self_preemption_continues
         self.num_lookahead_tokens = config.num_lookahead_tokens
         self.requests: dict[str, Request] = {}
         self.waiting: RequestQueue = policy.create_queue()
@@ -287,7 +291,15 @@ class Scheduler:
         self.policy.on_step_start(self._now)
         if token_budget is None:
             token_budget = self.config.max_num_batched_tokens
-        return StepPlan(token_budget)
+        threshold = self.config.long_prefill_token_threshold
+        if (
+            threshold
+            and self._threshold_needs_company
+            and len(self.running) + len(self.waiting) + len(self.skipped_waiting) <= 1
+        ):
+            # vLLM >= 0.31: a lone request starves nobody, so it is not capped.
+            threshold = 0
+        return StepPlan(token_budget, threshold)
 
     def finish_step(self, step: StepPlan) -> SchedulerOutput:
         """The decided step as an output; then advance the scheduled requests."""
@@ -332,7 +344,7 @@ class Scheduler:
         running = self.running
         allocate_slots = self.kv_cache_manager.allocate_slots
         decode_limits = self.kv_cache_manager.decode_limits
-        threshold = self.config.long_prefill_token_threshold
+        threshold = step.long_prefill_token_threshold
         lookahead = self.num_lookahead_tokens
         max_model_len = self.max_model_len
         num_scheduled_tokens = step.num_scheduled_tokens
@@ -398,7 +410,12 @@ class Scheduler:
                     break
 
             if new_blocks is None:
-                # The request itself was preempted: nothing more fits this step.
+                # The request itself was preempted. vLLM 0.19.1: nothing more fits
+                # this step. vLLM 0.33: the requests after it (higher priority
+                # under a priority policy) may fit in the blocks it freed; it left
+                # `running`, so req_index already points at the next one.
+                if self._self_preemption_continues:
+                    continue
                 break
 
             request_id = request.request_id
@@ -425,7 +442,7 @@ class Scheduler:
         kv = self.kv_cache_manager
         connector = self.connector
         config = self.config
-        threshold = config.long_prefill_token_threshold
+        threshold = step.long_prefill_token_threshold
         policy = self.policy
         # Requests skipped in this pass go to a queue of their own so the loop
         # never peeks the same blocked request twice; they rejoin skipped-waiting

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import attrs
 
+from kvframe.domain.fidelity import DEFAULT_VLLM, Fidelity, fidelity_for
+
 
 def _positive(instance: object, attribute: attrs.Attribute, value: int) -> None:
     if value <= 0:
@@ -57,6 +59,9 @@ class SchedulerConfig:
     hash_seed: int = 0
     """Seed of the chained block hash root (vLLM's ``PYTHONHASHSEED`` role)."""
     enable_kv_cache_events: bool = False
+    fidelity: Fidelity = attrs.field(default=DEFAULT_VLLM, converter=fidelity_for)
+    """The vLLM release whose rules the core follows (a :class:`Fidelity`, or a
+    release name such as ``"0.33"``); see ``docs/fidelity.md``."""
 
     @property
     def use_eagle(self) -> bool:

@@ -32,6 +32,7 @@ class StepPlan:
 
     __slots__ = (
         "first_admissions",
+        "long_prefill_token_threshold",
         "new_block_ids",
         "num_scheduled_tokens",
         "preempted",
@@ -43,8 +44,11 @@ class StepPlan:
         "token_budget",
     )
 
-    def __init__(self, token_budget: int) -> None:
+    def __init__(self, token_budget: int, long_prefill_token_threshold: int = 0) -> None:
         self.token_budget = token_budget
+        # This step's chunk cap (0: none): the config's, unless the fidelity
+        # target lifts it for a lone request (Scheduler.begin_step).
+        self.long_prefill_token_threshold = long_prefill_token_threshold
         self.num_scheduled_tokens: dict[str, int] = {}
         self.scheduled_running: list[Request] = []
         self.scheduled_new: list[Request] = []

@@ -23,6 +23,7 @@ import attrs
 from kvframe.config import ConfigError, PluginSpec, format_spec, parse_size, parse_spec
 from kvframe.core.scheduler_config import SchedulerConfig
 from kvframe.domain.costs import num_gpu_blocks_for
+from kvframe.domain.fidelity import DEFAULT_VLLM, fidelity_for
 from kvframe.executors.catalog import get_preset
 
 if TYPE_CHECKING:
@@ -142,6 +143,9 @@ class EngineConfig:
     executor: str = attrs.field(default="sim", validator=attrs.validators.instance_of(str))
     """``sim`` (cost model only) or ``torch[:preset=tiny,dtype=float32,...]`` (a real
     decoder on paged KV tensors; see :mod:`kvframe.executors.torch`)."""
+    vllm: str = attrs.field(default=DEFAULT_VLLM, converter=lambda v: fidelity_for(v).vllm)
+    """The vLLM release whose scheduling rules the core follows (``"0.19.1"``, the
+    default, or ``"0.33"`` = ``"0.33.0"``): :mod:`kvframe.domain.fidelity`."""
     step_by_step: bool = attrs.field(default=False, validator=_is_bool)
     """Run every step through the whole scheduler and executor, never a run of
     plain decode steps in one go (:mod:`kvframe.core.decode_run`). The results
@@ -156,6 +160,12 @@ class EngineConfig:
         if self.offload is None and (self.eviction is not None or self.reuse_filter is not None):
             raise ValueError(
                 "eviction and reuse_filter configure an offload tier, but offload is not set"
+            )
+        if self.offload is not None and self.vllm != DEFAULT_VLLM:
+            raise ValueError(
+                f"vllm={self.vllm}: the offload tier follows vLLM {DEFAULT_VLLM}'s "
+                "OffloadingConnector only (vLLM 0.33.0 changed what it stores and when it "
+                "touches; docs/fidelity.md); run the tier with vllm 0.19.1"
             )
         if self.num_gpu_blocks is not None and self.kv_memory is not None:
             raise ValueError(
@@ -225,6 +235,7 @@ class EngineConfig:
             enable_prefix_caching=self.enable_prefix_caching,
             hash_seed=self.seed,
             enable_kv_cache_events=enable_kv_cache_events,
+            fidelity=self.vllm,
         )
 
     def describe(self) -> dict[str, Any]:
@@ -252,6 +263,7 @@ class EngineConfig:
             "executor": self.executor,
             "cost_model": self.cost_model,
             "step_by_step": self.step_by_step,
+            "vllm": self.vllm,
         }
 
     # -- from kvframe.toml and flags ----------------------------------------
@@ -404,6 +416,7 @@ _CONVERTERS: Mapping[str, Any] = {
     "executor": _str,
     "cost_model": _str,
     "step_by_step": _bool,
+    "vllm": lambda value: fidelity_for(_str(value)).vllm,
 }
 
 _ALIASES: Mapping[str, str] = {

@@ -45,6 +45,7 @@ from typing import Any
 import attrs
 
 from kvframe.config import ConfigError, config_from_mapping, suggest
+from kvframe.domain.fidelity import fidelity_for
 from kvframe.engine.config import ENGINE_KEYS
 from kvframe.sweep.repeats import GENERATORS, check_generated
 
@@ -171,6 +172,17 @@ def _check_value(key: str, value: Any, where: str) -> None:
             raise ConfigError(
                 f"generate must be a table of generator options, got {value!r}", origin=where
             )
+    elif key == "vllm":
+        # A fidelity target every cell would reject: say so before any cell runs.
+        if not isinstance(value, str):
+            raise ConfigError(
+                f'vllm must be a release as a string ("0.19.1", "0.33"), got {value!r}',
+                origin=where,
+            )
+        try:
+            fidelity_for(value)
+        except ValueError as err:
+            raise ConfigError(str(err), origin=where) from None
     elif key in OPTIONAL_KEYS and value != NONE:
         kind = "eviction" if key == "gpu_eviction" else key
         config_from_mapping({kind: value}, origin=where)  # raises ConfigError on bad syntax

@@ -47,11 +47,18 @@ MACHINE_SETTINGS = settings(
 
 
 class BlockPoolMachine(RuleBasedStateMachine):
-    def __init__(self, policy_cls: type | None = None) -> None:
+    def __init__(self, policy_cls: type | None = None, uncached_first: bool = False) -> None:
         super().__init__()
         policy = policy_cls(NUM_BLOCKS) if policy_cls is not None else None
         self.policy_mode = policy is not None
-        self.pool = BlockPool(NUM_BLOCKS, enable_kv_cache_events=True, eviction_policy=policy)
+        # vLLM 0.33's free rule (Fidelity switch D): unhashed freed blocks go first.
+        self.uncached_first = uncached_first
+        self.pool = BlockPool(
+            NUM_BLOCKS,
+            enable_kv_cache_events=True,
+            eviction_policy=policy,
+            uncached_freed_first=uncached_first,
+        )
         self.requests: dict[str, Request] = {}
         self.tables: dict[str, list[int]] = {}
         self.num_cached: dict[str, int] = {}
@@ -181,10 +188,15 @@ class BlockPoolMachine(RuleBasedStateMachine):
         table = self.tables.pop(rid)
         del self.requests[rid], self.num_cached[rid]
         self.pool.free_blocks(reversed([self.pool.blocks[i] for i in table]))
+        front: list[int] = []
         for block_id in reversed(table):
             self.ref[block_id] -= 1
             if self.ref[block_id] == 0:
-                self.model_release(block_id)
+                if self.uncached_first and self.hash_of[block_id] is None:
+                    front.append(block_id)
+                else:
+                    self.model_release(block_id)
+        self.free_order[:0] = front
 
     @rule()
     def reset(self) -> None:
@@ -310,3 +322,15 @@ def test_default_pool_state_machine() -> None:
 
 def test_policy_ordered_pool_state_machine(lru_policy_cls: type) -> None:
     run_state_machine_as_test(lambda: BlockPoolMachine(lru_policy_cls), settings=MACHINE_SETTINGS)
+
+
+def test_default_pool_state_machine_uncached_freed_first() -> None:
+    run_state_machine_as_test(
+        lambda: BlockPoolMachine(uncached_first=True), settings=MACHINE_SETTINGS
+    )
+
+
+def test_policy_ordered_pool_state_machine_uncached_freed_first(lru_policy_cls: type) -> None:
+    run_state_machine_as_test(
+        lambda: BlockPoolMachine(lru_policy_cls, uncached_first=True), settings=MACHINE_SETTINGS
+    )

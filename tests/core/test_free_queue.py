@@ -157,6 +157,25 @@ def test_append_n_keeps_given_order_and_empty_is_noop() -> None:
     assert_links_consistent(queue)
 
 
+def test_prepend_n_puts_blocks_at_the_head_in_given_order() -> None:
+    _blocks, queue = make(5)
+    popped = queue.popleft_n(3)
+    queue.prepend_n([])
+    assert ids(queue) == [3, 4]
+    queue.prepend_n(popped[::-1])
+    assert ids(queue) == [2, 1, 0, 3, 4]
+    assert queue.popleft().block_id == 2
+    assert_links_consistent(queue)
+
+
+def test_prepend_n_into_empty_queue() -> None:
+    _blocks, queue = make(3)
+    popped = queue.popleft_n(3)
+    queue.prepend_n(popped)
+    assert ids(queue) == [0, 1, 2]
+    assert_links_consistent(queue)
+
+
 def test_append_n_into_empty_queue() -> None:
     _blocks, queue = make(3)
     popped = queue.popleft_n(3)

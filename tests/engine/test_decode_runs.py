@@ -97,6 +97,18 @@ TRACE = list(load_workload(HEAD, limit=120).requests)
             },
         ),
         (CHAT, {"num_gpu_blocks": 900, "max_model_len": 700}),  # length-capped requests
+        # vLLM 0.33's rules (kvframe.domain.fidelity): the free order, the lone-request cap.
+        (TRACE, {"num_gpu_blocks": 2500, "vllm": "0.33"}),
+        (TRACE, {"num_gpu_blocks": 3000, "scheduling": "priority", "vllm": "0.33"}),
+        (
+            CHAT,
+            {
+                "num_gpu_blocks": 900,
+                "long_prefill_token_threshold": 64,
+                "max_num_batched_tokens": 256,
+                "vllm": "0.33",
+            },
+        ),
     ],
     ids=[
         "trace",
@@ -108,6 +120,9 @@ TRACE = list(load_workload(HEAD, limit=120).requests)
         "chat-bs32-seqs8",
         "chat-chunked",
         "chat-model-len",
+        "trace-pressure-vllm033",
+        "trace-priority-vllm033",
+        "chat-chunked-vllm033",
     ],
 )
 def test_decode_runs_leave_what_step_by_step_leaves(specs, config) -> None:

@@ -72,6 +72,11 @@ def test_explicit_cells_cross_the_grid_and_keys_do_not_depend_on_order(write_swe
         ("[base]\nworkload = 'chat.jsonl'\n", "the sweep has no cells"),
         ("[grid]\nnum_gpu_blocks = [64]\n", "no workload"),
         ("[grid]\noffload = ['cpu:capacity=']\nworkload = ['x.jsonl']\n", "offload"),
+        (
+            GRID.replace("[grid]", '[grid]\nvllm = ["0.19.1", "0.3"]'),
+            "grid] key 'vllm': unknown vLLM fidelity target '0.3'",
+        ),
+        (GRID.replace("[grid]", "[grid]\nvllm = [0.33]"), "vllm must be a release as a string"),
     ],
 )
 def test_bad_sweep_files_fail_before_any_cell_runs(write_sweep, text: str, expected: str) -> None:
@@ -80,6 +85,14 @@ def test_bad_sweep_files_fail_before_any_cell_runs(write_sweep, text: str, expec
         load_sweep(path)
     assert expected in str(info.value)
     assert not (path.parent / "results.sqlite").exists()
+
+
+def test_vllm_release_is_a_grid_axis(write_sweep) -> None:
+    """Two fidelity targets side by side: the cells differ only in ``vllm``."""
+    spec = load_sweep(write_sweep(GRID.replace("[grid]", '[grid]\nvllm = ["0.19.1", "0.33"]')))
+    assert len(spec.cells) == 12
+    assert set(spec.varying) == {"vllm", "gpu_eviction", "num_gpu_blocks"}
+    assert [c.settings["vllm"] for c in spec.cells].count("0.33") == 6
 
 
 def test_duplicate_cells_are_refused() -> None:

@@ -11,6 +11,8 @@
         --policy continuum                                    # the kvframe-vllm bridge
     python tools/differential/compare.py --tier --workload tier-reuse --eviction arc \
         --factor 2 --store-threshold 2 --rule seeded
+    python tools/differential/compare.py --vllm-version 0.33.0 --blocks
+    python tools/differential/compare.py --switches --blocks --vllm-version 0.33.0
 
 ``--tier`` runs the tier set instead (``workloads.TIER_WORKLOADS``): each
 workload x eviction policy x ``block_size_factor`` x ``store_threshold`` x
@@ -25,9 +27,15 @@ row per (workload, policy) and, for the first differing step of each, both
 records side by side. Exits 1 on any difference or driver crash, 2 when no
 vLLM interpreter can be found.
 
-The vLLM interpreter is, in order: ``--vllm-python``, ``$KVFRAME_VLLM_PYTHON``,
-``<repo>/.vllm-reference-venv/bin/python``. Build that environment with
-``bash ../shared/tools/vllm-reference/install.sh .vllm-reference-venv``.
+``--vllm-version`` picks the release compared against, 0.19.1 (the default)
+or 0.33.0: the workloads carry it (``config["vllm"]``), kvframe's driver runs
+the core with that fidelity target, and vLLM's driver refuses an interpreter
+of another release. The vLLM interpreter is, in order: ``--vllm-python``, the
+release's environment variable (``$KVFRAME_VLLM_PYTHON`` for 0.19.1,
+``$KVFRAME_VLLM033_PYTHON`` for 0.33.0), ``<repo>/.vllm-reference-venv/bin/python``
+(0.19.1) or ``<repo>/.vllm033-reference-venv/bin/python`` (0.33.0). Build them with
+``bash ../shared/tools/vllm-reference/install.sh .vllm-reference-venv`` and
+``bash tools/vllm-reference/install-0.33.sh .vllm033-reference-venv``.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from switch_workloads import SWITCH_WORKLOADS, switch_workload
 from workloads import (
     BRIDGE_POLICIES,
     COMPLETION_RULES,
@@ -63,18 +72,27 @@ HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parents[1]
 DEFAULT_OUT_DIR = REPO_ROOT / "out" / "differential"
 VLLM_PYTHON_ENV = "KVFRAME_VLLM_PYTHON"
+VLLM_VERSIONS = ("0.19.1", "0.33.0")
+"""The vLLM releases the harness compares against (kvframe's fidelity targets)."""
+_VENVS = {
+    "0.19.1": (VLLM_PYTHON_ENV, ".vllm-reference-venv"),
+    "0.33.0": ("KVFRAME_VLLM033_PYTHON", ".vllm033-reference-venv"),
+}
 
 Record = dict[str, Any]
 
 
-def find_vllm_python(explicit: str | os.PathLike[str] | None = None) -> Path | None:
-    """The vLLM reference interpreter, or None when there is none to use."""
+def find_vllm_python(
+    explicit: str | os.PathLike[str] | None = None, version: str = "0.19.1"
+) -> Path | None:
+    """The reference interpreter of vLLM ``version``, or None when there is none to use."""
+    env_var, venv = _VENVS[version]
     candidates: list[str | os.PathLike[str]] = []
     if explicit:
         candidates.append(explicit)
-    if os.environ.get(VLLM_PYTHON_ENV):
-        candidates.append(os.environ[VLLM_PYTHON_ENV])
-    candidates.append(REPO_ROOT / ".vllm-reference-venv" / "bin" / "python")
+    if os.environ.get(env_var):
+        candidates.append(os.environ[env_var])
+    candidates.append(REPO_ROOT / venv / "bin" / "python")
     for candidate in candidates:
         path = Path(candidate)
         if path.is_file() and os.access(path, os.X_OK):
@@ -427,8 +445,16 @@ def run_comparison(
     blocks: bool = False,
     tier: dict[str, Sequence[Any]] | None = None,
     bridge: bool = False,
+    vllm_version: str = "0.19.1",
+    switches: bool = False,
 ) -> tuple[list[Result], dict[str, DriverRun]]:
     """Generate, run both drivers, diff. ``kvframe_python=None`` runs vLLM only.
+
+    ``vllm_version``: the release ``vllm_python`` holds; the workloads carry it
+    (``config["vllm"]``) so that kvframe's driver runs that fidelity target.
+
+    ``switches`` runs the small workloads of ``switch_workloads.py`` instead,
+    one per fidelity switch, each where vLLM 0.19.1 and 0.33.0 decide apart.
 
     ``tier`` selects the tier set instead: a dict of ``evictions``, ``factors``,
     ``thresholds`` and ``rules`` (each optional; every value by default).
@@ -438,10 +464,14 @@ def run_comparison(
     vLLM's policies, against kvframe for ``BRIDGE_POLICIES`` (Continuum), which
     vLLM lacks. The results' "kvframe" side is then the bridge.
     """
-    if tier is not None:
+    if switches:
+        workloads = [switch_workload(name, vllm_version) for name in SWITCH_WORKLOADS]
+    elif tier is not None:
         workloads = tier_workloads(names, policies, num_requests=num_requests, seed=seed, **tier)
     else:
         workloads = all_workloads(names, policies, num_requests, seed)
+    for wl in workloads:
+        wl["config"]["vllm"] = vllm_version
     if bridge:
         return _run_bridge_comparison(workloads, out_dir, vllm_python, kvframe_python, blocks)
     paths = [write_workload(wl, out_dir / "workloads" / f"{wl['name']}.json") for wl in workloads]
@@ -526,13 +556,28 @@ def main(argv: list[str] | None = None) -> int:
     tier.add_argument("--rule", action="append", choices=list(COMPLETION_RULES), dest="rules")
     parser.add_argument("--num-requests", type=int, default=DEFAULT_NUM_REQUESTS)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--vllm-python", help=f"default: ${VLLM_PYTHON_ENV} or the repo's venv")
+    parser.add_argument(
+        "--vllm-version",
+        choices=VLLM_VERSIONS,
+        default="0.19.1",
+        help="the vLLM release to compare against (and kvframe's fidelity target)",
+    )
+    parser.add_argument(
+        "--vllm-python",
+        help=f"default: ${VLLM_PYTHON_ENV} (0.19.1) / $KVFRAME_VLLM033_PYTHON (0.33.0) "
+        "or the repo's venv",
+    )
     parser.add_argument("--kvframe-python", default=sys.executable)
     parser.add_argument("--out-dir", type=Path, default=DEFAULT_OUT_DIR)
     parser.add_argument(
         "--blocks", action="store_true", help="also compare block ids (the free-queue order)"
     )
     parser.add_argument("--vllm-only", action="store_true", help="run and summarize vLLM only")
+    parser.add_argument(
+        "--switches",
+        action="store_true",
+        help="run the one-per-switch workloads where vLLM 0.19.1 and 0.33.0 differ",
+    )
     args = parser.parse_args(argv)
 
     tier_matrix: dict[str, Sequence[Any]] | None = None
@@ -558,12 +603,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.bridge and args.tier:
         parser.error("the bridge scheduler runs no KV connector: --bridge excludes --tier")
 
-    vllm_python = find_vllm_python(args.vllm_python)
+    if args.switches and (args.tier or args.bridge or args.names):
+        parser.error("--switches runs its own workloads: no --tier, --bridge or --workload")
+    if args.tier and args.vllm_version != "0.19.1":
+        parser.error("kvframe's tier follows vLLM 0.19.1 only: --tier needs --vllm-version 0.19.1")
+    if args.bridge and args.vllm_version != "0.19.1":
+        parser.error("the bridge is compared against vLLM 0.19.1 only")
+    vllm_python = find_vllm_python(args.vllm_python, args.vllm_version)
     if vllm_python is None:
+        env_var, venv = _VENVS[args.vllm_version]
+        recipe = (
+            "../shared/tools/vllm-reference/install.sh"
+            if args.vllm_version == "0.19.1"
+            else "tools/vllm-reference/install-0.33.sh"
+        )
         print(
-            "no vLLM reference interpreter: pass --vllm-python, set "
-            f"{VLLM_PYTHON_ENV}, or build <repo>/.vllm-reference-venv with "
-            "`bash ../shared/tools/vllm-reference/install.sh .vllm-reference-venv`",
+            f"no vLLM {args.vllm_version} reference interpreter: pass --vllm-python, set "
+            f"{env_var}, or build <repo>/{venv} with `bash {recipe} {venv}`",
             file=sys.stderr,
         )
         return 2
@@ -578,6 +634,8 @@ def main(argv: list[str] | None = None) -> int:
         blocks=args.blocks,
         tier=tier_matrix,
         bridge=args.bridge,
+        vllm_version=args.vllm_version,
+        switches=args.switches,
     )
     for run in runs.values():
         if run.returncode != 0 and not any(

@@ -60,6 +60,12 @@ def _scheduler_config(config: dict[str, Any]) -> Any:
     for key, value in config.items():
         if key == "policy":
             continue
+        if key == "vllm":
+            # The vLLM release the workload is compared against: kvframe's fidelity target.
+            if "fidelity" not in fields:
+                raise RuntimeError(f"this kvframe has no fidelity targets (wanted vLLM {value})")
+            kwargs["fidelity"] = value
+            continue
         if key in fields:
             kwargs[key] = value
         else:

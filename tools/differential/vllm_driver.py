@@ -31,6 +31,19 @@ for vLLM's own ``OffloadingConnector`` (``kv_role="kv_both"``;
 scheduler role. The KVCacheConfig then holds one KV tensor so that the CPU
 spec's bytes-per-block is the FullAttentionSpec's page size; the tier gets
 exactly ``num_cpu_blocks`` slots. The worker side is ``stepping.ScriptedWorker``.
+
+Both reference releases run here: vLLM 0.19.1 and 0.33.0 (``install.sh`` and
+``tools/vllm-reference/install-0.33.sh``). The workload's ``config["vllm"]``
+names the release it is meant for, and the driver refuses another one. What
+0.33.0 changed in the interface, not in the decisions, is read back to
+0.19.1's record schema here: the Scheduler takes ``hash_block_size`` and the
+block hasher a lookahead argument (both given, 0 lookahead); a request's
+prefix hit is its ``prefill_stats.num_cached_tokens`` (``num_cached_tokens``
+left the Request, PR #48860); and with Model Runner V2, vLLM's default since
+0.33 (PRs #44443, #53183), a resumed request is sent in
+``scheduled_new_reqs`` with its whole token list and whole block table, so a
+new request there that has been preempted before is recorded as resumed (its
+whole table, as 0.19.1's resumed requests are recorded).
 """
 
 from __future__ import annotations
@@ -82,6 +95,7 @@ class VllmAdapter:
         place of vLLM's ``Scheduler``; everything else -- config, requests, runner
         output, this adapter's reading of the ``SchedulerOutput`` -- is unchanged."""
         import torch
+        import vllm
         from vllm.config import (
             CacheConfig,
             DeviceConfig,
@@ -102,6 +116,14 @@ class VllmAdapter:
         from vllm.v1.request import Request
         from vllm.v1.structured_output import StructuredOutputManager
 
+        self.version = vllm.__version__
+        self.v033 = _at_least(self.version, (0, 33))
+        wanted_version = config.get("vllm", "0.19.1")
+        if not self.version.startswith(wanted_version):
+            raise RuntimeError(
+                f"the workload is for vLLM {wanted_version}, this interpreter has vLLM "
+                f"{self.version} (compare.py --vllm-version picks the interpreter)"
+            )
         self._Request = Request
         self._SamplingParams = SamplingParams
         self._ModelRunnerOutput = ModelRunnerOutput
@@ -194,12 +216,14 @@ class VllmAdapter:
             from kvframe_vllm.scheduler import KvframeScheduler
 
             Scheduler = KvframeScheduler
+        extra_args: dict[str, Any] = {"hash_block_size": block_size} if self.v033 else {}
         self.scheduler = Scheduler(
             vllm_config=vllm_config,
             kv_cache_config=kv_cache_config,
             structured_output_manager=StructuredOutputManager(vllm_config),
             block_size=block_size,
             log_stats=False,
+            **extra_args,
         )
         if bridge:
             self._step = 0
@@ -214,7 +238,11 @@ class VllmAdapter:
 
         hash_fn = get_hash_fn_by_name(HASH_ALGO)
         init_none_hash(hash_fn)
-        self._block_hasher = get_request_block_hasher(block_size, hash_fn)
+        self._block_hasher = (
+            get_request_block_hasher(block_size, hash_fn, 0)
+            if self.v033
+            else get_request_block_hasher(block_size, hash_fn)
+        )
 
     def _check_effective_config(self, config: dict[str, Any]) -> None:
         """VllmConfig post-init may silently rewrite settings; refuse if it did."""
@@ -337,8 +365,14 @@ class VllmAdapter:
         if self.bridge:
             self._step += 1
         requests = self.scheduler.requests
-        new = [d.req_id for d in out.scheduled_new_reqs]
         cached = out.scheduled_cached_reqs
+        resumed = set(cached.resumed_req_ids)
+        if self.v033:
+            # Model Runner V2 sends resumed requests as new ones (see the docstring).
+            resumed.update(
+                d.req_id for d in out.scheduled_new_reqs if requests[d.req_id].num_preemptions
+            )
+        new = [d.req_id for d in out.scheduled_new_reqs if d.req_id not in resumed]
         blocks: dict[str, list[int]] | None = None
         if self.record_blocks:
             blocks = {d.req_id: list(d.block_ids[0]) for d in out.scheduled_new_reqs}
@@ -347,14 +381,20 @@ class VllmAdapter:
         return stepping.StepView(
             scheduled=list(out.num_scheduled_tokens.items()),
             new=new,
-            resumed=sorted(cached.resumed_req_ids),
+            resumed=sorted(resumed),
             preempted=sorted(out.preempted_req_ids),
-            prefix_hits={rid: requests[rid].num_cached_tokens for rid in new},
+            prefix_hits={rid: self._prefix_hit(requests[rid]) for rid in new},
             free_blocks=self._num_free_blocks(),
             blocks=blocks,
             raw=out,
             tier=self._tier_view(out, new) if self._namer is not None else None,
         )
+
+    def _prefix_hit(self, request: Any) -> int:
+        """Tokens of a newly admitted request found cached (GPU and tier together)."""
+        if self.v033:
+            return request.prefill_stats.num_cached_tokens
+        return request.num_cached_tokens
 
     def progress(self, req_id: str) -> tuple[int, int]:
         request = self.scheduler.requests[req_id]
@@ -390,11 +430,25 @@ class VllmAdapter:
                 list(o.new_token_ids),
                 None if o.finish_reason is None else str(o.finish_reason),
                 o.stop_reason,
-                o.num_cached_tokens,
+                _output_cached_tokens(o),
             ]
             for o in outputs
         )
         return [o.request_id for o in outputs if o.finish_reason is not None]
+
+
+def _at_least(version: str, wanted: tuple[int, int]) -> bool:
+    """``version`` (``"0.33.0"``, ``"0.19.1+cpu"``) is ``wanted`` (major, minor) or later."""
+    major, minor = (int(part) for part in version.split(".")[:2])
+    return (major, minor) >= wanted
+
+
+def _output_cached_tokens(output: Any) -> int:
+    """An output's cached prompt tokens: a field in 0.19.1, in ``prefill_stats`` in 0.33."""
+    if hasattr(output, "num_cached_tokens"):
+        return output.num_cached_tokens
+    stats = output.prefill_stats
+    return stats.num_cached_tokens if stats is not None else 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,88 @@
+"""Which vLLM release the core decides like: one named switch per upstream change.
+
+kvframe reproduces vLLM V1's scheduler step for step, but vLLM's decisions moved
+between releases. A :class:`Fidelity` names the target release and holds one
+boolean per behaviour that differs between the targets kvframe supports, so a
+run can follow the vLLM a user deploys (``--vllm 0.33``) or the project's
+reference (``--vllm 0.19.1``, the default), and ``kvframe compare`` can put
+the two side by side.
+
+Each switch is a small, named change of one rule in the core -- not a second
+scheduler. The core reads the switches once, when it is built, into plain
+attributes or locals, so a step pays nothing for them. ``docs/fidelity.md``
+lists every switch with its upstream pull request and a workload that shows it.
+
+This module is on the lowest floor (it imports nothing from kvframe) so that
+the core's configuration and the engine's settings can both name it.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+__all__ = ["DEFAULT_VLLM", "VLLM_TARGETS", "Fidelity", "fidelity_for"]
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class Fidelity:
+    """The behaviour switches of one vLLM release (``True``: the newer rule).
+
+    Build one with :func:`fidelity_for`; the fields exist so that a test or an
+    experiment can flip one switch alone and see what it changes.
+    """
+
+    vllm: str
+    """The release these switches describe (``"0.19.1"``, ``"0.33.0"``)."""
+    threshold_needs_company: bool = False
+    """A. ``long_prefill_token_threshold`` caps a request's chunk only when more
+    than one request is running or waiting: a lone request, starving nobody,
+    takes the whole budget (vLLM PR #57951, since 0.31.0)."""
+    self_preemption_continues: bool = False
+    """B. Under a policy whose victim need not be the last running request
+    (vLLM's ``priority``), a running request that preempts itself lets the loop
+    go on to the running requests after it, which may still fit in the blocks
+    it freed; 0.19.1 ended the running loop there (new in vLLM 0.33.0)."""
+    uncached_freed_first: bool = False
+    """D. A freed block without a hash (never findable by the prefix cache) goes
+    to the *front* of the free queue, so it is reused before any cached block
+    is evicted; with prefix caching off every freed block goes to the front
+    (vLLM PR #42656, since 0.24.0; PR #51482, since 0.28.0)."""
+
+
+_TARGETS: dict[str, Fidelity] = {
+    "0.19.1": Fidelity(vllm="0.19.1"),
+    "0.33.0": Fidelity(
+        vllm="0.33.0",
+        threshold_needs_company=True,
+        self_preemption_continues=True,
+        uncached_freed_first=True,
+    ),
+}
+
+VLLM_TARGETS: tuple[str, ...] = tuple(_TARGETS)
+"""The releases a run can follow, oldest first."""
+
+DEFAULT_VLLM = "0.19.1"
+"""The default target: the release the differential harness proves kvframe
+against on every workload, tier and async included (see docs/fidelity.md)."""
+
+_ALIASES = {"0.19": "0.19.1", "0.33": "0.33.0"}
+
+
+def fidelity_for(vllm: str | Fidelity) -> Fidelity:
+    """The switches of release ``vllm`` (``"0.33"`` and ``"0.33.0"`` are the same).
+
+    :raises ValueError: for a release kvframe has no switches for, naming the
+        ones it has.
+    """
+    if isinstance(vllm, Fidelity):
+        return vllm
+    name = _ALIASES.get(str(vllm).strip(), str(vllm).strip())
+    try:
+        return _TARGETS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown vLLM fidelity target {vllm!r}; kvframe follows "
+            + " or ".join(VLLM_TARGETS)
+            + " (0.33 is short for 0.33.0)"
+        ) from None

@@ -1,0 +1,143 @@
+"""Each vLLM fidelity switch matters: the two targets' runs differ where its rule does.
+
+The workloads are ``tools/differential/switch_workloads.py``, one per switch,
+run through the differential harness's kvframe side (no vLLM needed). For
+each, the 0.19.1 and 0.33.0 targets must part at the step the switch's rule
+predicts, and turning on that one switch alone on top of 0.19.1 must give the
+0.33.0 run exactly: the switch is the whole difference on its workload. That
+each target also matches its vLLM there is ``tests/test_differential_vllm033.py``
+(which needs the vLLM reference environments).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+HARNESS = Path(__file__).resolve().parents[2] / "tools" / "differential"
+if str(HARNESS) not in sys.path:
+    sys.path.insert(0, str(HARNESS))
+
+import kvframe_driver  # noqa: E402  (the harness is a script folder, not a package)
+import stepping  # noqa: E402
+from switch_workloads import SWITCH_WORKLOADS, switch_workload  # noqa: E402
+
+from kvframe.domain.fidelity import VLLM_TARGETS, Fidelity, fidelity_for  # noqa: E402
+from kvframe.engine.config import EngineConfig  # noqa: E402
+
+SWITCH_OF = {
+    "switch-threshold": "threshold_needs_company",
+    "switch-self-preemption": "self_preemption_continues",
+    "switch-free-order": "uncached_freed_first",
+    "switch-free-order-nocache": "uncached_freed_first",
+}
+
+
+def run(name: str, fidelity: str | Fidelity) -> list[dict[str, Any]]:
+    """The step records of switch workload ``name`` under ``fidelity``, block ids included."""
+    workload = switch_workload(name)
+    config = dict(workload["config"], vllm=fidelity)
+    adapter = kvframe_driver.KvframeAdapter(config, record_blocks=True)
+    return list(stepping.run(workload, adapter))
+
+
+def first_difference(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> int:
+    return next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
+
+
+def test_every_switch_has_a_workload() -> None:
+    switches = {f.name for f in attrs.fields(Fidelity)} - {"vllm"}
+    assert set(SWITCH_OF.values()) == switches
+    assert set(SWITCH_OF) == set(SWITCH_WORKLOADS)
+
+
+@pytest.mark.parametrize("name", list(SWITCH_WORKLOADS))
+def test_one_switch_alone_is_the_whole_difference(name: str) -> None:
+    old, new = run(name, "0.19.1"), run(name, "0.33.0")
+    assert old != new
+    only = attrs.evolve(fidelity_for("0.19.1"), **{SWITCH_OF[name]: True})
+    assert run(name, only) == new
+    for other in set(SWITCH_OF.values()) - {SWITCH_OF[name]}:
+        assert run(name, attrs.evolve(fidelity_for("0.19.1"), **{other: True})) == old
+
+
+def test_threshold_caps_a_lone_request_only_in_0_19_1() -> None:
+    config = switch_workload("switch-threshold")["config"]
+    threshold, budget = config["long_prefill_token_threshold"], config["max_num_batched_tokens"]
+    old, new = run("switch-threshold", "0.19.1"), run("switch-threshold", "0.33.0")
+    assert old[0]["scheduled"] == [["r0", threshold]]
+    assert new[0]["scheduled"] == [["r0", budget]]
+    # The rest of the 40-token prompt: capped again, as a lone request's chunk.
+    assert new[1]["scheduled"] == [["r0", threshold]]
+    assert len(new) < len(old)
+
+
+def test_priority_self_preemption_ends_the_running_loop_only_in_0_19_1() -> None:
+    old, new = run("switch-self-preemption", "0.19.1"), run("switch-self-preemption", "0.33.0")
+    step = first_difference(old, new)
+    # r0 (priority 5) needs a block, none is free, and it is its own victim.
+    assert old[step]["preempted"] == new[step]["preempted"] == ["r0"]
+    assert old[step]["scheduled"] == []
+    # 0.33: the urgent r1 after it decodes in the step r0 freed blocks.
+    assert new[step]["scheduled"] == [["r1", 1]]
+
+
+@pytest.mark.parametrize("name", ["switch-free-order", "switch-free-order-nocache"])
+def test_freed_blocks_without_a_hash_are_reused_first_only_in_0_33(name: str) -> None:
+    old, new = run(name, "0.19.1"), run(name, "0.33.0")
+    first_blocks = old[0]["blocks"]["r0"]  # [full block, partial block]
+    assert first_blocks == new[0]["blocks"]["r0"] == [1, 2]
+    step = first_difference(old, new)
+    assert old[step]["blocks"]["r1"] == [3, 4]  # the freed ones went to the back
+    if name == "switch-free-order":
+        # The partial (unhashed) block first; the cached full block stays findable.
+        assert new[step]["blocks"]["r1"] == [2, 3]
+    else:
+        # Caching off: both freed blocks first, tail first (freed in reverse).
+        assert new[step]["blocks"]["r1"] == [2, 1]
+
+
+def test_release_names_and_errors() -> None:
+    assert VLLM_TARGETS == ("0.19.1", "0.33.0")
+    assert fidelity_for("0.33") is fidelity_for("0.33.0")
+    assert fidelity_for("0.19") == Fidelity(vllm="0.19.1")
+    with pytest.raises(ValueError) as err:
+        fidelity_for("0.25")
+    assert str(err.value) == (
+        "unknown vLLM fidelity target '0.25'; kvframe follows 0.19.1 or 0.33.0 "
+        "(0.33 is short for 0.33.0)"
+    )
+
+
+def test_engine_setting_reaches_the_core() -> None:
+    default = EngineConfig(num_gpu_blocks=64)
+    assert default.vllm == "0.19.1"
+    assert default.scheduler_config().fidelity == fidelity_for("0.19.1")
+    newer = EngineConfig.from_settings({"vllm": "0.33", "num_gpu_blocks": 64})
+    assert newer.vllm == "0.33.0"
+    assert newer.describe()["vllm"] == "0.33.0"
+    assert newer.scheduler_config().fidelity.self_preemption_continues
+
+
+def test_engine_setting_error_names_its_origin() -> None:
+    from kvframe.config import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        EngineConfig.from_settings({"vllm": "1.0"}, origins={"vllm": "--vllm"})
+    assert "--vllm" in str(err.value)
+    assert "unknown vLLM fidelity target '1.0'" in str(err.value)
+
+
+def test_the_0_33_target_refuses_an_offload_tier() -> None:
+    """The tier's 0.33 changes are not modelled, so the pairing is refused, not half-run."""
+    with pytest.raises(ValueError) as err:
+        EngineConfig(num_gpu_blocks=64, vllm="0.33", offload="cpu:capacity=1GiB")
+    assert str(err.value) == (
+        "vllm=0.33.0: the offload tier follows vLLM 0.19.1's OffloadingConnector only "
+        "(vLLM 0.33.0 changed what it stores and when it touches; docs/fidelity.md); "
+        "run the tier with vllm 0.19.1"
+    )
