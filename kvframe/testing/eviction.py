@@ -6,7 +6,9 @@ model (a plain dict of what the tier has inserted and not yet removed):
 
 * ``evict(n, protected)`` returns exactly ``n`` distinct ``(key, block)`` pairs
   the policy holds, none protected, none with ``ref_cnt != 0`` — or ``None``,
-  and then behaves afterwards exactly as if it had not been called; ``None``
+  and then behaves afterwards exactly as if it had not been called (at every
+  refusal of every checked run, the policy is compared with a twin that never
+  saw the call, over the same continuations: :mod:`kvframe.testing.eviction_twin`); ``None``
   only with fewer than ``n`` idle, unprotected blocks held, unless the policy
   declares :attr:`kvframe.EvictionPolicy.may_refuse` (the refusal rule);
 * ``get`` answers what was inserted and not removed or evicted since, with the
@@ -210,6 +212,14 @@ class _Run:
                 )
             self.outcomes.append(result)
             text += f" -> {fmt(list(result)) if result is not None else 'None'}"
+            if result is None and self.check and self.track_idle_at is None:
+                # (Idle-tracking runs are compared with untold runs instead: a policy
+                # ignoring on_idle would show there as a refusal's doing here.)
+                self.log.add(text)
+                from kvframe.testing.eviction_twin import check_refusal_against_twin
+
+                check_refusal_against_twin(self)
+                self.log.calls.pop()
         else:  # the tier changes a block's ref_cnt in place
             _, key, ref = op
             block = self.blocks[key]
@@ -507,10 +517,10 @@ def _capacities() -> Any:
 
 
 def _replay(
-    target: PluginTarget, capacity: int, ops: Sequence[Op]
+    target: PluginTarget, capacity: int, ops: Sequence[Op], *, track_idle_at: int | None = None
 ) -> tuple[_Run, Exception | None]:
     """Make ``ops`` on a fresh policy without checking; return the run and any error it raised."""
-    run = _Run(target, capacity, check=False)
+    run = _Run(target, capacity, check=False, track_idle_at=track_idle_at)
     try:
         for op in ops:
             run.do(op)
