@@ -536,7 +536,11 @@ class Scheduler:
                 if (
                     self.retained
                     and self._reclaim_retained(request, num_new_tokens, stalled=stalled)
-                ) or (stalled and self._release_loaded_waiting(request)):
+                ) or (
+                    stalled
+                    and not self._transfer_will_unblock()
+                    and self._release_loaded_waiting(request)
+                ):
                     if request.num_computed_tokens == 0:
                         retry = (request, num_local_tokens, num_external_tokens, load_kv_async)
                     continue
@@ -831,13 +835,32 @@ class Scheduler:
                 return True
         return False
 
+    def _transfer_will_unblock(self) -> bool:
+        """Whether a transfer in flight will change what can be admitted once it lands.
+
+        A finished (or aborted) request's blocks wait for its store (or load)
+        to land and are freed then; a waiting request's load that has not
+        landed will make it admissible. vLLM 0.19.1 then schedules nothing
+        for a step and goes on, so the stall breaker must not fire: only with
+        none of these in flight is the admission stall a real deadlock.
+        """
+        if self._awaiting_store or self._awaiting_load:
+            return True
+        landed = self._finished_recving
+        return any(
+            r.status == _WAITING_FOR_REMOTE_KVS and r.request_id not in landed
+            for queue in (self.skipped_waiting, self.waiting)
+            for r in queue
+        )
+
     def _release_loaded_waiting(self, request: Request) -> bool:
         """Free the blocks of another waiting request whose load landed; True if one was found.
 
         Requests whose connector load completed wait with blocks but are not
         running. If two of them each hold part of the pool and need more, and
-        nothing runs, neither can ever be admitted (vLLM has the same
-        deadlock). This is called only then: the most recently queued such
+        nothing runs and no transfer is in flight (:meth:`_transfer_will_unblock`),
+        neither can ever be admitted (vLLM has the same deadlock). This is
+        called only then: the most recently queued such
         request gives its blocks back and will look its prefix up again (the
         loaded blocks were cached, so it usually hits them). Requests whose load
         is still in flight are left alone: the worker is writing their blocks.

@@ -173,6 +173,52 @@ def test_two_loaded_requests_that_each_need_more_blocks_do_not_deadlock():
     assert s.stats.prefix_cache_queries == 48
 
 
+def test_the_stall_breaker_waits_while_a_finished_request_s_store_is_in_flight():
+    # Issue 32: nothing runs, a's landed load needs more blocks than are free and
+    # b holds another landed load, but c's store is in flight and will free c's
+    # blocks. vLLM 0.19.1 schedules nothing for a step and goes on; so must the
+    # breaker (it would release b's load, which vLLM never does).
+    connector = ScriptedConnector({"a": [(8, True)], "b": [(8, True)]})
+    connector.keep_blocks_for.add("c")
+    config = SchedulerConfig(
+        block_size=4,
+        num_gpu_blocks=9,
+        max_num_batched_tokens=64,
+        max_num_seqs=8,
+        max_model_len=128,
+        reserve_full_sequence=False,
+    )
+    s = Scheduler(config, FCFSPolicy(), connector=connector)
+    add(s, "c", 8, max_tokens=1)
+    out = s.schedule()
+    s.update_from_output(out, ModelRunnerOutput({"c": [7]}))
+    assert connector.finished == ["c"]  # its 2 blocks wait for the store
+    a = add(s, "a", 24)
+    b = add(s, "b", 24)
+    out = s.schedule()
+    assert [hit.req_id for hit in out.first_admissions] == ["a", "b"]
+    s.update_from_output(out, empty_output(finished_recving={"a", "b"}))
+    assert s.kv_cache_manager.num_free_blocks == 2
+    out = s.schedule()
+    assert out.num_scheduled_tokens == {}
+    assert s.stats.num_loaded_requests_released == 0
+    assert b.num_computed_tokens == 8  # b keeps its landed load
+    s.update_from_output(out, empty_output(finished_sending={"c"}))
+    out = s.schedule()
+    assert out.num_scheduled_tokens == {"a": 16}
+    while s.has_unfinished_requests():
+        sampled = {
+            rid: [7]
+            for rid in out.num_scheduled_tokens
+            if s.requests[rid].num_computed_tokens >= s.requests[rid].num_tokens
+        }
+        s.update_from_output(out, ModelRunnerOutput(sampled))
+        out = s.schedule()
+    assert a.is_finished() and b.is_finished()
+    assert s.stats.num_loaded_requests_released == 0
+    assert s.kv_cache_manager.num_free_blocks == 8
+
+
 def test_a_preempted_request_readmitted_through_a_load_is_counted_once():
     connector = ScriptedConnector({"a": [(0, False), (8, True)]})
     config = SchedulerConfig(
