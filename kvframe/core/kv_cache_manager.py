@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from kvframe.core.block_pool import BlockPool, KVCacheBlock
+from kvframe.core.uncomputed import UncomputedBlocks
 
 if TYPE_CHECKING:
     from kvframe.bases import EvictionPolicy
@@ -116,6 +117,7 @@ class KVCacheManager:
         *,
         use_eagle: bool = False,
         decode_lookahead: int = 0,
+        rollback_uncomputed_blocks: bool = False,
     ) -> None:
         if block_size <= 0:
             raise ValueError(f"block_size must be positive, got {block_size}")
@@ -144,6 +146,9 @@ class KVCacheManager:
         allocation and by :meth:`cache_blocks`, dropped by :meth:`free`; a
         missing entry means "ask"."""
         self.prefix_cache_stats = PrefixCacheStats()
+        self.uncomputed = UncomputedBlocks(rollback=rollback_uncomputed_blocks)
+        """Blocks cached for tokens a same-step preemption left uncomputed (vLLM 0.19.1's
+        eager registration), or their rollback (:mod:`kvframe.core.uncomputed`)."""
         self.one_token_path = True
         """Whether :meth:`allocate_slots` takes its short path for one token of a
         request with a block table (same decisions; tests switch it off to compare)."""
@@ -365,6 +370,8 @@ class KVCacheManager:
             assert not req_blocks, "a request with blocks cannot get new prefix hits"
             if self.enable_caching:
                 pool.touch(new_computed_blocks)
+                if self.uncomputed.blocks:
+                    self.uncomputed.count_hits(request_id, new_computed_blocks, block_size)
             else:
                 assert not new_computed_blocks, "prefix hits while caching is disabled"
             req_blocks.extend(new_computed_blocks)
@@ -449,6 +456,8 @@ class KVCacheManager:
         num_full = num_tokens // self.block_size
         if num_cached >= num_full:
             return
+        if self.uncomputed.blocks:
+            self.uncomputed.forget(req_blocks[num_cached:num_full])
         self.block_pool.cache_full_blocks(
             request, req_blocks, num_cached, num_full, self.block_size
         )

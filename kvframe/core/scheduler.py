@@ -167,6 +167,7 @@ class Scheduler:
             eviction_policy=eviction_policy,
             use_eagle=config.use_eagle,
             decode_lookahead=config.num_lookahead_tokens,
+            rollback_uncomputed_blocks=config.rollback_uncomputed_blocks,
         )
         self.num_lookahead_tokens = config.num_lookahead_tokens
         self.requests: dict[str, Request] = {}
@@ -413,6 +414,10 @@ class Scheduler:
                     step.token_budget += num_scheduled_tokens.pop(victim_id)
                     step.new_block_ids.pop(victim_id)
                     step.spec_decode_tokens.pop(victim_id, None)
+                    # Its blocks were cached for tokens it will not compute now.
+                    self.kv_cache_manager.uncomputed.preempted_mid_step(
+                        self.kv_cache_manager, victim
+                    )
                 if victim_index < req_index:
                     req_index -= 1
                 self._preempt(victim)
