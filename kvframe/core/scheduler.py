@@ -543,7 +543,7 @@ class Scheduler:
                     and self._reclaim_retained(request, num_new_tokens, stalled=stalled)
                 ) or (
                     stalled
-                    and not self._transfer_will_unblock()
+                    and not self._transfer_will_unblock(step_skipped)
                     and self._release_loaded_waiting(request)
                 ):
                     if request.num_computed_tokens == 0:
@@ -840,21 +840,23 @@ class Scheduler:
                 return True
         return False
 
-    def _transfer_will_unblock(self) -> bool:
+    def _transfer_will_unblock(self, step_skipped: RequestQueue | None) -> bool:
         """Whether a transfer in flight will change what can be admitted once it lands.
 
         A finished (or aborted) request's blocks wait for its store (or load)
         to land and are freed then; a waiting request's load that has not
-        landed will make it admissible. vLLM 0.19.1 then schedules nothing
-        for a step and goes on, so the stall breaker must not fire: only with
-        none of these in flight is the admission stall a real deadlock.
+        landed (``step_skipped`` holds those started in this very step) will
+        make it admissible. vLLM 0.19.1 then schedules nothing for a step and
+        goes on, so the stall breaker must not fire: only with none of these
+        in flight is the admission stall a real deadlock.
         """
         if self._awaiting_store or self._awaiting_load:
             return True
         landed = self._finished_recving
+        queues = (self.skipped_waiting, self.waiting, step_skipped or ())
         return any(
             r.status == _WAITING_FOR_REMOTE_KVS and r.request_id not in landed
-            for queue in (self.skipped_waiting, self.waiting)
+            for queue in queues
             for r in queue
         )
 
