@@ -2,10 +2,11 @@
 
 Runs the whole suite, exactly as a plugin author would (``pytest --kvframe-plugin
 KIND:mutants:Class``, default settings, one process each), on every mutant in
-``tests/testing/mutants.py`` (the bundled ``lru``, ``arc``, ``fcfs`` and ``priority``
-with one defect each) and on the correct plugins they were made from (which must
-pass). Prints one row per run: caught or not, the checks that failed, seconds;
-then the catch rate and the time of a control run against the mean mutant run.
+``tests/testing/mutants.py`` (the bundled ``lru``, ``arc``, ``fcfs`` and ``priority``,
+and the test-only ``lfu-aging`` of ``tests/testing/lfu_aging.py``, with one defect
+each) and on the correct plugins they were made from (which must pass). Prints one
+row per run: caught or not, the checks that failed, seconds; then the catch rate
+and the time of a control run against the mean mutant run.
 
     .venv/bin/python benchmarks/conformance_power.py            # about 2-3 minutes
     .venv/bin/python benchmarks/conformance_power.py --only lru # mutants of one policy
@@ -27,6 +28,7 @@ CONTROLS = (
     "eviction:lru",
     "eviction:arc",
     "eviction:arc:variant=paper",
+    "eviction:lfu_aging:LFUAgingPolicy",
     "scheduling:fcfs",
     "scheduling:priority",
 )
@@ -81,7 +83,7 @@ def main() -> None:
         )
     controls = []
     for selection in CONTROLS:
-        if args.only and selection.split(":")[1] != args.only:
+        if args.only and selection.split(":")[1].replace("_", "-") != args.only:
             continue
         code, failed, seconds = run_suite(selection)
         controls.append((selection, code, seconds))

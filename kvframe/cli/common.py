@@ -144,6 +144,7 @@ ENGINE_FLAGS = (
     "long_prefill_token_threshold",
     "enable_prefix_caching",
     "reserve_full_sequence",
+    "rollback_uncomputed_blocks",
     "gpu_eviction",
     "seed",
     "offload_bandwidth",
@@ -195,6 +196,13 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="admit a request only if its whole prompt fits the free blocks "
         "(vLLM's scheduler_reserve_full_isl; default: on)",
+    )
+    engine.add_argument(
+        "--rollback-uncomputed-blocks",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="drop the prefix-cache registration of blocks a request preempted in the "
+        "step that scheduled it never computed (vLLM PR #43569; default: off, as vLLM 0.19.1)",
     )
     engine.add_argument(
         "--gpu-eviction",

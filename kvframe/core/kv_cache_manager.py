@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from kvframe.core.block_pool import BlockPool, KVCacheBlock
+from kvframe.core.uncomputed import UncomputedBlocks
 
 if TYPE_CHECKING:
     from kvframe.contract.bases import EvictionPolicy
@@ -119,6 +120,7 @@ class KVCacheManager:
         use_eagle: bool = False,
         decode_lookahead: int = 0,
         uncached_freed_first: bool = False,
+        rollback_uncomputed_blocks: bool = False,
     ) -> None:
         if block_size <= 0:
             raise ValueError(f"block_size must be positive, got {block_size}")
@@ -148,6 +150,9 @@ class KVCacheManager:
         allocation and by :meth:`cache_blocks`, dropped by :meth:`free`; a
         missing entry means "ask"."""
         self.prefix_cache_stats = PrefixCacheStats()
+        self.uncomputed = UncomputedBlocks(rollback=rollback_uncomputed_blocks)
+        """Blocks cached for tokens a same-step preemption left uncomputed (vLLM 0.19.1's
+        eager registration), or their rollback (:mod:`kvframe.core.uncomputed`)."""
         self.one_token_path = True
         """Whether :meth:`allocate_slots` takes its short path for one token of a
         request with a block table (same decisions; tests switch it off to compare)."""
@@ -369,6 +374,8 @@ class KVCacheManager:
             assert not req_blocks, "a request with blocks cannot get new prefix hits"
             if self.enable_caching:
                 pool.touch(new_computed_blocks)
+                if self.uncomputed.blocks:
+                    self.uncomputed.count_hits(request_id, new_computed_blocks, block_size)
             else:
                 assert not new_computed_blocks, "prefix hits while caching is disabled"
             req_blocks.extend(new_computed_blocks)
@@ -453,6 +460,8 @@ class KVCacheManager:
         num_full = num_tokens // self.block_size
         if num_cached >= num_full:
             return
+        if self.uncomputed.blocks:
+            self.uncomputed.forget(req_blocks[num_cached:num_full])
         self.block_pool.cache_full_blocks(
             request, req_blocks, num_cached, num_full, self.block_size
         )
@@ -470,6 +479,17 @@ class KVCacheManager:
             self._cache_blocks(request, req_blocks, num_computed_tokens)
             if request_id in self.decode_limits:
                 self._set_decode_limit(request_id, len(req_blocks))
+
+    def preempted_mid_step(self, request: Request) -> None:
+        """``request``, scheduled this step, is preempted before its step ran: its
+        cached blocks past its computed tokens hold no K/V (vLLM 0.19.1's eager
+        registration; :mod:`kvframe.core.uncomputed`). Call before freeing them."""
+        request_id = request.request_id
+        first = request.num_computed_tokens // self.block_size
+        end = self.num_cached_block.get(request_id, 0)
+        self.uncomputed.preempted_mid_step(
+            request_id, self.get_blocks(request_id)[first:end], self.evict_blocks
+        )
 
     def free(self, request: Request) -> None:
         """Release the request's blocks (finished, aborted or preempted).

@@ -138,6 +138,7 @@ class Scheduler:
             use_eagle=config.use_eagle,
             decode_lookahead=config.num_lookahead_tokens,
             uncached_freed_first=config.fidelity.uncached_freed_first,
+            rollback_uncomputed_blocks=config.rollback_uncomputed_blocks,
         )
         # Fidelity switches, read once (kvframe.domain.fidelity).
         self._threshold_needs_company = config.fidelity.threshold_needs_company
@@ -402,6 +403,8 @@ class Scheduler:
                     step.token_budget += num_scheduled_tokens.pop(victim_id)
                     step.new_block_ids.pop(victim_id)
                     step.spec_decode_tokens.pop(victim_id, None)
+                    # Its blocks were cached for tokens it will not compute now.
+                    self.kv_cache_manager.preempted_mid_step(victim)
                 if victim_index < req_index:
                     req_index -= 1
                 self._preempt(victim)
@@ -530,7 +533,11 @@ class Scheduler:
                 if (
                     self.retained
                     and self._reclaim_retained(request, num_new_tokens, stalled=stalled)
-                ) or (stalled and self._release_loaded_waiting(request)):
+                ) or (
+                    stalled
+                    and not self._transfer_will_unblock(step_skipped)
+                    and self._release_loaded_waiting(request)
+                ):
                     if request.num_computed_tokens == 0:
                         retry = (request, num_local_tokens, num_external_tokens, load_kv_async)
                     continue
@@ -825,13 +832,34 @@ class Scheduler:
                 return True
         return False
 
+    def _transfer_will_unblock(self, step_skipped: RequestQueue | None) -> bool:
+        """Whether a transfer in flight will change what can be admitted once it lands.
+
+        A finished (or aborted) request's blocks wait for its store (or load)
+        to land and are freed then; a waiting request's load that has not
+        landed (``step_skipped`` holds those started in this very step) will
+        make it admissible. vLLM 0.19.1 then schedules nothing for a step and
+        goes on, so the stall breaker must not fire: only with none of these
+        in flight is the admission stall a real deadlock.
+        """
+        if self._awaiting_store or self._awaiting_load:
+            return True
+        landed = self._finished_recving
+        queues = (self.skipped_waiting, self.waiting, step_skipped or ())
+        return any(
+            r.status == _WAITING_FOR_REMOTE_KVS and r.request_id not in landed
+            for queue in queues
+            for r in queue
+        )
+
     def _release_loaded_waiting(self, request: Request) -> bool:
         """Free the blocks of another waiting request whose load landed; True if one was found.
 
         Requests whose connector load completed wait with blocks but are not
         running. If two of them each hold part of the pool and need more, and
-        nothing runs, neither can ever be admitted (vLLM has the same
-        deadlock). This is called only then: the most recently queued such
+        nothing runs and no transfer is in flight (:meth:`_transfer_will_unblock`),
+        neither can ever be admitted (vLLM has the same deadlock). This is
+        called only then: the most recently queued such
         request gives its blocks back and will look its prefix up again (the
         loaded blocks were cached, so it usually hits them). Requests whose load
         is still in flight are left alone: the worker is writing their blocks.

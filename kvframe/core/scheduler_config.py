@@ -45,6 +45,12 @@ class SchedulerConfig:
     """Admit a waiting request only if blocks for all its current tokens (the whole
     prompt, not just the first chunk) are free now. vLLM's
     ``scheduler_reserve_full_isl``, on by default as in vLLM 0.19."""
+    rollback_uncomputed_blocks: bool = False
+    """Apply vLLM's PR #43569: when a request already scheduled in a step is preempted
+    later in the same step, drop the prefix-cache registrations of the blocks whose
+    tokens it was given but never computed. Off (vLLM 0.19.1's behaviour): those
+    blocks stay cached and may be served as hits whose K/V was never written
+    (counted as ``prefix_cache_uncomputed_hits``; :mod:`kvframe.core.uncomputed`)."""
     num_speculative_tokens: int = attrs.field(default=0, validator=_non_negative)
     """Draft tokens proposed per step for each running request."""
     speculative_method: str = attrs.field(

@@ -136,6 +136,10 @@ class EngineConfig:
     """Admit a request only if its whole prompt fits the free blocks now (vLLM's
     ``scheduler_reserve_full_isl``); ``None`` keeps the core's default (on, as in
     vLLM 0.19)."""
+    rollback_uncomputed_blocks: bool = attrs.field(default=False, validator=_is_bool)
+    """Apply vLLM PR #43569: a request preempted in the step that scheduled it leaves
+    no prefix-cache registration for tokens it never computed. Off: vLLM 0.19.1's
+    behaviour (:mod:`kvframe.core.uncomputed`)."""
     seed: int = attrs.field(default=0, validator=attrs.validators.instance_of(int))
     """Seed of the chained block hash (vLLM's ``PYTHONHASHSEED`` role)."""
     cost_model: str | None = attrs.field(default=None)
@@ -233,6 +237,7 @@ class EngineConfig:
             long_prefill_token_threshold=self.long_prefill_token_threshold,
             enable_chunked_prefill=self.enable_chunked_prefill,
             enable_prefix_caching=self.enable_prefix_caching,
+            rollback_uncomputed_blocks=self.rollback_uncomputed_blocks,
             hash_seed=self.seed,
             enable_kv_cache_events=enable_kv_cache_events,
             fidelity=self.vllm,
@@ -259,6 +264,7 @@ class EngineConfig:
             "enable_prefix_caching": self.enable_prefix_caching,
             "enable_chunked_prefill": self.enable_chunked_prefill,
             "reserve_full_sequence": self.scheduler_config().reserve_full_sequence,
+            "rollback_uncomputed_blocks": self.rollback_uncomputed_blocks,
             "seed": self.seed,
             "executor": self.executor,
             "cost_model": self.cost_model,
@@ -411,6 +417,7 @@ _CONVERTERS: Mapping[str, Any] = {
     "enable_prefix_caching": _bool,
     "enable_chunked_prefill": _bool,
     "reserve_full_sequence": _bool,
+    "rollback_uncomputed_blocks": _bool,
     "seed": _int,
     "offload_bandwidth": _size,
     "executor": _str,

@@ -607,6 +607,9 @@ class Engine:
         counters["num_requests_not_arrived"] = arrivals.num_pending
         counters["num_skipped_lines"] = getattr(workload, "num_skipped_lines", 0)
         counters["num_gpu_blocks"] = self.scheduler.config.num_gpu_blocks
+        uncomputed = self.scheduler.kv_cache_manager.uncomputed
+        counters["prefix_cache_uncomputed_hits"] = uncomputed.hit_tokens
+        counters["prefix_cache_uncomputed_rolled_back"] = uncomputed.num_rolled_back
         connector = self.scheduler.connector
         handler = self.executor.transfer_handler
         if connector is not None and handler is not None:

@@ -30,7 +30,8 @@ from collections.abc import Hashable, Sequence
 from typing import Any
 
 from kvframe.testing.common import ContractViolation, PluginTarget, fmt
-from kvframe.testing.eviction import Op, _describe, _Run
+from kvframe.testing.eviction_run import Op, PolicyRun, describe_op
+from kvframe.testing.eviction_twin import check_refusal_against_twin
 
 __all__ = ["DEPTH", "check_all_short_sequences"]
 
@@ -76,7 +77,7 @@ STARTS: tuple[tuple[Abstract, ...], ...] = (
 """Starting states, as abstract calls: empty, a full tier, a tier with history."""
 
 
-def _concrete(run: _Run, step: Abstract) -> Op | None:
+def _concrete(run: PolicyRun, step: Abstract) -> Op | None:
     """The call ``step`` means in ``run``'s current state, or None if it does not apply."""
     kind = step[0]
     present = run.present()
@@ -109,14 +110,14 @@ def _concrete(run: _Run, step: Abstract) -> Op | None:
     return ("ref", key, 0 if run.blocks[key].ref_cnt else (1 if step[1] == 0 else -1))
 
 
-def _replay(target: PluginTarget, ops: Sequence[Op]) -> _Run:
-    run = _Run(target, CAPACITY, check=False)
+def replay_ops(target: PluginTarget, ops: Sequence[Op]) -> PolicyRun:
+    run = PolicyRun(target, CAPACITY, check=False)
     for op in ops:
         run.do(op)
     return run
 
 
-def _drain(run: _Run, what: str) -> tuple[Hashable, ...]:
+def _drain(run: PolicyRun, what: str) -> tuple[Hashable, ...]:
     """Evict one block at a time until none is left: the order the policy is in.
 
     Idle blocks first; then every held block is made idle and draining goes on
@@ -179,8 +180,8 @@ def _differs(
     change: str,
 ) -> ContractViolation:
     """The violation for a changed order (or for non-determinism, if that is the cause)."""
-    history = ", ".join(_describe(op) for op in ops)
-    again = _drain(_replay(target, ops), "draining")
+    history = ", ".join(describe_op(op) for op in ops)
+    again = _drain(replay_ops(target, ops), "draining")
     if again != expected:
         return ContractViolation(
             f"rule: the same calls give the same victims (determinism)\n"
@@ -195,7 +196,7 @@ def _differs(
     )
 
 
-def _evict_zero(probe: _Run) -> None:
+def _evict_zero(probe: PolicyRun) -> None:
     protected = frozenset(probe.present()[:1])
     try:
         result = probe.policy.evict(0, protected)
@@ -213,14 +214,15 @@ def _evict_zero(probe: _Run) -> None:
 
 def _check_node(
     target: PluginTarget, ops: list[Op], parent_order: tuple[Hashable, ...] | None
-) -> tuple[_Run, tuple[Hashable, ...]]:
+) -> tuple[PolicyRun, tuple[Hashable, ...]]:
     """Check the sequence ``ops`` (its prefix is checked already); return its state and order."""
     __tracebackhide__ = True
-    run = _replay(target, ops[:-1]) if ops else _replay(target, ())
+    run = replay_ops(target, ops[:-1]) if ops else replay_ops(target, ())
     run.check = True
+    run.on_refusal = check_refusal_against_twin
     if ops:
         run.do(ops[-1])
-    state = _replay(target, ops)
+    state = replay_ops(target, ops)
     order = _drain(state, "draining")
     last = ops[-1] if ops else None
     if last is not None and last[0] == "evict" and run.outcomes[-1] is None:
@@ -248,7 +250,7 @@ def _check_refused_evict(
             parent_order,
             order,
             "a refused evict (it returned None) changes nothing, eviction order included",
-            f"with the refused {_describe(last)} added",
+            f"with the refused {describe_op(last)} added",
         )
 
 
@@ -259,7 +261,7 @@ def _check_touch_takes_an_iterator(
     passes an iterator, so a policy that only handles lists breaks there."""
     __tracebackhide__ = True
     last = ops[-1]
-    probe = _replay(target, ops[:-1])
+    probe = replay_ops(target, ops[:-1])
     keys = last[1]
     try:
         probe.policy.touch(key for key in keys)
@@ -287,14 +289,14 @@ def _check_reads_change_nothing(
     """``get`` of every key (and one unknown) and ``evict(0)`` change no order."""
     __tracebackhide__ = True
     # get and evict(0) in one probe; only a failure pays to tell which one it was.
-    probe = _replay(target, ops)
+    probe = replay_ops(target, ops)
     _evict_zero(probe)
     keys = [*probe.known, 1000]
     for key in keys:
         probe.policy.get(key)
     got = _drain(probe, "draining")
     if got != order:
-        probe = _replay(target, ops)
+        probe = replay_ops(target, ops)
         _evict_zero(probe)
         alone = _drain(probe, "draining")
         if alone != order:
@@ -318,7 +320,7 @@ def check_all_short_sequences(target: PluginTarget) -> int:
     checked = 0
     for index, start in enumerate(STARTS):
         depth_limit = DEPTH if index == 0 else DEPTH - 1
-        run = _Run(target, CAPACITY, check=False)
+        run = PolicyRun(target, CAPACITY, check=False)
         for step in start:
             op = _concrete(run, step)
             if op is not None:
@@ -331,7 +333,7 @@ def check_all_short_sequences(target: PluginTarget) -> int:
             ops, order, depth = stack.popleft()
             if depth == depth_limit:
                 continue
-            state = _replay(target, ops)
+            state = replay_ops(target, ops)
             for step in ALPHABET:
                 op = _concrete(state, step)
                 if op is None:

@@ -70,6 +70,18 @@ def comparison(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         for name in TIER_WORKLOADS
         for eviction, factor, threshold, rule in VARIANTS
     ]
+    # Issue 32: a 240-request run under priority that reached the admission-stall
+    # breaker while a finished request's store was in flight (vLLM waits a step).
+    workloads.append(
+        generate_tier(
+            "tier-pressure-tight",
+            "priority",
+            eviction="lru",
+            block_size_factor=1,
+            store_threshold=0,
+            rule="seeded",
+        )
+    )
     paths = [write_workload(wl, out_dir / "workloads" / f"{wl['name']}.json") for wl in workloads]
     runs = compare.run_drivers(
         paths, out_dir, vllm_python=vllm_python, kvframe_python=sys.executable, blocks=True
@@ -94,6 +106,16 @@ def test_kvframe_with_a_tier_schedules_exactly_like_vllm(
     if result.vllm_error:
         pytest.fail(f"the vLLM driver itself failed (a harness bug):\n{result.vllm_error}")
     assert result.vllm["steps"] > 0, "the vLLM driver produced no records"
+    assert result.ok, compare.format_details(result)
+
+
+def test_a_stall_with_a_store_in_flight_waits_a_step_as_vllm_does(
+    comparison: dict[str, Any],
+) -> None:
+    result = comparison["results"]["tier-pressure-tight.lru.f1.t0.seeded-priority"]
+    if result.vllm_error:
+        pytest.fail(f"the vLLM driver itself failed (a harness bug):\n{result.vllm_error}")
+    assert result.vllm["preemptions"] > 0
     assert result.ok, compare.format_details(result)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import zlib
 
 from kvframe_fcfs import FCFSPolicy
+from kvframe_priority import PriorityPolicy
 
 from kvframe.core.scheduler import Scheduler
 from kvframe.core.scheduler_config import SchedulerConfig
@@ -171,6 +172,102 @@ def test_two_loaded_requests_that_each_need_more_blocks_do_not_deadlock():
     # one first admission each, and each prompt counted once.
     assert admitted == ["a", "b"]
     assert s.stats.prefix_cache_queries == 48
+
+
+def test_the_stall_breaker_waits_while_a_finished_request_s_store_is_in_flight():
+    # Issue 32: nothing runs, a's landed load needs more blocks than are free and
+    # b holds another landed load, but c's store is in flight and will free c's
+    # blocks. vLLM 0.19.1 schedules nothing for a step and goes on; so must the
+    # breaker (it would release b's load, which vLLM never does).
+    connector = ScriptedConnector({"a": [(8, True)], "b": [(8, True)]})
+    connector.keep_blocks_for.add("c")
+    config = SchedulerConfig(
+        block_size=4,
+        num_gpu_blocks=9,
+        max_num_batched_tokens=64,
+        max_num_seqs=8,
+        max_model_len=128,
+        reserve_full_sequence=False,
+    )
+    s = Scheduler(config, FCFSPolicy(), connector=connector)
+    add(s, "c", 8, max_tokens=1)
+    out = s.schedule()
+    s.update_from_output(out, ModelRunnerOutput({"c": [7]}))
+    assert connector.finished == ["c"]  # its 2 blocks wait for the store
+    a = add(s, "a", 24)
+    b = add(s, "b", 24)
+    out = s.schedule()
+    assert [hit.req_id for hit in out.first_admissions] == ["a", "b"]
+    s.update_from_output(out, empty_output(finished_recving={"a", "b"}))
+    assert s.kv_cache_manager.num_free_blocks == 2
+    out = s.schedule()
+    assert out.num_scheduled_tokens == {}
+    assert s.stats.num_loaded_requests_released == 0
+    assert b.num_computed_tokens == 8  # b keeps its landed load
+    s.update_from_output(out, empty_output(finished_sending={"c"}))
+    out = s.schedule()
+    assert out.num_scheduled_tokens == {"a": 16}
+    while s.has_unfinished_requests():
+        sampled = {
+            rid: [7]
+            for rid in out.num_scheduled_tokens
+            if s.requests[rid].num_computed_tokens >= s.requests[rid].num_tokens
+        }
+        s.update_from_output(out, ModelRunnerOutput(sampled))
+        out = s.schedule()
+    assert a.is_finished() and b.is_finished()
+    assert s.stats.num_loaded_requests_released == 0
+    assert s.kv_cache_manager.num_free_blocks == 8
+
+
+def test_the_stall_breaker_waits_for_a_load_started_earlier_in_the_same_step():
+    # h (priority 3) holds a landed load; in the next step d (priority 0) starts a
+    # load and e (priority 1) does not fit, with nothing running. d's load is in
+    # flight, so vLLM schedules nothing that step: the breaker must see loads
+    # started in the step it is deciding in, not only those queued before it.
+    connector = ScriptedConnector({"h": [(12, True)], "d": [(4, True)]})
+    config = SchedulerConfig(
+        block_size=4,
+        num_gpu_blocks=9,
+        max_num_batched_tokens=64,
+        max_num_seqs=8,
+        max_model_len=128,
+        reserve_full_sequence=False,
+    )
+    s = Scheduler(config, PriorityPolicy(), connector=connector)
+
+    def add_p(request_id: str, n: int, priority: int) -> Request:
+        base = zlib.crc32(request_id.encode()) % 10_000 * 100
+        request = Request(
+            request_id,
+            [base + i for i in range(n)],
+            2,
+            priority=priority,
+            block_hasher=s.block_hasher,
+        )
+        s.add_request(request)
+        return request
+
+    h = add_p("h", 24, 3)
+    out = s.schedule()
+    s.update_from_output(out, empty_output(finished_recving={"h"}))
+    add_p("d", 8, 0)
+    add_p("e", 28, 1)
+    out = s.schedule()
+    assert [hit.req_id for hit in out.first_admissions] == ["d"]  # d's load starts
+    assert out.num_scheduled_tokens == {}
+    assert s.stats.num_loaded_requests_released == 0
+    assert h.num_computed_tokens == 12
+    s.update_from_output(out, empty_output(finished_recving={"d"}))
+    while s.has_unfinished_requests():
+        out = s.schedule()
+        sampled = {
+            rid: [7]
+            for rid in out.num_scheduled_tokens
+            if s.requests[rid].num_computed_tokens >= s.requests[rid].num_tokens
+        }
+        s.update_from_output(out, ModelRunnerOutput(sampled))
+    assert s.kv_cache_manager.num_free_blocks == 8
 
 
 def test_a_preempted_request_readmitted_through_a_load_is_counted_once():

@@ -134,6 +134,8 @@ class Nondeterministic(GoodLRU):
         pool = list(self.candidates(protected))
         if len(pool) < n:
             return None
+        if not pool:  # evict(0) of an empty policy: [] like any correct one
+            return []
         start = next(_rotation) % len(pool)
         chosen = (pool[start:] + pool[:start])[:n]
         for key, _ in chosen:

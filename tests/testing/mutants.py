@@ -1,4 +1,5 @@
-"""Mutants: the bundled ``lru``, ``arc``, ``fcfs`` and ``priority`` with one defect each.
+"""Mutants: the bundled ``lru``, ``arc``, ``fcfs`` and ``priority`` (and the test-only
+``lfu-aging`` of ``lfu_aging.py``) with one defect each.
 
 The conformance suite's power is measured on these (``test_mutants.py`` checks
 each is caught by the check named in :data:`MUTANTS`, at default settings;
@@ -18,6 +19,7 @@ from kvframe_arc import ARCPolicy
 from kvframe_fcfs import FCFSPolicy, FCFSQueue
 from kvframe_lru import LRUPolicy
 from kvframe_priority import PriorityPolicy, PriorityQueue
+from lfu_aging import LFUAgingPolicy
 
 from kvframe.contract.views import EvictableBlock, SchedulerContext
 from kvframe.domain.queues import RequestQueue
@@ -425,6 +427,114 @@ class ARCPaperNoFallback(ARCPolicy):
 
 
 # ==========================================================================
+# lfu-aging (tests/testing/lfu_aging.py): state that shows only in later inserts
+# ==========================================================================
+
+
+class LFUAgingFloorOnRefusal(LFUAgingPolicy):
+    """Raises the aging floor to the highest count it looked at, also when it then refuses.
+
+    Breaks: a refused ``evict`` changes nothing (new blocks start higher after it:
+    insert A, insert B, touch B, ``evict(3)`` -> None, insert Z, ``evict(2)`` gives
+    ``[A, B]`` where the contract says ``[A, Z]``). Issue 32's false pass.
+    """
+
+    name = "mutant-lfu-floor-on-refusal"
+
+    def evict(self, n: int, protected: Set[Hashable]) -> list | None:
+        victims = super().evict(n, protected)
+        seen = self.candidates(protected)
+        if victims is None and seen:
+            self.floor = max(self.floor, max(seen)[0])
+        return victims
+
+
+class LFUAgingFloorWhenTooFew(LFUAgingPolicy):
+    """Ages (raises the floor) when asked for more blocks than it holds at all.
+
+    Breaks: a refused ``evict`` changes nothing — only refusals for lack of blocks.
+    """
+
+    name = "mutant-lfu-floor-too-few"
+
+    def evict(self, n: int, protected: Set[Hashable]) -> list | None:
+        victims = super().evict(n, protected)
+        if victims is None and n > len(self.blocks) and self.counts:
+            self.floor = max(self.floor, min(self.counts.values()))
+        return victims
+
+
+class LFUAgingFloorWhenBusy(LFUAgingPolicy):
+    """Ages past the blocks in use when a refusal is caused by them (they "would have gone").
+
+    Breaks: a refused ``evict`` changes nothing — only refusals with blocks in use.
+    """
+
+    name = "mutant-lfu-floor-busy"
+
+    def evict(self, n: int, protected: Set[Hashable]) -> list | None:
+        victims = super().evict(n, protected)
+        if victims is None:
+            busy = [self.counts[k] for k, b in self.blocks.items() if b.ref_cnt != 0]
+            if busy:
+                self.floor = max(self.floor, min(busy))
+        return victims
+
+
+class LFUAgingDecaysOnRefusal(LFUAgingPolicy):
+    """Halves every count when an eviction fails ("the tier is under pressure: age all").
+
+    Breaks: a refused ``evict`` changes nothing (the relative worth of old and new
+    touches changes).
+    """
+
+    name = "mutant-lfu-decay-on-refusal"
+
+    def evict(self, n: int, protected: Set[Hashable]) -> list | None:
+        victims = super().evict(n, protected)
+        if victims is None:
+            for key in self.counts:
+                self.counts[key] = (self.counts[key] + 1) // 2
+        return victims
+
+
+class LFUAgingCountsProtected(LFUAgingPolicy):
+    """Counts a protected key as a use on every ``evict`` (the tier wants it), refused or not.
+
+    Breaks: a refused ``evict`` changes nothing.
+    """
+
+    name = "mutant-lfu-counts-protected"
+
+    def evict(self, n: int, protected: Set[Hashable]) -> list | None:
+        if n:
+            self.touch(protected)
+        return super().evict(n, protected)
+
+
+class LRURollbackAppends(LRUPolicy):
+    """Removes victims as it finds them and, on failure, puts them back — at the recent end.
+
+    Breaks: a refused ``evict`` changes nothing, eviction order included.
+    """
+
+    name = "mutant-lru-rollback-appends"
+
+    def evict(self, n: int, protected: Set[Hashable]) -> list | None:
+        if n == 0:
+            return []
+        victims = []
+        for key, block in list(self.blocks.items()):
+            if block.ref_cnt == 0 and key not in protected:
+                victims.append((key, self.blocks.pop(key)))
+                if len(victims) == n:
+                    return victims
+        for key, block in victims:
+            self.blocks[key] = block
+        return None
+
+
+# ==========================================================================
 # fcfs
 # ==========================================================================
 
@@ -623,6 +733,8 @@ class PriorityReadsRunningCounters(PriorityPolicy):
 # The set: class, kind, the check that must catch it, words its message must have
 # ==========================================================================
 
+REFUSED_WORDS = ("rule: a refused evict (it returned None) changes nothing", "after ")
+
 MUTANTS: tuple[tuple[type, str, str, tuple[str, ...]], ...] = (
     (LRUGetReorders, "eviction", "every_short", ("rule: get changes no order", "after insert(")),
     (LRUEvictZeroRefuses, "eviction", "every_short", ("evict(0", "after ")),
@@ -658,6 +770,12 @@ MUTANTS: tuple[tuple[type, str, str, tuple[str, ...]], ...] = (
     (ARCT2IgnoresRefCnt, "eviction", "every_short", ("whose block has ref_cnt", "after ")),
     (ARCPaperForgetsUndo, "eviction", "every_short", ("a refused evict", "changes nothing")),
     (ARCPaperNoFallback, "eviction", "every_short", ("The refusal rule", "returned None")),
+    (LFUAgingFloorOnRefusal, "eviction", "every_short", REFUSED_WORDS),
+    (LFUAgingFloorWhenTooFew, "eviction", "every_short", REFUSED_WORDS),
+    (LFUAgingFloorWhenBusy, "eviction", "every_short", REFUSED_WORDS),
+    (LFUAgingDecaysOnRefusal, "eviction", "every_short", REFUSED_WORDS),
+    (LFUAgingCountsProtected, "eviction", "every_short", REFUSED_WORDS),
+    (LRURollbackAppends, "eviction", "every_short", REFUSED_WORDS),
     (FCFSPrependNeedsSequence, "scheduling", "queues_iterate", ("prepend_requests(<a queue",)),
     (FCFSRemoveConsumesIterator, "scheduling", "queues_iterate", ("remove_requests(<iterator",)),
     (FCFSRetainsForever, "scheduling", "generated", ("a retention deadline is a finite time",)),

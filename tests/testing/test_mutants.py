@@ -58,7 +58,7 @@ def test_the_suite_catches_the_mutant(mutants, name: str) -> None:
         assert word in message, f"{word!r} not in:\n{message}"
 
 
-def test_the_mutants_cover_four_bundled_policies(mutants) -> None:
+def test_the_mutants_cover_four_bundled_policies_and_lfu_aging(mutants) -> None:
     bases = {cls.__mro__[1].name for cls, *_ in mutants.MUTANTS}
-    assert bases == {"lru", "arc", "fcfs", "priority"}
+    assert bases == {"lru", "arc", "fcfs", "priority", "lfu-aging"}
     assert len({cls for cls, *_ in mutants.MUTANTS}) == len(mutants.MUTANTS)

@@ -68,6 +68,53 @@ def shared_prefix_workload(
     return specs
 
 
+def preempted_chunk_workload(seed: int, pairs: int = 3) -> list[RequestSpec]:
+    """Pairs of a long low-priority prompt and a short urgent request arriving just after.
+
+    Under ``priority`` with a chunk cap that is not a multiple of the block size
+    and a pool of a dozen blocks, the urgent request's growth preempts the long
+    one in a step that had already given it a chunk completing a block: the path
+    of vLLM 0.19.1's eager prefix-cache registration (:mod:`kvframe.core.uncomputed`).
+    Pairs are spaced so the preempted request often resumes before its blocks
+    are reused, and then hits them.
+    """
+    rng = random.Random(seed)
+    specs = []
+    start = 0.0
+    for i in range(pairs):
+        specs.append(
+            RequestSpec(
+                f"low-{i}",
+                [rng.randrange(1, 512) for _ in range(rng.randrange(100, 150))],
+                max_tokens=rng.randrange(2, 6),
+                arrival_time=start,
+                priority=rng.randrange(3, 6),
+            )
+        )
+        specs.append(
+            RequestSpec(
+                f"high-{i}",
+                [rng.randrange(1, 512) for _ in range(rng.randrange(16, 48))],
+                max_tokens=rng.randrange(4, 12),
+                arrival_time=start + rng.uniform(0.001, 0.03),
+                priority=rng.randrange(0, 2),
+            )
+        )
+        start += rng.uniform(0.05, 0.4)
+    return specs
+
+
+PREEMPTED_CHUNK_SETTINGS: dict[str, Any] = dict(
+    scheduling="priority",
+    num_gpu_blocks=12,
+    max_num_batched_tokens=32,
+    long_prefill_token_threshold=24,
+    reserve_full_sequence=False,
+    max_model_len=512,
+)
+"""The issue-32 configuration: chunks of 24 tokens (one block completed, one begun)."""
+
+
 @attrs.define
 class Run:
     outputs: dict[str, list[int]]
@@ -106,3 +153,18 @@ def assert_same_outputs(reference: Run, other: Run, *, tolerance: float = LOGIT_
         for a, b in zip(values, other.logits[request_id], strict=True):
             worst = max(worst, abs(a - b))
     assert worst <= tolerance, f"winning logits differ by up to {worst:.3g} (> {tolerance})"
+
+
+def differing_requests(
+    reference: Run, other: Run, *, tolerance: float = LOGIT_TOLERANCE
+) -> set[str]:
+    """The requests whose tokens or winning logits differ from the reference run's."""
+    differ = set()
+    for request_id, tokens in reference.outputs.items():
+        if other.outputs.get(request_id) != tokens:
+            differ.add(request_id)
+            continue
+        values = zip(reference.logits[request_id], other.logits[request_id], strict=True)
+        if any(abs(a - b) > tolerance for a, b in values):
+            differ.add(request_id)
+    return differ

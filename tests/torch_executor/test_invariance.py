@@ -15,8 +15,18 @@ import sys
 import pytest
 
 from kvframe.workloads.agentic import generate_agentic
+from kvframe.workloads.spec import RequestSpec
 
-from .invariance import EXAMPLES, REFERENCE, assert_same_outputs, run, shared_prefix_workload
+from .invariance import (
+    EXAMPLES,
+    PREEMPTED_CHUNK_SETTINGS,
+    REFERENCE,
+    assert_same_outputs,
+    differing_requests,
+    preempted_chunk_workload,
+    run,
+    shared_prefix_workload,
+)
 
 CPU_TIER = "cpu:capacity=256KiB"
 """16 blocks of the tiny float64 model (16 KiB each): small enough to evict."""
@@ -114,6 +124,57 @@ def test_priority_scheduling():
     )
     assert prioritised.counters["num_preemptions"] > 0
     assert_same_outputs(baseline, prioritised)
+
+
+def _issue_32_pair() -> list[RequestSpec]:
+    import random
+
+    rng = random.Random(0)
+    return [
+        RequestSpec("low", [rng.randrange(1, 512) for _ in range(135)], max_tokens=3, priority=5),
+        RequestSpec(
+            "high",
+            [rng.randrange(1, 512) for _ in range(35)],
+            max_tokens=8,
+            arrival_time=0.005,
+            priority=0,
+        ),
+    ]
+
+
+def test_a_same_step_preemption_serves_uncomputed_blocks_unless_rolled_back():
+    # Issue 32: `low` is given a chunk completing its block of tokens 112-127 and
+    # preempted for `high` in the same step; vLLM 0.19.1 leaves that block cached.
+    specs = _issue_32_pair()
+    baseline = run(specs, **REFERENCE)
+    as_vllm = run(specs, **PREEMPTED_CHUNK_SETTINGS)
+    uncomputed = as_vllm.engine.scheduler.kv_cache_manager.uncomputed
+    assert as_vllm.counters["prefix_cache_uncomputed_hits"] == 16
+    assert uncomputed.hit_tokens_by_request == {"low": 16}
+    assert differing_requests(baseline, as_vllm) == {"low"}
+    fixed = run(specs, rollback_uncomputed_blocks=True, **PREEMPTED_CHUNK_SETTINGS)
+    assert fixed.counters["prefix_cache_uncomputed_rolled_back"] == 1
+    assert fixed.counters["prefix_cache_uncomputed_hits"] == 0
+    assert_same_outputs(baseline, fixed)
+
+
+def test_randomized_preempted_chunks_differ_exactly_where_uncomputed_blocks_were_hit():
+    """Priority + chunked prefill + pressure over 20 seeded workloads: with vLLM's
+    registration, the requests whose outputs differ are exactly those served
+    uncomputed blocks; with the rollback, every output is the reference's."""
+    served = 0
+    for seed in range(20):
+        specs = preempted_chunk_workload(seed)
+        baseline = run(specs, **REFERENCE)
+        as_vllm = run(specs, **PREEMPTED_CHUNK_SETTINGS)
+        hit = as_vllm.engine.scheduler.kv_cache_manager.uncomputed.hit_tokens_by_request
+        assert differing_requests(baseline, as_vllm) == set(hit), f"seed {seed}"
+        assert as_vllm.counters["prefix_cache_uncomputed_hits"] == sum(hit.values())
+        served += bool(hit)
+        fixed = run(specs, rollback_uncomputed_blocks=True, **PREEMPTED_CHUNK_SETTINGS)
+        assert fixed.counters["prefix_cache_uncomputed_hits"] == 0
+        assert differing_requests(baseline, fixed) == set(), f"seed {seed}"
+    assert served >= 3, "too few workloads reached a hit on uncomputed blocks"
 
 
 def test_continuum_pinning():

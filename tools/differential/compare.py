@@ -262,10 +262,21 @@ class Result:
     first_pair: tuple[Record | None, Record | None] = (None, None)
     previous: Record | None = None
     """The step before the first differing one (identical on both sides)."""
+    vllm_hang: int | None = None
+    """vLLM deadlocked at this step: from it to the step cap it scheduled nothing
+    and its records did not change, and kvframe matched every step before it.
+    The state kvframe's admission-stall breaker breaks (docs/fidelity.md)."""
 
     @property
     def ok(self) -> bool:
+        if self.vllm_hang is not None:
+            return not self.kvframe_error
         return not (self.num_diffs or self.vllm_error or self.kvframe_error)
+
+
+def _still(record: Record) -> Record:
+    """A record without its step number: equal for two steps where nothing happened."""
+    return {k: v for k, v in record.items() if k != "step"}
 
 
 def _error_text(r: Record) -> str:
@@ -279,12 +290,15 @@ def compare_runs(workload: str, vllm_path: Path, kvframe_path: Path | None) -> R
     other: Iterator[Record] = iter_records(kvframe_path) if kvframe_path else iter(())
     prev: Record | None = None
     sentinel: Record = {}
+    frozen: Record | None = None  # vLLM's record at the first difference, if idle since
     for a in iter_records(vllm_path):
         if "error" in a:
             res.vllm_error = _error_text(a)
             a = sentinel
         else:
             vs.add(a)
+            if res.first_diff is not None and frozen is not None and _still(a) != frozen:
+                frozen = None
         b = next(other, None) if kvframe_path else sentinel
         if b is not None and "error" in b:
             res.kvframe_error = _error_text(b)
@@ -295,6 +309,7 @@ def compare_runs(workload: str, vllm_path: Path, kvframe_path: Path | None) -> R
             res.num_diffs += 1
             if res.first_diff is None:
                 res.first_diff, res.first_pair, res.previous = a["step"], (a, b), prev
+                frozen = _still(a) if not a["scheduled"] else None
         prev = a
     for b in other:  # steps only kvframe ran
         if "error" in b:
@@ -304,6 +319,13 @@ def compare_runs(workload: str, vllm_path: Path, kvframe_path: Path | None) -> R
         res.num_diffs += 1
         if res.first_diff is None:
             res.first_diff, res.first_pair, res.previous = b["step"], (None, b), prev
+    if (
+        frozen is not None
+        and res.vllm_error is not None
+        and "StepCapExceeded" in res.vllm_error
+        and not res.kvframe_error
+    ):
+        res.vllm_hang = res.first_diff
     res.vllm = vs.as_dict()
     res.kvframe = ks.as_dict() if kvframe_path else None
     return res
@@ -343,6 +365,8 @@ def format_table(results: Sequence[Result], tier: bool = False, bridge: bool = F
         base, _, policy = res.workload.rpartition("-")
         if res.kvframe is None:
             diff = "-"
+        elif res.vllm_hang is not None:
+            diff = f"0, vLLM hangs at {res.vllm_hang}"
         elif res.vllm_error or res.kvframe_error:
             diff = "CRASH"
         else:
@@ -648,11 +672,24 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(format_details(res))
     print(f"\nrecords and workloads: {args.out_dir}")
-    if failed or any(run.returncode != 0 for run in runs.values()):
+    hangs_only = all(r.vllm_hang is not None for r in results if r.vllm_error)
+    crashed = [
+        run
+        for run in runs.values()
+        if run.returncode != 0 and not (run.side == "vllm" and hangs_only)
+    ]
+    if failed or crashed:
         print(f"{len(failed)} of {len(results)} runs differ or crashed")
         return 1
+    hung = [r for r in results if r.vllm_hang is not None]
     if args.vllm_only:
         print(f"vLLM only: {len(results)} runs completed (nothing compared)")
+    elif hung:
+        print(
+            f"all {len(results)} runs identical step by step; in {len(hung)} of them vLLM "
+            "deadlocks (nothing scheduled and nothing changing until the step cap) at the "
+            "step where kvframe's admission-stall breaker goes on"
+        )
     else:
         print(f"all {len(results)} runs identical step by step")
     return 0

@@ -556,6 +556,13 @@ TIER_WORKLOADS: dict[str, tuple[_Generator, dict[str, Any], int, str]] = {
         128,
         "the pressure workload (many preemptions) with a tier",
     ),
+    "tier-pressure-tight": (
+        _pressure_requests,
+        dict(num_gpu_blocks=56, max_num_batched_tokens=256, max_num_seqs=24, max_model_len=1024),
+        96,
+        "the pressure workload on a 55-block GPU pool: finished requests' stores still in "
+        "flight while nothing runs and a landed load waits behind more urgent requests",
+    ),
     "tier-prefix": (
         _prefix_requests,
         dict(num_gpu_blocks=160, max_num_batched_tokens=1024, max_num_seqs=32, max_model_len=2048),
