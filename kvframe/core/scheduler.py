@@ -55,6 +55,7 @@ from kvframe.domain.request import Request, RequestStatus
 if TYPE_CHECKING:
     from kvframe.contract.bases import EvictionPolicy, SchedulingPolicy
     from kvframe.contract.views import TierView
+    from kvframe.core.block_pool import KVCacheBlock
     from kvframe.core.connector import SchedulerConnector
     from kvframe.domain.costs import CostModel
 
@@ -343,11 +344,7 @@ class Scheduler:
         path, whose decisions the short one reproduces exactly.
         """
         running = self.running
-        allocate_slots = self.kv_cache_manager.allocate_slots
         decode_limits = self.kv_cache_manager.decode_limits
-        threshold = step.long_prefill_token_threshold
-        lookahead = self.num_lookahead_tokens
-        max_model_len = self.max_model_len
         num_scheduled_tokens = step.num_scheduled_tokens
         scheduled_running = step.scheduled_running
         new_block_ids = step.new_block_ids
@@ -370,48 +367,14 @@ class Scheduler:
                 req_index += 1
                 continue
 
-            num_new_tokens = (
-                request.num_tokens_with_spec
-                + request.num_output_placeholders
-                - request.num_computed_tokens
-            )
-            if 0 < threshold < num_new_tokens:
-                num_new_tokens = threshold
-            num_new_tokens = min(
-                num_new_tokens,
-                step.token_budget,
-                max_model_len - 1 - request.num_computed_tokens,
-            )
+            # The general path: a prefill chunk, a block boundary, drafts.
+            num_new_tokens = self._running_tokens(request, step)
             if num_new_tokens <= 0:
                 # Nothing to compute now (e.g. at max_model_len with drafts); vLLM
                 # moves on rather than blocking the requests behind it.
                 req_index += 1
                 continue
-
-            while True:
-                new_blocks = allocate_slots(request, num_new_tokens, num_lookahead_tokens=lookahead)
-                if new_blocks is not None:
-                    break
-                if self.retained and self._reclaim_retained(request, num_new_tokens, stalled=False):
-                    continue
-                victim = self._choose_victim()
-                victim_index = self._remove_running(victim)
-                victim_id = victim.request_id
-                if victim_id in num_scheduled_tokens:
-                    # Already scheduled this step: give its budget and blocks back.
-                    step.scheduled_running.remove(victim)
-                    step.token_budget += num_scheduled_tokens.pop(victim_id)
-                    step.new_block_ids.pop(victim_id)
-                    step.spec_decode_tokens.pop(victim_id, None)
-                    # Its blocks were cached for tokens it will not compute now.
-                    self.kv_cache_manager.preempted_mid_step(victim)
-                if victim_index < req_index:
-                    req_index -= 1
-                self._preempt(victim)
-                step.preempted.append(victim)
-                if victim is request:
-                    break
-
+            new_blocks, req_index = self._allocate_running(step, request, num_new_tokens, req_index)
             if new_blocks is None:
                 # The request itself was preempted. vLLM 0.19.1: nothing more fits
                 # this step. vLLM 0.33: the requests after it (higher priority
@@ -420,33 +383,93 @@ class Scheduler:
                 if self._self_preemption_continues:
                     continue
                 break
-
-            request_id = request.request_id
-            step.scheduled_running.append(request)
-            step.new_block_ids[request_id] = list(map(_block_id, new_blocks)) or None
-            num_scheduled_tokens[request_id] = num_new_tokens
-            step.token_budget -= num_new_tokens
+            self._schedule_running_request(step, request, new_blocks, num_new_tokens)
             req_index += 1
 
-            if request.spec_token_ids:
-                num_spec = (
-                    num_new_tokens
-                    + request.num_computed_tokens
-                    - request.num_tokens
-                    - request.num_output_placeholders
-                )
-                if num_spec > 0:
-                    step.spec_decode_tokens[request_id] = request.spec_token_ids[:num_spec]
-                # Fresh drafts arrive with the next model output.
-                request.spec_token_ids = []
+    def _running_tokens(self, request: Request, step: StepPlan) -> int:
+        """Tokens a running request off the decode short path computes this step: what
+        it has not computed (drafts and placeholders included), cut to the long-prefill
+        threshold, the budget left and ``max_model_len``."""
+        num_new_tokens = (
+            request.num_tokens_with_spec
+            + request.num_output_placeholders
+            - request.num_computed_tokens
+        )
+        threshold = step.long_prefill_token_threshold
+        if 0 < threshold < num_new_tokens:
+            num_new_tokens = threshold
+        return min(
+            num_new_tokens,
+            step.token_budget,
+            self.max_model_len - 1 - request.num_computed_tokens,
+        )
+
+    def _allocate_running(
+        self, step: StepPlan, request: Request, num_new_tokens: int, req_index: int
+    ) -> tuple[Sequence[KVCacheBlock] | None, int]:
+        """Slots for a running request, preempting through the policy until they fit or
+        the request itself is preempted (``None``); also the index of the request in
+        ``running`` after the preemptions."""
+        num_scheduled_tokens = step.num_scheduled_tokens
+        while True:
+            new_blocks = self.kv_cache_manager.allocate_slots(
+                request, num_new_tokens, num_lookahead_tokens=self.num_lookahead_tokens
+            )
+            if new_blocks is not None:
+                return new_blocks, req_index
+            if self.retained and self._reclaim_retained(request, num_new_tokens, stalled=False):
+                continue
+            victim = self._choose_victim()
+            victim_index = self._remove_running(victim)
+            victim_id = victim.request_id
+            if victim_id in num_scheduled_tokens:
+                # Already scheduled this step: give its budget and blocks back.
+                step.scheduled_running.remove(victim)
+                step.token_budget += num_scheduled_tokens.pop(victim_id)
+                step.new_block_ids.pop(victim_id)
+                step.spec_decode_tokens.pop(victim_id, None)
+                # Its blocks were cached for tokens it will not compute now.
+                self.kv_cache_manager.preempted_mid_step(victim)
+            if victim_index < req_index:
+                req_index -= 1
+            self._preempt(victim)
+            step.preempted.append(victim)
+            if victim is request:
+                return None, req_index
+
+    def _schedule_running_request(
+        self,
+        step: StepPlan,
+        request: Request,
+        new_blocks: Sequence[KVCacheBlock],
+        num_new_tokens: int,
+    ) -> None:
+        """Put a running request with its new blocks into the step, drafts included."""
+        request_id = request.request_id
+        step.scheduled_running.append(request)
+        step.new_block_ids[request_id] = list(map(_block_id, new_blocks)) or None
+        step.num_scheduled_tokens[request_id] = num_new_tokens
+        step.token_budget -= num_new_tokens
+        if request.spec_token_ids:
+            num_spec = (
+                num_new_tokens
+                + request.num_computed_tokens
+                - request.num_tokens
+                - request.num_output_placeholders
+            )
+            if num_spec > 0:
+                step.spec_decode_tokens[request_id] = request.spec_token_ids[:num_spec]
+            # Fresh drafts arrive with the next model output.
+            request.spec_token_ids = []
 
     def schedule_waiting(self, step: StepPlan) -> None:
-        """Admit waiting requests while budget, sequence slots and blocks last."""
-        kv = self.kv_cache_manager
-        connector = self.connector
-        config = self.config
-        threshold = step.long_prefill_token_threshold
-        policy = self.policy
+        """Admit waiting requests while budget, sequence slots and blocks last.
+
+        Per step, and per waiting request it looks at (usually one: the blocked
+        head), so each phase of an admission is a method of its own: the prefix
+        lookup, the first chunk's size, the slots, what a failed allocation may
+        free, and the admission itself.
+        """
         # Requests skipped in this pass go to a queue of their own so the loop
         # never peeks the same blocked request twice; they rejoin skipped-waiting
         # (ahead of older skipped requests) after the loop.
@@ -464,135 +487,199 @@ class Scheduler:
 
             if request.status == _WAITING_FOR_REMOTE_KVS and not self._promote_loaded(request):
                 queue.pop_request()
-                if step_skipped is None:
-                    step_skipped = policy.create_queue()
-                step_skipped.prepend_request(request)
+                step_skipped = self._set_aside(request, step_skipped)
                 continue
 
-            num_external_tokens = 0
-            load_kv_async = False
-            if request.num_computed_tokens == 0:
-                new_computed_blocks, num_local_tokens = kv.get_computed_blocks(request)
-                if connector is not None:
-                    if retry is not None and retry[0] is request and retry[1] == num_local_tokens:
-                        ext_tokens, load_kv_async = retry[2], retry[3]
-                    else:
-                        ext_tokens, load_kv_async = connector.get_num_new_matched_tokens(
-                            request, num_local_tokens
-                        )
-                    if ext_tokens is None:
-                        # The tier cannot answer yet: ask again next step without
-                        # blocking the requests behind this one.
-                        queue.pop_request()
-                        if step_skipped is None:
-                            step_skipped = policy.create_queue()
-                        step_skipped.prepend_request(request)
-                        continue
-                    request.num_external_computed_tokens = ext_tokens
-                    num_external_tokens = ext_tokens
-                num_computed_tokens = num_local_tokens + num_external_tokens
-            else:
-                # A request whose async load completed: its tokens are computed.
-                new_computed_blocks = ()
-                num_local_tokens = 0
-                num_computed_tokens = request.num_computed_tokens
+            found = self._lookup_prefix(request, retry)
+            if found is None:
+                # The tier cannot answer yet: ask again next step without
+                # blocking the requests behind this one.
+                queue.pop_request()
+                step_skipped = self._set_aside(request, step_skipped)
+                continue
+            _, num_local_tokens, num_external_tokens, load_kv_async = found
+            num_computed_tokens = (
+                num_local_tokens + num_external_tokens
+                if request.num_computed_tokens == 0
+                else request.num_computed_tokens
+            )
+            num_new_tokens = self._first_chunk(request, num_computed_tokens, load_kv_async, step)
+            if num_new_tokens is None:
+                break
 
-            if load_kv_async:
-                num_new_tokens = 0
-            else:
-                # num_tokens, not the prompt length: a resumed request must also
-                # recompute the tokens it had generated.
-                num_new_tokens = request.num_tokens - num_computed_tokens
-                if 0 < threshold < num_new_tokens:
-                    num_new_tokens = threshold
-                if not config.enable_chunked_prefill and num_new_tokens > step.token_budget:
-                    break
-                num_new_tokens = min(num_new_tokens, step.token_budget)
-
-            lookahead = 0 if request.num_computed_tokens == 0 else self.num_lookahead_tokens
-            if config.reserve_full_sequence and not kv.can_fit_full_sequence(
-                request,
-                num_new_computed_tokens=num_local_tokens,
-                new_computed_blocks=new_computed_blocks,
-                num_external_computed_tokens=num_external_tokens,
-            ):
-                # The whole prompt would not fit now: do not start it.
-                new_blocks = None
-            else:
-                new_blocks = kv.allocate_slots(
-                    request,
-                    num_new_tokens,
-                    num_new_computed_tokens=num_local_tokens,
-                    new_computed_blocks=new_computed_blocks,
-                    num_lookahead_tokens=lookahead,
-                    num_external_computed_tokens=num_external_tokens,
-                    delay_cache_blocks=load_kv_async,
-                )
-            if new_blocks is None:
-                stalled = not self.running and not step.num_scheduled_tokens
-                if (
-                    self.retained
-                    and self._reclaim_retained(request, num_new_tokens, stalled=stalled)
-                ) or (
-                    stalled
-                    and not self._transfer_will_unblock(step_skipped)
-                    and self._release_loaded_waiting(request)
-                ):
+            if self._allocate_waiting(request, num_new_tokens, found) is None:
+                if self._freed_for(request, num_new_tokens, step, step_skipped):
                     if request.num_computed_tokens == 0:
                         retry = (request, num_local_tokens, num_external_tokens, load_kv_async)
                     continue
                 break
 
-            request_id = request.request_id
-            if connector is not None:
-                connector.update_state_after_alloc(
-                    request, kv.get_blocks(request_id), num_external_tokens
-                )
-            queue.pop_request()
-            if request_id not in self._lookup_recorded:
-                # Once per admission: an async load passes here again when it
-                # is promoted, and a stall-released load when it is looked up
-                # again; only the first lookup counts.
-                if request.num_cached_tokens < 0:
-                    self._record_first_admission(
-                        step, request, num_local_tokens, num_external_tokens
-                    )
-                elif request.status == _PREEMPTED:
-                    self._record_readmission(step, request, num_local_tokens + num_external_tokens)
-            if load_kv_async:
-                self._lookup_recorded.add(request_id)
-            else:
-                self._lookup_recorded.discard(request_id)
-
-            if load_kv_async:
+            tokens = (num_new_tokens, num_computed_tokens, num_local_tokens, num_external_tokens)
+            if not self._admit(step, queue, request, tokens, load_kv_async):
                 # Blocks are reserved; the request waits for its load to land.
-                request.status = _WAITING_FOR_REMOTE_KVS
-                request.num_computed_tokens = num_computed_tokens
-                if step_skipped is None:
-                    step_skipped = policy.create_queue()
-                step_skipped.prepend_request(request)
-                continue
-
-            self.running.append(request)
-            if request.status == _WAITING:
-                step.scheduled_new.append(request)
-            elif request.status == _PREEMPTED:
-                step.scheduled_resumed.append(request)
-            else:
-                raise RuntimeError(
-                    f"request {request_id!r} admitted from a waiting queue in status "
-                    f"{request.status.name}"
-                )
-            step.new_block_ids[request_id] = kv.get_block_ids(request_id)
-            step.num_scheduled_tokens[request_id] = num_new_tokens
-            step.token_budget -= num_new_tokens
-            request.status = _RUNNING
-            request.num_computed_tokens = num_computed_tokens
-            if request.num_cached_tokens < 0:
-                request.num_cached_tokens = num_computed_tokens
+                step_skipped = self._set_aside(request, step_skipped)
 
         if step_skipped is not None and step_skipped:
             self.skipped_waiting.prepend_requests(step_skipped)
+
+    def _set_aside(self, request: Request, skipped: RequestQueue | None) -> RequestQueue:
+        """Put ``request`` in this pass's queue of skipped requests (made on first use)."""
+        if skipped is None:
+            skipped = self.policy.create_queue()
+        skipped.prepend_request(request)
+        return skipped
+
+    def _first_chunk(
+        self, request: Request, num_computed_tokens: int, load_kv_async: bool, step: StepPlan
+    ) -> int | None:
+        """Tokens a waiting request computes in its first step: none while its prefix
+        loads asynchronously, else the rest of its tokens cut to the long-prefill
+        threshold and the step's budget; ``None`` when chunked prefill is off and the
+        prompt does not fit the budget (admission stops for this step)."""
+        if load_kv_async:
+            return 0
+        # num_tokens, not the prompt length: a resumed request must also
+        # recompute the tokens it had generated.
+        num_new_tokens = request.num_tokens - num_computed_tokens
+        threshold = step.long_prefill_token_threshold
+        if 0 < threshold < num_new_tokens:
+            num_new_tokens = threshold
+        if not self.config.enable_chunked_prefill and num_new_tokens > step.token_budget:
+            return None
+        return min(num_new_tokens, step.token_budget)
+
+    def _freed_for(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        step: StepPlan,
+        step_skipped: RequestQueue | None,
+    ) -> bool:
+        """An allocation for ``request`` failed: whether blocks were freed so that it is
+        worth trying again -- retained blocks the policy releases, or, where nothing
+        runs, nothing was scheduled and no transfer in flight will free blocks (a
+        real deadlock), a landed load of a waiting request released."""
+        stalled = not self.running and not step.num_scheduled_tokens
+        return bool(
+            self.retained and self._reclaim_retained(request, num_new_tokens, stalled=stalled)
+        ) or (
+            stalled
+            and not self._transfer_will_unblock(step_skipped)
+            and self._release_loaded_waiting(request)
+        )
+
+    def _allocate_waiting(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        found: tuple[Sequence[KVCacheBlock], int, int, bool],
+    ) -> Sequence[KVCacheBlock] | None:
+        """Slots for a waiting request's first chunk after its prefix hits (``found``,
+        from :meth:`_lookup_prefix`); ``None`` when they do not fit, or when
+        ``reserve_full_sequence`` holds back a prompt that would not fit whole."""
+        new_computed_blocks, num_local_tokens, num_external_tokens, load_kv_async = found
+        kv = self.kv_cache_manager
+        if self.config.reserve_full_sequence and not kv.can_fit_full_sequence(
+            request,
+            num_new_computed_tokens=num_local_tokens,
+            new_computed_blocks=new_computed_blocks,
+            num_external_computed_tokens=num_external_tokens,
+        ):
+            return None
+        return kv.allocate_slots(
+            request,
+            num_new_tokens,
+            num_new_computed_tokens=num_local_tokens,
+            new_computed_blocks=new_computed_blocks,
+            num_lookahead_tokens=0
+            if request.num_computed_tokens == 0
+            else self.num_lookahead_tokens,
+            num_external_computed_tokens=num_external_tokens,
+            delay_cache_blocks=load_kv_async,
+        )
+
+    def _lookup_prefix(
+        self, request: Request, retry: tuple[Request, int, int, bool] | None
+    ) -> tuple[Sequence[KVCacheBlock], int, int, bool] | None:
+        """A waiting request's prefix hits: ``(local blocks, local tokens, external
+        tokens, load asynchronously)``, or ``None`` when the tier cannot answer yet.
+
+        A request whose async load completed has its tokens computed already; a
+        request retried after a reclaim reuses the tier's answer of this step
+        (``retry``), as vLLM asks the connector once per request per step.
+        """
+        if request.num_computed_tokens != 0:
+            return (), 0, 0, False
+        new_computed_blocks, num_local_tokens = self.kv_cache_manager.get_computed_blocks(request)
+        connector = self.connector
+        if connector is None:
+            return new_computed_blocks, num_local_tokens, 0, False
+        if retry is not None and retry[0] is request and retry[1] == num_local_tokens:
+            ext_tokens, load_kv_async = retry[2], retry[3]
+        else:
+            ext_tokens, load_kv_async = connector.get_num_new_matched_tokens(
+                request, num_local_tokens
+            )
+        if ext_tokens is None:
+            return None
+        request.num_external_computed_tokens = ext_tokens
+        return new_computed_blocks, num_local_tokens, ext_tokens, load_kv_async
+
+    def _admit(
+        self,
+        step: StepPlan,
+        queue: RequestQueue,
+        request: Request,
+        tokens: tuple[int, int, int, int],
+        load_kv_async: bool,
+    ) -> bool:
+        """Admit ``request`` (its blocks allocated) from ``queue``: ``True`` when it runs
+        this step, ``False`` when it waits for an asynchronous load of its prefix.
+
+        ``tokens`` is ``(new, computed, local hits, external hits)``. Once per
+        admission, not per step: the connector learns the blocks, the first
+        admission's (or a re-admission's) prefix hits are recorded.
+        """
+        num_new_tokens, num_computed_tokens, num_local_tokens, num_external_tokens = tokens
+        kv = self.kv_cache_manager
+        request_id = request.request_id
+        if self.connector is not None:
+            self.connector.update_state_after_alloc(
+                request, kv.get_blocks(request_id), num_external_tokens
+            )
+        queue.pop_request()
+        if request_id not in self._lookup_recorded:
+            # Once per admission: an async load passes here again when it
+            # is promoted, and a stall-released load when it is looked up
+            # again; only the first lookup counts.
+            if request.num_cached_tokens < 0:
+                self._record_first_admission(step, request, num_local_tokens, num_external_tokens)
+            elif request.status == _PREEMPTED:
+                self._record_readmission(step, request, num_local_tokens + num_external_tokens)
+        if load_kv_async:
+            self._lookup_recorded.add(request_id)
+            request.status = _WAITING_FOR_REMOTE_KVS
+            request.num_computed_tokens = num_computed_tokens
+            return False
+        self._lookup_recorded.discard(request_id)
+        self.running.append(request)
+        if request.status == _WAITING:
+            step.scheduled_new.append(request)
+        elif request.status == _PREEMPTED:
+            step.scheduled_resumed.append(request)
+        else:
+            raise RuntimeError(
+                f"request {request_id!r} admitted from a waiting queue in status "
+                f"{request.status.name}"
+            )
+        step.new_block_ids[request_id] = kv.get_block_ids(request_id)
+        step.num_scheduled_tokens[request_id] = num_new_tokens
+        step.token_budget -= num_new_tokens
+        request.status = _RUNNING
+        request.num_computed_tokens = num_computed_tokens
+        if request.num_cached_tokens < 0:
+            request.num_cached_tokens = num_computed_tokens
+        return True
 
     def _make_output(self, step: StepPlan) -> SchedulerOutput:
         new_block_ids = step.new_block_ids
