@@ -270,7 +270,7 @@ def engine_config_from(selection: UserConfig) -> EngineConfig:
         "reuse_filter": selection.reuse_filter,
     }
     if selection.scheduling is not None:
-        fields["scheduling"] = selection.scheduling
+        fields["scheduler"] = selection.scheduling
     gpu_eviction = selection.engine.get("gpu_eviction")
     if isinstance(gpu_eviction, str):
         # Parsed here so that its errors name the flag or the file's key.

@@ -214,7 +214,7 @@ class Engine:
                 kv_memory=None,
             )
         preset = config.preset_object
-        policy = registry.create("scheduling", config.scheduling)
+        policy = registry.create("scheduling", config.scheduler)
         eviction = None
         num_gpu_blocks = config.resolved_num_gpu_blocks()
         model = None

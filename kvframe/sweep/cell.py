@@ -60,7 +60,7 @@ def build_engine_config(settings: Mapping[str, Any]) -> Any:
         "reuse_filter": selection.reuse_filter,
     }
     if selection.scheduling is not None:
-        fields["scheduling"] = selection.scheduling
+        fields["scheduler"] = selection.scheduling
     return EngineConfig.from_settings(selection.engine, origins=selection.origins, **fields)
 
 
