@@ -112,7 +112,7 @@ class CostModel:
     """Seconds per engine step and per KV transfer, linear in what a step does.
 
     All coefficients are in seconds (or bytes per second). See :mod:`.presets`
-    for derived values and :doc:`docs/cost-model.md` for how to fit your own.
+    for derived values and ``docs/cost-model.md`` for how to fit your own.
     """
 
     per_step_s: float = attrs.field(validator=_non_negative)
