@@ -8,8 +8,8 @@ the Markdown that GitHub renders. Build (warnings are errors)::
 
     .venv/bin/sphinx-build -W --keep-going -b html docs docs/_build/html
 
-Every ``docs/*.md`` page is picked up by the glob toctree in ``index.md``, so a
-new page needs no edit here.
+The guides are listed in ``index.md``'s toctree in the order a newcomer reads
+them (a page in no toctree fails the ``-W`` build); a new page needs no edit here.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ author = "the kvframe authors"
 copyright = "2026, the kvframe authors"
 release = kvframe.__version__
 
-extensions = ["myst_parser", "sphinx.ext.autodoc"]
+extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.viewcode"]
 source_suffix = {".md": "markdown"}
 root_doc = "index"
 exclude_patterns = ["_build"]
@@ -60,8 +60,11 @@ class RepositoryFileLinks(SphinxPostTransform):
     """Links from a page to repository files outside ``docs/`` (``../examples/x/README.md``).
 
     On GitHub these are the natural links; in the site they have no page. So
-    a link whose file or folder exists becomes plain text (the reader of the
-    site sees what it names), and a link whose target is missing is a warning,
+    a link to a module of kvframe whose source page the site has (``viewcode``
+    makes one for every module the API reference documents) goes to that
+    highlighted page; any other link whose file or folder exists becomes plain
+    text (the reader of the site sees what it names) rather than MyST's raw
+    download of the file; and a link whose target is missing is a warning,
     which the ``-W`` build turns into a failure: a broken link still fails.
     Runs just before MyST's resolver (priority 9), which would otherwise
     report every such link as a missing document.
@@ -70,6 +73,7 @@ class RepositoryFileLinks(SphinxPostTransform):
     default_priority = 8
 
     def run(self, **kwargs: Any) -> None:
+        self._source_files()
         log = logging.getLogger(__name__)
         for node in list(self.document.findall(addnodes.pending_xref)):
             if node.get("reftype") != "myst":
@@ -91,6 +95,32 @@ class RepositoryFileLinks(SphinxPostTransform):
                     location=node,
                 )
             node.replace_self(nodes.inline("", "", *node.children))
+
+    def _source_files(self) -> None:
+        """MyST's download links to repository files: a source page, or plain text."""
+        log = logging.getLogger(__name__)
+        documented = getattr(self.env, "_viewcode_modules", {})
+        for node in list(self.document.findall(addnodes.download_reference)):
+            target = str(node.get("reftarget") or "")
+            doc_dir = (DOCS / node.get("refdoc", self.env.docname)).parent
+            path = (doc_dir / target.partition("#")[0]).resolve()
+            if path.is_relative_to(DOCS) or not path.is_relative_to(REPO):
+                continue
+            if not path.exists():
+                log.warning(
+                    "link to a repository file that does not exist: %s",
+                    path.relative_to(REPO),
+                    location=node,
+                )
+            module = ".".join(path.relative_to(REPO).with_suffix("").parts)
+            if path.suffix == ".py" and documented.get(module):
+                depth = self.env.docname.count("/")
+                uri = "../" * depth + "_modules/" + module.replace(".", "/") + ".html"
+                node.replace_self(
+                    nodes.reference("", "", *node.children, refuri=uri, internal=True)
+                )
+            else:
+                node.replace_self(nodes.inline("", "", *node.children))
 
 
 def setup(app: Any) -> dict[str, Any]:

@@ -25,7 +25,10 @@ literally fails CI. The rules (also in CONTRIBUTING.md, "Documentation"):
   the environment it made). ``kvframe run`` is capped at ``--limit 20``: the
   test appends it when the example has no ``--limit`` and lowers a larger one,
   so the flags, names and files of the example are all exercised but no
-  example replays a whole trace. ``pytest`` commands (also as
+  example replays a whole trace. An example that loads a real model
+  (``--text MODEL``, ``--executor torch:model=...``) is marked ``slow``: it
+  runs in ``.ci/run`` and ``pytest -m slow``, not in the default selection.
+  ``pytest`` commands (also as
   ``python -m pytest``) only collect (``--collect-only``), which checks their
   options and paths; one with no arguments at all is the whole suite and is
   not re-run from inside it.
@@ -268,7 +271,17 @@ def _run_toml(example: Example, cwd: Path, capsys: pytest.CaptureFixture[str]) -
     assert code == 0, f"{where}: `kvframe run` with this kvframe.toml exited {code}\n{captured.err}"
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=[e.id for e in EXAMPLES])
+# Examples that load a real model (its tokenizer or its weights) take 20-30 s each: they
+# run with the slow tests (.ci/run), not in the developer's loop.
+REAL_MODEL = re.compile(r"--text\s|torch:model=")
+
+
+def _param(example: Example) -> object:
+    slow = example.lang != "toml" and REAL_MODEL.search(example.body)
+    return pytest.param(example, id=example.id, marks=[pytest.mark.slow] if slow else [])
+
+
+@pytest.mark.parametrize("example", [_param(e) for e in EXAMPLES])
 def test_doc_example(
     example: Example,
     sandbox: Path,

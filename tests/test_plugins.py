@@ -765,3 +765,35 @@ def test_tracers_already_built_are_closed_when_a_later_one_fails() -> None:
     with pytest.raises(ConfigError, match="no such device"):
         registry.create_tracing(["recorder", "broken"])
     assert closed == ["recorder"]
+
+
+def test_an_entry_point_naming_a_missing_class_says_so_with_a_suggestion(
+    write_module: Callable[..., str],
+) -> None:
+    one = write_module("demo_one", ONE_CLASS)
+    registry = PluginRegistry(entry_points=[ep("demo", f"{one}:Demmo", dist="kvframe-demo")])
+    with capture_logs() as logs:
+        (entry,) = registry.entries()
+    assert entry.error == (
+        "entry point names demo_one:Demmo, but demo_one (imported fine) has no attribute "
+        "'Demmo'; did you mean 'Demo'?"
+    )
+    assert [log["error"] for log in logs if log["event"] == "plugin_load_failed"] == [entry.error]
+
+
+def test_installed_plugin_problems_are_logged_once_per_process(
+    write_module: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib_metadata
+
+    import kvframe.host.registry
+
+    one = write_module("demo_one", ONE_CLASS)
+    broken = importlib_metadata.EntryPoint("demo", f"{one}:Missing", "kvframe")
+    monkeypatch.setattr(importlib_metadata, "entry_points", lambda group: [broken])
+    monkeypatch.setattr(kvframe.host.registry, "_WARNED_INSTALLED", set())
+    with capture_logs() as logs:
+        for _ in range(3):  # a run or a pytest session builds several scanning registries
+            assert PluginRegistry().entries()[0].status == "broken"
+    assert [log["event"] for log in logs] == ["plugin_load_failed"]
+    assert "has no attribute 'Missing'" in logs[0]["error"]

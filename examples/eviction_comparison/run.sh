@@ -5,7 +5,7 @@
 # (report.html, PNG + SVG figures). Running it again skips the cells already stored.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-scripts/bootstrap
+scripts/bootstrap --all   # --all: matplotlib for compare --plots
 .venv/bin/python -c "import kvframe_s3fifo" 2>/dev/null \
   || .venv/bin/python -m pip install -q --no-deps --no-build-isolation -e examples/third_party_policy
 .venv/bin/kvframe sweep examples/eviction_comparison/sweep.toml

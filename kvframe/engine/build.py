@@ -63,7 +63,7 @@ def assemble(config: EngineConfig, registry: PluginRegistry | None = None) -> En
         # Validate the model (dtype, device, checkpoint) before anything else is built.
         plan, config = _plan_model(config, torch_options)
     preset = config.preset_object
-    policy = registry.create("scheduling", config.scheduling)
+    policy = registry.create("scheduling", config.scheduler)
     num_gpu_blocks = config.resolved_num_gpu_blocks()
     model = None
     if plan is not None:

@@ -87,9 +87,13 @@ def _spec_text(value: PluginSelection | None) -> str | None:
     return format_spec(value)
 
 
-@attrs.frozen(slots=True, kw_only=True)
+@attrs.frozen(slots=True, kw_only=True, init=False)
 class EngineConfig:
     """Everything an :class:`~kvframe.engine.Engine` is built from.
+
+    The scheduling policy is ``scheduler``, as the ``--scheduler`` flag and the
+    ``scheduler`` key of ``kvframe.toml`` name it; ``scheduling`` (the plugin
+    kind's name) is accepted as an alias, as a keyword and as an attribute.
 
     GPU KV blocks: give ``num_gpu_blocks`` (counting vLLM's null block) *or*
     ``kv_memory`` (bytes for KV cache, divided by the preset model's KV bytes
@@ -104,8 +108,8 @@ class EngineConfig:
 
     preset: str = DEFAULT_PRESET
     """Cost-model preset name (``kvframe.executors.catalog.preset_names()``)."""
-    scheduling: PluginSelection = attrs.field(default="fcfs", validator=_selection)
-    """Scheduling policy config string (vLLM's default is FCFS)."""
+    scheduler: PluginSelection = attrs.field(default="fcfs", validator=_selection)
+    """Scheduling policy config string (vLLM's default is FCFS); alias ``scheduling``."""
     gpu_eviction: PluginSelection | None = attrs.field(default=None, validator=_selection)
     """Eviction policy ordering the GPU prefix cache's free cached blocks; ``None``
     is vLLM's own LRU free queue."""
@@ -155,6 +159,22 @@ class EngineConfig:
     plain decode steps in one go (:mod:`kvframe.core.decode_run`). The results
     are the same; this is the reference the fast path is checked against, and
     several times slower."""
+
+    def __init__(self, *, scheduling: PluginSelection | None = None, **fields: Any) -> None:
+        """Take every field as a keyword; ``scheduling`` is ``scheduler``'s alias.
+
+        :raises TypeError: for an unknown keyword, or both ``scheduler`` and ``scheduling``.
+        """
+        if scheduling is not None:
+            if "scheduler" in fields:
+                raise TypeError("give scheduler or its alias scheduling, not both")
+            fields["scheduler"] = scheduling
+        self.__attrs_init__(**fields)  # type: ignore[attr-defined]  # attrs makes it (init=False)
+
+    @property
+    def scheduling(self) -> PluginSelection:
+        """The scheduling policy: an alias of :attr:`scheduler`, the plugin kind's name."""
+        return self.scheduler
 
     def __attrs_post_init__(self) -> None:
         if self.offload_bandwidth is not None and not self.offload_bandwidth > 0:
@@ -247,7 +267,7 @@ class EngineConfig:
         """JSON-ready settings with the derived values filled in (for ``metrics.json``)."""
         return {
             "preset": self.preset,
-            "scheduling": _spec_text(self.scheduling),
+            "scheduling": _spec_text(self.scheduler),
             "gpu_eviction": _spec_text(self.gpu_eviction),
             "tracers": [_spec_text(t) for t in self.tracers],
             "offload": _spec_text(self.offload),
@@ -311,7 +331,7 @@ class EngineConfig:
             "reuse_filter": selection.reuse_filter,
         }
         if selection.scheduling is not None:
-            fields["scheduling"] = selection.scheduling
+            fields["scheduler"] = selection.scheduling
         gpu_eviction = selection.engine.get("gpu_eviction")
         if isinstance(gpu_eviction, str):
             # Parsed here so that its errors name the flag or the file's key.

@@ -26,10 +26,12 @@ broadcast: :meth:`PluginRegistry.create_tracing` builds a separate, tiny
 
 from __future__ import annotations
 
+import difflib
 import enum
 import importlib
 import inspect
 import os
+import sys
 import types
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
@@ -355,7 +357,8 @@ class PluginRegistry:
         except BaseException as err:  # a plugin's import may raise anything, even SystemExit
             if isinstance(err, KeyboardInterrupt):
                 raise
-            self._fail(source, f"failed to import: {_describe_error(err)}", "plugin_load_failed")
+            problem = _missing_attribute(ep) or f"failed to import: {_describe_error(err)}"
+            self._fail(source, problem, "plugin_load_failed")
             return
         try:
             if isinstance(obj, type):
@@ -382,9 +385,12 @@ class PluginRegistry:
 
     def _warn(self, event: str, source: PluginSource, kind: str | None, error: str) -> None:
         key = (event, source.plugin_name, kind, error)
-        if key in self._warned:
+        # A registry that scans the installed plugins warns about each problem once per
+        # process (a run, a pytest session: those build several such registries).
+        warned = _WARNED_INSTALLED if self._pending_entry_points is None else self._warned
+        if key in warned:
             return
-        self._warned.add(key)
+        warned.add(key)
         log.warning(
             event,
             distribution=source.distribution,
@@ -678,6 +684,35 @@ class _HookRaised:
 def _dist_name(ep: Any) -> str | None:
     dist = getattr(ep, "dist", None)
     return getattr(dist, "name", None) if dist is not None else None
+
+
+_WARNED_INSTALLED: set[tuple[str, str | None, str | None, str]] = set()
+"""Problems with installed plugins already logged by this process (see ``_warn``)."""
+
+
+def _missing_attribute(ep: EntryPoint) -> str | None:
+    """The entry point's module imported but lacks what it names: that, in words.
+
+    ``ep.load()`` reports this as a bare ``AttributeError``, which reads like an
+    import failure inside the plugin; the real cause is usually a renamed class.
+    ``None`` when the module did not import (then the import error is the cause).
+    """
+    module_name, _, attr = ep.value.partition("[")[0].partition(":")
+    module_name, attr = module_name.strip(), attr.strip()
+    obj = sys.modules.get(module_name)
+    if obj is None or not attr:
+        return None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            public = [name for name in dir(obj) if not name.startswith("_")]
+            close = difflib.get_close_matches(part, public, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            return (
+                f"entry point names {ep.value}, but {module_name} (imported fine) has no "
+                f"attribute {part!r}{hint}"
+            )
+        obj = getattr(obj, part)
+    return None
 
 
 def _describe_error(err: BaseException) -> str:

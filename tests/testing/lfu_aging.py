@@ -22,9 +22,8 @@ from __future__ import annotations
 import heapq
 from collections.abc import Hashable, Iterable, Set
 
-from kvframe.bases import EvictableBlock
-
 import kvframe
+from kvframe import EvictableBlock
 
 __all__ = ["LFUAgingPolicy"]
 

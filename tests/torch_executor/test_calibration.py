@@ -293,6 +293,7 @@ def test_calibrate_refuses_the_cpu_clock_with_several_threads(capsys):
     assert "needs threads=1" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # times a whole calibration grid of the tiny torch model: 47 s on 2 cores
 def test_calibrate_writes_a_file_that_run_accepts(tmp_path, capsys):
     out = tmp_path / "cm.json"
     argv = ["calibrate", "--executor", "torch:preset=tiny", "--repeats", "1", "--out", str(out)]

@@ -20,6 +20,10 @@ from kvframe.cli import main
 from .invariance import REFERENCE, assert_same_outputs, run, shared_prefix_workload
 from .smollm2 import EXECUTOR, smollm2_path
 
+# Each test loads the 98 MB model (13-75 s each, 3 min together on 2 cores): run by
+# .ci/run and `pytest -m slow`, not in the developer's loop.
+pytestmark = pytest.mark.slow
+
 FLOAT32_LOGIT_TOLERANCE = 1e-3
 
 

@@ -230,6 +230,7 @@ operations = st.lists(
 )
 
 
+@pytest.mark.slow  # a long property run: 10-12 s per variant on 2 cores
 @pytest.mark.parametrize("variant", ["vllm", "paper"])
 @settings(max_examples=200, deadline=None, derandomize=True)
 @given(ops=operations, capacity=st.integers(1, 8))
@@ -315,6 +316,7 @@ shortcut_operations = st.lists(
 )
 
 
+@pytest.mark.slow  # a long property run: 11-13 s per variant on 2 cores
 @pytest.mark.parametrize("variant", ["vllm", "paper"])
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(ops=shortcut_operations, capacity=st.integers(1, 6))
@@ -398,6 +400,7 @@ store_touch_operations = st.lists(
 )
 
 
+@pytest.mark.slow  # a long property run: 4-7 s per variant on 2 cores
 @pytest.mark.parametrize("variant", ["vllm", "paper"])
 @settings(max_examples=400, deadline=None, derandomize=True)
 @given(ops=store_touch_operations, capacity=st.integers(2, 8), tracking=st.booleans())
