@@ -326,6 +326,11 @@ class KVCacheManager:
         (not the hits, not the external-token blocks), possibly ``[]``, or
         ``None`` when there is not enough room.
         """
+        # Over 60 lines, on purpose: this runs per request per step (the scheduler's
+        # general path and every admission), and the one-token check below must
+        # come before any call. Its phases already are methods (_can_allocate,
+        # _new_table, _attach_prefix, _cache_blocks); what is left inline is the
+        # slot arithmetic. benchmarks/whole_trace.py measures the whole path.
         if (
             num_new_tokens == 1
             and self.one_token_path
@@ -340,7 +345,6 @@ class KVCacheManager:
         if num_new_tokens == 0 and num_external_computed_tokens == 0:
             raise ValueError("num_new_tokens must be positive when no tokens are loaded externally")
         request_id = request.request_id
-        block_size = self.block_size
         num_local_computed = request.num_computed_tokens + num_new_computed_tokens
         total_computed = min(num_local_computed + num_external_computed_tokens, self.max_model_len)
         num_tokens_need_slot = min(
@@ -348,49 +352,30 @@ class KVCacheManager:
         )
 
         if num_local_computed + num_external_computed_tokens + num_new_tokens > self.max_model_len:
-            # The slots would stop at max_model_len while the tokens to cache
-            # go on: fail here, by name, not later inside the caching.
-            raise ValueError(
-                f"request {request_id!r}: {num_new_tokens} new tokens after "
-                f"{num_local_computed + num_external_computed_tokens} computed exceed "
-                f"max_model_len={self.max_model_len} (the scheduler never schedules past it; "
-                "requests whose prompt is longer are ignored at arrival)"
+            self._refuse_past_model_len(
+                request_id, num_new_tokens, num_local_computed + num_external_computed_tokens
             )
         if not self._can_allocate(request_id, num_tokens_need_slot, new_computed_blocks):
             return None
-        pool = self.block_pool
 
         req_blocks = self.req_to_blocks.get(request_id)
         if req_blocks is None:
-            # An admission. A policy-ordered pool tells its policy the misses.
-            if self._reports_lookups and not request.skip_reading_prefix_cache:
-                pool.record_lookup(request.block_hashes)
-            req_blocks = self.req_to_blocks[request_id] = []
+            req_blocks = self._new_table(request)
 
         if (new_computed_blocks or num_external_computed_tokens > 0) and (
             request_id not in self.num_cached_block
         ):
-            # First allocation of a request with hits or external tokens.
-            assert not req_blocks, "a request with blocks cannot get new prefix hits"
-            if self.enable_caching:
-                pool.touch(new_computed_blocks)
-                if self.uncomputed.blocks:
-                    self.uncomputed.count_hits(request_id, new_computed_blocks, block_size)
-            else:
-                assert not new_computed_blocks, "prefix hits while caching is disabled"
-            req_blocks.extend(new_computed_blocks)
-            self.num_cached_block[request_id] = len(req_blocks)
-            if num_external_computed_tokens > 0:
-                num_total_computed = num_local_computed + num_external_computed_tokens
-                num_external_blocks = -(-num_total_computed // block_size) - len(req_blocks)
-                req_blocks.extend(pool.get_new_blocks(num_external_blocks))
+            self._attach_prefix(
+                request_id,
+                req_blocks,
+                new_computed_blocks,
+                num_local_computed + num_external_computed_tokens,
+                num_external_computed_tokens,
+            )
 
-        num_new_blocks = -(-num_tokens_need_slot // block_size) - len(req_blocks)
-        if num_new_blocks > 0:
-            new_blocks = pool.get_new_blocks(num_new_blocks)
-            req_blocks.extend(new_blocks)
-        else:
-            new_blocks = []
+        num_new_blocks = -(-num_tokens_need_slot // self.block_size) - len(req_blocks)
+        new_blocks = self.block_pool.get_new_blocks(num_new_blocks) if num_new_blocks > 0 else []
+        req_blocks.extend(new_blocks)
 
         if self.enable_caching and not delay_cache_blocks:
             self._cache_blocks(
@@ -398,6 +383,47 @@ class KVCacheManager:
             )
         self._set_decode_limit(request_id, len(req_blocks))
         return new_blocks
+
+    def _new_table(self, request: Request) -> list[KVCacheBlock]:
+        """An admission's empty block table; a policy-ordered pool is told the misses."""
+        if self._reports_lookups and not request.skip_reading_prefix_cache:
+            self.block_pool.record_lookup(request.block_hashes)
+        table: list[KVCacheBlock] = []
+        self.req_to_blocks[request.request_id] = table
+        return table
+
+    def _refuse_past_model_len(self, request_id: str, num_new: int, num_computed: int) -> None:
+        """The slots would stop at max_model_len while the tokens to cache go on: fail
+        here, by name, not later inside the caching."""
+        raise ValueError(
+            f"request {request_id!r}: {num_new} new tokens after {num_computed} computed "
+            f"exceed max_model_len={self.max_model_len} (the scheduler never schedules past "
+            "it; requests whose prompt is longer are ignored at arrival)"
+        )
+
+    def _attach_prefix(
+        self,
+        request_id: str,
+        req_blocks: list[KVCacheBlock],
+        new_computed_blocks: Sequence[KVCacheBlock],
+        num_total_computed: int,
+        num_external_computed_tokens: int,
+    ) -> None:
+        """First allocation of a request with prefix hits or external tokens: touch the
+        hits into its table, then blocks for the tokens a connector supplies."""
+        assert not req_blocks, "a request with blocks cannot get new prefix hits"
+        pool = self.block_pool
+        if self.enable_caching:
+            pool.touch(new_computed_blocks)
+            if self.uncomputed.blocks:
+                self.uncomputed.count_hits(request_id, new_computed_blocks, self.block_size)
+        else:
+            assert not new_computed_blocks, "prefix hits while caching is disabled"
+        req_blocks.extend(new_computed_blocks)
+        self.num_cached_block[request_id] = len(req_blocks)
+        if num_external_computed_tokens > 0:
+            num_external_blocks = -(-num_total_computed // self.block_size) - len(req_blocks)
+            req_blocks.extend(pool.get_new_blocks(num_external_blocks))
 
     def _allocate_one_token(
         self, request: Request, req_blocks: list[KVCacheBlock], num_lookahead_tokens: int
