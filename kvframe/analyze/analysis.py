@@ -194,63 +194,30 @@ def analyze_trace(
     if sample_rate == "auto":
         sample_rate = auto_sample_rate(trace)
     sample_rate = float(sample_rate)
-    seconds: dict[str, float] = {}
     note = progress or (lambda _: None)
     start = time.perf_counter()
     stack = stack_profile(trace)
-    seconds["stack distances"] = time.perf_counter() - start
-    footprint = trace.num_distinct
-    grid = tuple(sorted(set(sizes))) if sizes else size_grid(footprint)
+    seconds = {"stack distances": time.perf_counter() - start}
+    grid = tuple(sorted(set(sizes))) if sizes else size_grid(trace.num_distinct)
     if any(s < 1 for s in grid):
         raise ValueError(f"cache sizes must be >= 1 block, got {list(grid)}")
-    total = trace.total_tokens
     curves: list[Curve] = []
     errors: list[str] = []
-    depth = None
-    sampled = trace
-    if sample_rate < 1 and any(p != "lru" for p in policies):
-        depth = sample_depth(trace)
-        sampled = sample_trace(trace, sample_rate, depth=depth)
+    sampled, depth = _sample(trace, sample_rate, policies)
     for spec in policies:
-        start = time.perf_counter()
         note(f"policy {spec}")
-        if spec == "lru":
-            rates = tuple(stack.hit_rate(size) for size in grid)
-            curves.append(
-                Curve(spec, rates, "exact (stack distances)", time.perf_counter() - start)
-            )
-            continue
-        if registry is None:
+        if spec != "lru" and registry is None:
             from kvframe.host.registry import get_registry
 
             registry = get_registry()
         try:
-            rates_list, refused = _replay_curve(
-                spec, registry, grid, footprint, stack, sampled, sample_rate
-            )
+            curves.append(_policy_curve(spec, registry, grid, stack, trace, sampled, sample_rate))
         except PolicyContractError as err:
             # The other curves are still worth having: report this one and go on.
             errors.append(str(err))
-            continue
-        method = "exact (replay)" if sampled is trace else f"sampled at {sample_rate:.0%}"
-        curves.append(Curve(spec, tuple(rates_list), method, time.perf_counter() - start, refused))
     if optimal:
-        start = time.perf_counter()
         note("optimal bound")
-        nxt = next_uses(trace)
-        ceiling_tokens = stack.hit_tokens(None)
-        bound: list[int] = []
-        for size in grid:
-            # MIN is optimal, and the optimum never falls as the cache grows:
-            # once it reaches the ceiling, every larger size is the ceiling.
-            hits = ceiling_tokens if bound and bound[-1] == ceiling_tokens else None
-            if hits is None:
-                hits = ceiling_tokens if size >= footprint else optimal_hit_tokens(trace, size, nxt)
-            bound.append(hits)
-        rates = tuple(hits / total if total else 0.0 for hits in bound)
-        curves.append(
-            Curve(OPTIMAL, rates, "exact (MIN on chain tails)", time.perf_counter() - start)
-        )
+        curves.append(_optimal_curve(trace, stack, grid))
     start = time.perf_counter()
     profile = reuse_profile(trace, stack)
     seconds["reuse profile"] = time.perf_counter() - start
@@ -258,9 +225,9 @@ def analyze_trace(
         trace=trace.name,
         block_size=trace.block_size,
         num_requests=len(trace),
-        prompt_tokens=total,
+        prompt_tokens=trace.total_tokens,
         lookups=trace.total_accesses,
-        footprint=footprint,
+        footprint=trace.num_distinct,
         ceiling=stack.hit_rate(None),
         sizes=grid,
         curves=tuple(curves),
@@ -272,6 +239,61 @@ def analyze_trace(
         partial_blocks=trace.partial_blocks,
         errors=tuple(errors),
     )
+
+
+def _sample(
+    trace: BlockTrace, sample_rate: float, policies: Sequence[str]
+) -> tuple[BlockTrace, int | None]:
+    """The trace the replayed policies run on, and the chain depth it was sampled at
+    (the whole trace and ``None`` when nothing is sampled: LRU is always exact)."""
+    if sample_rate < 1 and any(p != "lru" for p in policies):
+        depth = sample_depth(trace)
+        return sample_trace(trace, sample_rate, depth=depth), depth
+    return trace, None
+
+
+def _policy_curve(
+    spec: str,
+    registry: PluginRegistry | None,
+    grid: Sequence[int],
+    stack: Any,
+    trace: BlockTrace,
+    sampled: BlockTrace,
+    sample_rate: float,
+) -> Curve:
+    """One policy's curve: LRU exactly from the stack distances, any other policy
+    replayed (on ``sampled``, the whole trace or a sample of it)."""
+    start = time.perf_counter()
+    if spec == "lru":
+        rates = tuple(stack.hit_rate(size) for size in grid)
+        return Curve(spec, rates, "exact (stack distances)", time.perf_counter() - start)
+    assert registry is not None
+    rates_list, refused = _replay_curve(
+        spec, registry, grid, trace.num_distinct, stack, sampled, sample_rate
+    )
+    method = "exact (replay)" if sampled is trace else f"sampled at {sample_rate:.0%}"
+    return Curve(spec, tuple(rates_list), method, time.perf_counter() - start, refused)
+
+
+def _optimal_curve(trace: BlockTrace, stack: Any, grid: Sequence[int]) -> Curve:
+    """The optimal bound at every size: MIN on chain tails, the ceiling from where it
+    reaches it (the optimum never falls as the cache grows)."""
+    start = time.perf_counter()
+    nxt = next_uses(trace)
+    ceiling_tokens = stack.hit_tokens(None)
+    total = trace.total_tokens
+    bound: list[int] = []
+    for size in grid:
+        hits = ceiling_tokens if bound and bound[-1] == ceiling_tokens else None
+        if hits is None:
+            hits = (
+                ceiling_tokens
+                if size >= trace.num_distinct
+                else optimal_hit_tokens(trace, size, nxt)
+            )
+        bound.append(hits)
+    rates = tuple(hits / total if total else 0.0 for hits in bound)
+    return Curve(OPTIMAL, rates, "exact (MIN on chain tails)", time.perf_counter() - start)
 
 
 def _replay_curve(

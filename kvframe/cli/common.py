@@ -182,6 +182,18 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="cap on tokens one request gets per step (0: none)",
     )
+    _add_cache_arguments(engine)
+    engine.add_argument(
+        "--gpu-eviction",
+        metavar="SPEC",
+        help="eviction policy ordering the GPU prefix cache (default: vLLM's LRU free queue)",
+    )
+    engine.add_argument("--seed", type=int, metavar="N", help="block-hash seed")
+    _add_executor_arguments(engine)
+
+
+def _add_cache_arguments(engine: Any) -> None:
+    """The KV cache's switches: prefix caching, full-sequence admission, the rollback."""
     engine.add_argument(
         "--no-prefix-caching",
         dest="enable_prefix_caching",
@@ -204,12 +216,10 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
         help="drop the prefix-cache registration of blocks a request preempted in the "
         "step that scheduled it never computed (vLLM PR #43569; default: off, as vLLM 0.19.1)",
     )
-    engine.add_argument(
-        "--gpu-eviction",
-        metavar="SPEC",
-        help="eviction policy ordering the GPU prefix cache (default: vLLM's LRU free queue)",
-    )
-    engine.add_argument("--seed", type=int, metavar="N", help="block-hash seed")
+
+
+def _add_executor_arguments(engine: Any) -> None:
+    """What runs a step and on which rules: executor, cost model, transfers, vLLM release."""
     engine.add_argument(
         "--executor",
         metavar="SPEC",
