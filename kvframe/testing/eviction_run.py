@@ -133,68 +133,20 @@ class PolicyRun:
         self.ops.append(op)
         kind = op[0]
         text = describe_op(op)
-        policy = self.policy
         result: tuple[Hashable, ...] | None = None
         if kind == "insert":
-            _, key, ref = op
-            block = SimpleBlock(key, ref)
-            call_plugin(self.log, text, policy.insert, key, block)
-            self.model[key] = self.blocks[key] = block
-            if isinstance(key, int) and key >= self.next_key:
-                self.next_key = key + 1
-            if key not in self.inserted:
-                self.inserted.append(key)
+            self._insert(op, text)
         elif kind == "remove":
-            key = op[1]
-            call_plugin(self.log, text, policy.remove, key)
-            del self.model[key]
-            self.known[key] = f"was removed by {text}"
+            self._remove(op, text)
         elif kind == "touch":
             keys = list(op[1])
-            call_plugin(self.log, text, policy.touch, keys)
+            call_plugin(self.log, text, self.policy.touch, keys)
             for key in keys:
                 self.known.setdefault(key, "was only ever touched, never inserted")
         elif kind == "evict":
-            _, n, protected = op
-            for key in protected:
-                self.known.setdefault(key, "was only ever named in `protected`, never inserted")
-            bound = None
-            if self.check and self.bounded:
-                bound = call_plugin(self.log, "max_evictable()", policy.max_evictable)
-                self.log.add(f"max_evictable() -> {bound!r}")
-                if bound is not None and (type(bound) is not int or bound < 0):
-                    raise self.log.violation(
-                        f"then max_evictable() returned {bound!r}",
-                        "max_evictable returns None or an int >= 0 "
-                        "(kvframe.EvictionPolicy.max_evictable).",
-                    )
-                if bound is not None:
-                    self.bounds.append((len(self.ops) - 1, bound))
-            victims = call_plugin(self.log, text, policy.evict, n, set(protected))
-            result = self._take_victims(text, n, protected, victims)
-            if bound is not None and result is not None and n > bound:
-                raise self.log.violation(
-                    f"then {text} returned {n} blocks {fmt(list(result))}, although "
-                    f"max_evictable() had just answered {bound}",
-                    "rule: max_evictable bounds evict: an evict of more blocks returns None "
-                    "(kvframe.EvictionPolicy.max_evictable).",
-                )
-            self.outcomes.append(result)
-            text += f" -> {fmt(list(result)) if result is not None else 'None'}"
-            if result is None and self.on_refusal is not None and self.track_idle_at is None:
-                # (Idle-tracking runs are compared with untold runs instead: a policy
-                # ignoring on_idle would show there as a refusal's doing here.)
-                self.log.add(text)
-                self.on_refusal(self)
-                self.log.calls.pop()
+            result, text = self._evict(op, text)
         else:  # the tier changes a block's ref_cnt in place
-            _, key, ref = op
-            block = self.blocks[key]
-            was, block.ref_cnt = block.ref_cnt, ref
-            if self.tracking and ref == 0 and was != 0 and self.model.get(key) is block:
-                # A tier that accepted idle tracking reports it, right after.
-                call_plugin(self.log, f"on_idle([{fmt(key)}])", self.policy.on_idle, [key])
-                text += f", on_idle([{fmt(key)}])"
+            text = self._set_ref_cnt(op, text)
         for key in self.model:
             self.known[key] = ""
         self.log.add(text)
@@ -202,85 +154,169 @@ class PolicyRun:
             self._check_state()
         return result
 
+    def _insert(self, op: Op, text: str) -> None:
+        _, key, ref = op
+        block = SimpleBlock(key, ref)
+        call_plugin(self.log, text, self.policy.insert, key, block)
+        self.model[key] = self.blocks[key] = block
+        if isinstance(key, int) and key >= self.next_key:
+            self.next_key = key + 1
+        if key not in self.inserted:
+            self.inserted.append(key)
+
+    def _remove(self, op: Op, text: str) -> None:
+        key = op[1]
+        call_plugin(self.log, text, self.policy.remove, key)
+        del self.model[key]
+        self.known[key] = f"was removed by {text}"
+
+    def _evict(self, op: Op, text: str) -> tuple[tuple[Hashable, ...] | None, str]:
+        """``evict`` checked against the model and the ``max_evictable`` it answered just
+        before; a refusal is also handed to ``on_refusal``. Returns the victims' keys
+        (``None``: refused) and the call's text with its answer."""
+        __tracebackhide__ = True
+        _, n, protected = op
+        for key in protected:
+            self.known.setdefault(key, "was only ever named in `protected`, never inserted")
+        bound = self._ask_bound() if self.check and self.bounded else None
+        victims = call_plugin(self.log, text, self.policy.evict, n, set(protected))
+        result = self._take_victims(text, n, protected, victims)
+        if bound is not None and result is not None and n > bound:
+            raise self.log.violation(
+                f"then {text} returned {n} blocks {fmt(list(result))}, although "
+                f"max_evictable() had just answered {bound}",
+                "rule: max_evictable bounds evict: an evict of more blocks returns None "
+                "(kvframe.EvictionPolicy.max_evictable).",
+            )
+        self.outcomes.append(result)
+        text += f" -> {fmt(list(result)) if result is not None else 'None'}"
+        if result is None and self.on_refusal is not None and self.track_idle_at is None:
+            # (Idle-tracking runs are compared with untold runs instead: a policy
+            # ignoring on_idle would show there as a refusal's doing here.)
+            self.log.add(text)
+            self.on_refusal(self)
+            self.log.calls.pop()
+        return result, text
+
+    def _ask_bound(self) -> int | None:
+        """``max_evictable()``, checked to be ``None`` or an int >= 0 and recorded."""
+        __tracebackhide__ = True
+        bound = call_plugin(self.log, "max_evictable()", self.policy.max_evictable)
+        self.log.add(f"max_evictable() -> {bound!r}")
+        if bound is not None and (type(bound) is not int or bound < 0):
+            raise self.log.violation(
+                f"then max_evictable() returned {bound!r}",
+                "max_evictable returns None or an int >= 0 (kvframe.EvictionPolicy.max_evictable).",
+            )
+        if bound is not None:
+            self.bounds.append((len(self.ops) - 1, bound))
+        return bound  # type: ignore[no-any-return]
+
+    def _set_ref_cnt(self, op: Op, text: str) -> str:
+        """The tier changes a block's ``ref_cnt`` in place (and reports it if tracking)."""
+        _, key, ref = op
+        block = self.blocks[key]
+        was, block.ref_cnt = block.ref_cnt, ref
+        if self.tracking and ref == 0 and was != 0 and self.model.get(key) is block:
+            # A tier that accepted idle tracking reports it, right after.
+            call_plugin(self.log, f"on_idle([{fmt(key)}])", self.policy.on_idle, [key])
+            text += f", on_idle([{fmt(key)}])"
+        return text
+
     def _take_victims(
         self, call: str, n: int, protected: frozenset[Hashable], victims: object
     ) -> tuple[Hashable, ...] | None:
+        """``evict``'s answer checked against the model; the victims leave the model."""
         __tracebackhide__ = True
-        log = self.log
         if victims is None:
             if self.check and not self.may_refuse:
-                idle = [
-                    key
-                    for key, block in self.model.items()
-                    if block.ref_cnt == 0 and key not in protected
-                ]
-                if len(idle) >= n:
-                    raise log.violation(
-                        f"then {call} returned None, although the policy holds {len(idle)} "
-                        f"idle, unprotected block(s) {fmt(idle)}",
-                        "The refusal rule (kvframe.EvictionPolicy.may_refuse): evict returns n "
-                        "blocks whenever n idle, unprotected blocks are held. A policy that "
-                        "refuses on purpose declares may_refuse = True (offload tiers accept "
-                        "it; the GPU tier rejects it when it is selected).",
-                    )
+                self._check_refusal_allowed(call, n, protected)
             return None
         contract = (
             f"The contract: evict returns exactly {n} (key, block) pairs the policy holds, "
             "none protected, none with ref_cnt != 0 - or None, changing nothing."
         )
         if not isinstance(victims, list | tuple):
-            raise log.violation(f"then {call} returned {victims!r}", contract)
+            raise self.log.violation(f"then {call} returned {victims!r}", contract)
         keys: list[Hashable] = []
         for item in victims:
             if not (isinstance(item, tuple) and len(item) == 2):
-                raise log.violation(
+                raise self.log.violation(
                     f"then {call} returned {fmt(list(victims))}, whose item {item!r} is not a "
                     "(key, block) pair",
                     contract,
                 )
             keys.append(item[0])
-        shown = fmt(keys)
         if self.check:
             if len(victims) != n:
-                raise log.violation(
-                    f"then {call} returned {len(victims)} victim(s) {shown}, not {n}", contract
+                raise self.log.violation(
+                    f"then {call} returned {len(victims)} victim(s) {fmt(keys)}, not {n}",
+                    contract,
                 )
-            seen: set[Hashable] = set()
-            for key, block in victims:
-                if key in protected:
-                    raise log.violation(
-                        f"then {call} returned {shown}, which includes {fmt(key)}, which is "
-                        "protected",
-                        contract,
-                    )
-                if key in seen:
-                    raise log.violation(f"then {call} returned {fmt(key)} twice: {shown}", contract)
-                seen.add(key)
-                if key not in self.model:
-                    why = self.known.get(key) or "was never inserted"
-                    raise log.violation(
-                        f"then {call} returned {shown}, which includes {fmt(key)}, which the "
-                        f"policy does not hold (it {why})",
-                        contract,
-                    )
-                if block is not self.model[key]:
-                    raise log.violation(
-                        f"then {call} returned for key {fmt(key)} the object {block!r}, not "
-                        f"the block inserted under it ({self.model[key]!r})",
-                        contract,
-                    )
-                if block.ref_cnt != 0:
-                    state = "being written" if block.ref_cnt < 0 else "in use"
-                    raise log.violation(
-                        f"then {call} returned {shown}, which includes {fmt(key)}, whose block "
-                        f"has ref_cnt {block.ref_cnt} ({state})",
-                        contract,
-                    )
+            self._check_victims(call, protected, victims, fmt(keys), contract)
         for key in keys:
             if key in self.model:
                 del self.model[key]
                 self.known[key] = f"was evicted by {call}"
         return tuple(keys)
+
+    def _check_refusal_allowed(self, call: str, n: int, protected: frozenset[Hashable]) -> None:
+        """The refusal rule: ``None`` only with fewer than ``n`` idle, unprotected blocks."""
+        __tracebackhide__ = True
+        idle = [
+            key for key, block in self.model.items() if block.ref_cnt == 0 and key not in protected
+        ]
+        if len(idle) >= n:
+            raise self.log.violation(
+                f"then {call} returned None, although the policy holds {len(idle)} "
+                f"idle, unprotected block(s) {fmt(idle)}",
+                "The refusal rule (kvframe.EvictionPolicy.may_refuse): evict returns n "
+                "blocks whenever n idle, unprotected blocks are held. A policy that "
+                "refuses on purpose declares may_refuse = True (offload tiers accept "
+                "it; the GPU tier rejects it when it is selected).",
+            )
+
+    def _check_victims(
+        self,
+        call: str,
+        protected: frozenset[Hashable],
+        victims: Any,
+        shown: str,
+        contract: str,
+    ) -> None:
+        """Each victim: unprotected, named once, held, the very block inserted, idle."""
+        __tracebackhide__ = True
+        log = self.log
+        seen: set[Hashable] = set()
+        for key, block in victims:
+            if key in protected:
+                raise log.violation(
+                    f"then {call} returned {shown}, which includes {fmt(key)}, which is protected",
+                    contract,
+                )
+            if key in seen:
+                raise log.violation(f"then {call} returned {fmt(key)} twice: {shown}", contract)
+            seen.add(key)
+            if key not in self.model:
+                why = self.known.get(key) or "was never inserted"
+                raise log.violation(
+                    f"then {call} returned {shown}, which includes {fmt(key)}, which the "
+                    f"policy does not hold (it {why})",
+                    contract,
+                )
+            if block is not self.model[key]:
+                raise log.violation(
+                    f"then {call} returned for key {fmt(key)} the object {block!r}, not "
+                    f"the block inserted under it ({self.model[key]!r})",
+                    contract,
+                )
+            if block.ref_cnt != 0:
+                state = "being written" if block.ref_cnt < 0 else "in use"
+                raise log.violation(
+                    f"then {call} returned {shown}, which includes {fmt(key)}, whose block "
+                    f"has ref_cnt {block.ref_cnt} ({state})",
+                    contract,
+                )
 
     def _check_state(self) -> None:
         """``get`` of every key ever named agrees with the model (and ``len``, if defined)."""
