@@ -4,7 +4,7 @@
     python benchmarks/gpu_check_cost_model.py --tiny     # a 2-layer toy on CPU (dry run)
 
 Uses the model and timing of the measurement that produced the shipped data
-(``kvframe/data/gpu/h200-llama3.1-8b/measure_steps.py``: Llama-3.1-8B shape,
+(``benchmarks/gpu_measurements/measure_steps.py``: Llama-3.1-8B shape,
 random bf16 weights, eager prefill, CUDA-graphed decode) on 7 of its 37
 shapes, and prints for each the new median, the shipped median, and the
 predictions of ``llama3.1-8b-h200`` (derived) and ``llama3.1-8b-h200-measured``
@@ -46,7 +46,9 @@ SHAPES = (  # kind, new tokens, cached, decodes, context each
 
 
 def _measurement_module():
-    spec = importlib.util.spec_from_file_location("measure_steps", DATA / "measure_steps.py")
+    spec = importlib.util.spec_from_file_location(
+        "measure_steps", Path(__file__).resolve().parent / "gpu_measurements" / "measure_steps.py"
+    )
     module = importlib.util.module_from_spec(spec)
     assert spec.loader is not None
     spec.loader.exec_module(module)
