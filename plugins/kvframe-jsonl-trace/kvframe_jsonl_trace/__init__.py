@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 import attrs
+import structlog
 
 import kvframe
 from kvframe import BlockRemoved
@@ -75,6 +76,12 @@ def record_to_dict(record: Any, event: str | None = None, **extra: Any) -> dict[
     for field in attrs.fields(type(record)):
         out[field.name] = _jsonable(getattr(record, field.name))
     return out
+
+
+LARGE_TRACE_BYTES = 100 << 20
+"""A trace file this big or bigger is reported with a warning when the tracer closes."""
+
+_log = structlog.get_logger(__name__)
 
 
 class JsonlTracer(kvframe.Tracer):
@@ -165,7 +172,16 @@ class JsonlTracer(kvframe.Tracer):
         self._write(record_to_dict(record, "request_finished"))
 
     def close(self) -> None:
-        """Flush and close the file (idempotent)."""
-        if self._out is not None:
-            self._out.close()
-            self._out = None
+        """Flush and close the file (idempotent), and say how big it came out: a whole
+        Mooncake trace writes about 800 MB, most of it KV events."""
+        if self._out is None:
+            return
+        self._out.close()
+        self._out = None
+        size = self.path.stat().st_size if self.path.exists() else 0
+        fields = {"path": os.fspath(self.path), "records": self.num_records, "mb": size >> 20}
+        if size >= LARGE_TRACE_BYTES:
+            hint = "kv_events=false leaves the KV events out" if self.kv_events else ""
+            _log.warning("trace_file_large", **fields, hint=hint)
+        else:
+            _log.info("trace_written", **fields)

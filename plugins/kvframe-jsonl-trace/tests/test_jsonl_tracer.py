@@ -166,3 +166,34 @@ def test_record_to_dict_converts_bytes_mappings_and_tuples():
         "block_size": 16,
         "medium": "GPU",
     }
+
+
+def test_a_large_trace_is_reported_when_the_tracer_closes(tmp_path, monkeypatch) -> None:
+    """A whole trace writes hundreds of MB: the tracer says so, with the way to shrink it."""
+    from structlog.testing import capture_logs
+
+    import kvframe_jsonl_trace
+
+    monkeypatch.setattr(kvframe_jsonl_trace, "LARGE_TRACE_BYTES", 64)
+    tracer = kvframe_jsonl_trace.JsonlTracer(path=tmp_path / "t.jsonl")
+    for step in range(4):
+        tracer.on_kv_events(step, 0.0, [BlockRemoved(block_hashes=(b"\x01" * 16,), medium="GPU")])
+    with capture_logs() as logs:
+        tracer.close()
+        tracer.close()  # idempotent: one report
+    assert [(e["event"], e["records"], e["hint"]) for e in logs] == [
+        ("trace_file_large", 4, "kv_events=false leaves the KV events out")
+    ]
+
+
+def test_a_small_trace_is_reported_as_written(tmp_path) -> None:
+    from structlog.testing import capture_logs
+
+    import kvframe_jsonl_trace
+
+    tracer = kvframe_jsonl_trace.JsonlTracer(path=tmp_path / "t.jsonl", kv_events=False)
+    with capture_logs() as logs:
+        tracer.close()
+    assert [(e["event"], e["log_level"], e["records"]) for e in logs] == [
+        ("trace_written", "info", 0)
+    ]
