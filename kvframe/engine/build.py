@@ -227,6 +227,10 @@ def build_offload(
     if config.offload_bandwidth is not None:
         cost_model = attrs.evolve(cost_model, transfer_bytes_per_s=float(config.offload_bandwidth))
     kv_bytes = context.kv_bytes_per_token
+    # A spec that is no OffloadSpec subclass (a registered hook factory) gets
+    # vLLM's native connector.
+    semantics_of = getattr(spec, "connector_semantics", None)
+    semantics = semantics_of() if callable(semantics_of) else None
     connector = OffloadingConnector(
         manager,
         gpu_block_size=config.block_size,
@@ -234,13 +238,14 @@ def build_offload(
         enable_prefix_caching=config.enable_prefix_caching,
         # The tier view's load estimate is the sim transfer model's (what a load costs here).
         load_time=lambda num_tokens: cost_model.transfer_time(num_tokens * kv_bytes),
+        semantics=semantics,
     )
     handler: Any = SimTransferHandler(cost_model, context.gpu_block_bytes)
     if real_bytes:
         from kvframe.executors.torch.executor import RealBytesTransferHandler
 
         handler = RealBytesTransferHandler(handler, spec.create_transfer_handler(context))
-    return connector, OffloadWorker(handler), handler
+    return connector, OffloadWorker(handler, semantics), handler
 
 
 def _torch_num_blocks(config: EngineConfig, block_bytes: int, default_kv_memory: int) -> int:
