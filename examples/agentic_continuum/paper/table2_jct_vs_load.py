@@ -63,6 +63,13 @@ def load_runs(db: Path) -> Runs:
     return runs
 
 
+def presets(db: Path) -> str:
+    """The generator presets of the database's cells, for the figure's titles."""
+    rows = sqlite3.connect(db).execute("SELECT config FROM cells").fetchall()
+    names = {json.loads(text)["generate"].get("preset", "gen:agentic") for (text,) in rows}
+    return ", ".join(sorted(names))
+
+
 def interval(values: list[float]) -> tuple[float, float]:
     """Mean and half-width of its 95% interval (0 for one value)."""
     mean = statistics.mean(values)
@@ -169,7 +176,7 @@ def targets(runs: Runs) -> list[str]:
     return out
 
 
-def plot(runs: Runs, out: Path) -> None:
+def plot(runs: Runs, out: Path, workload: str) -> None:
     """Two rows (mean, p90) by three tiers: JCT vs load with 95% intervals."""
     from matplotlib.figure import Figure
 
@@ -199,7 +206,7 @@ def plot(runs: Runs, out: Path) -> None:
             ax.set_yscale("log")
             ax.set_xlabel("job arrival rate (jobs/s)")
             ax.set_ylabel(f"{metric} job completion time (s)")
-            ax.set_title(f"swe-bench-paper, {tier_name(tier)}")
+            ax.set_title(f"{workload}, {tier_name(tier)}")
             ax.grid(alpha=0.3)
             ax.legend(fontsize="small")
     fig.tight_layout()
@@ -218,7 +225,7 @@ def main() -> None:
     for line in targets(runs):
         print(f"- {line}")
     if args.plot is not None:
-        plot(runs, args.plot)
+        plot(runs, args.plot, presets(args.db))
 
 
 if __name__ == "__main__":
