@@ -104,7 +104,11 @@ def test_cpu_tier_with_eviction_and_reloads(workload, reference, eviction, reque
 
 def test_lmcache_tier_with_synchronous_reloads(workload, reference):
     """Loads before the forward pass and blocking saves, in chunks, change no output."""
-    pytest.importorskip("kvframe_lmcache")
+    lmcache = pytest.importorskip("kvframe_lmcache")
+    from kvframe.host.registry import get_registry
+
+    if "lmcache" not in get_registry().names("offload"):  # a source checkout, not installed
+        get_registry().register_class(lmcache.LMCacheOffloadSpec)
     tiered = run(workload, offload="lmcache:capacity=192KiB,chunk_size=16", **TIER_SETTINGS)
     counters = tiered.counters
     assert counters["offload_loaded_blocks"] > 0, "nothing was reloaded from the tier"
