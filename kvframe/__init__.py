@@ -34,7 +34,12 @@ from kvframe.domain.version import __version__
 
 if TYPE_CHECKING:
     from kvframe.config import Bytes, ConfigError, PluginSpec
-    from kvframe.contract.offload import OffloadContext, OffloadManager, TransferHandler
+    from kvframe.contract.offload import (
+        ConnectorSemantics,
+        OffloadContext,
+        OffloadManager,
+        TransferHandler,
+    )
     from kvframe.contract.records import (
         AllBlocksCleared,
         BlockRemoved,
@@ -62,7 +67,8 @@ if TYPE_CHECKING:
 _LAZY: dict[str, str] = {
     **dict.fromkeys(("Bytes", "ConfigError", "PluginSpec"), "kvframe.config"),
     **dict.fromkeys(
-        ("OffloadContext", "OffloadManager", "TransferHandler"), "kvframe.contract.offload"
+        ("ConnectorSemantics", "OffloadContext", "OffloadManager", "TransferHandler"),
+        "kvframe.contract.offload",
     ),
     **dict.fromkeys(
         (
@@ -198,6 +204,7 @@ __all__ = [
     "BlockStored",
     "Bytes",
     "ConfigError",
+    "ConnectorSemantics",
     "CostModel",
     "EvictableBlock",
     "EvictionPolicy",

@@ -33,7 +33,12 @@ from collections.abc import Hashable, Iterable, Sequence, Set
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
-    from kvframe.contract.offload import OffloadContext, OffloadManager, TransferHandler
+    from kvframe.contract.offload import (
+        ConnectorSemantics,
+        OffloadContext,
+        OffloadManager,
+        TransferHandler,
+    )
     from kvframe.contract.records import (
         KVEvent,
         PrefixCacheEvent,
@@ -437,6 +442,17 @@ class OffloadSpec(PluginBase):
     @abc.abstractmethod
     def create_transfer_handler(self, context: OffloadContext) -> TransferHandler:
         """Build the worker-side handler that moves block bytes to and from the tier."""
+
+    def connector_semantics(self) -> ConnectorSemantics:
+        """When loads and stores happen relative to the forward pass.
+
+        The default is vLLM's native connector: asynchronous loads, stores
+        deferred to the next step, every full block stored. A tier modelled on
+        another connector (LMCache's) overrides it.
+        """
+        from kvframe.contract.offload import ConnectorSemantics
+
+        return ConnectorSemantics()
 
 
 # ==========================================================================

@@ -32,11 +32,38 @@ if TYPE_CHECKING:
     from kvframe.domain.tokens import BlockHash
 
 __all__ = [
+    "ConnectorSemantics",
     "OffloadContext",
     "OffloadManager",
     "PrepareStoreResult",
     "TransferHandler",
 ]
+
+
+@attrs.frozen(slots=True)
+class ConnectorSemantics:
+    """How the connector moves a tier's blocks relative to the forward pass.
+
+    A tier chooses these (:meth:`kvframe.OffloadSpec.connector_semantics`); the
+    host's connector and worker carry them out. The defaults are vLLM 0.19's
+    native ``OffloadingConnector``. A connector that does otherwise -- LMCache's
+    vLLM connector of vLLM 0.10 loads in ``start_load_kv`` and blocks in
+    ``wait_for_save`` -- changes which requests pay for a transfer and when, so
+    the same tier contents give different step times: a result depends on it.
+    """
+
+    async_load: bool = True
+    """Loads overlap other requests' steps; the request waits in
+    ``WAITING_FOR_REMOTE_KVS`` until its load lands. ``False``: the request is
+    scheduled at once and the step it is in waits for the load before its
+    forward pass (the load's transfer time adds to that step)."""
+    blocking_store: bool = False
+    """``False``: a step's stores start at the next step's start and overlap it.
+    ``True``: the step waits at its end until its stores have landed (their
+    transfer time adds to the step), and the blocks are ready at once."""
+    store_outputs: bool = True
+    """Store blocks of generated (decode-phase) tokens too; ``False``: only
+    blocks wholly inside the prompt are stored."""
 
 
 @attrs.frozen(slots=True)

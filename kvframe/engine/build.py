@@ -20,6 +20,7 @@ from kvframe.executors.sim import SimExecutor
 
 if TYPE_CHECKING:
     from kvframe.contract.bases import EvictionPolicy
+    from kvframe.contract.offload import ConnectorSemantics
     from kvframe.domain.costs import CostModel
     from kvframe.engine.config import EngineConfig
     from kvframe.executors.base import Executor
@@ -197,13 +198,17 @@ def build_offload(
     cost_model = preset.cost_model
     if config.offload_bandwidth is not None:
         cost_model = attrs.evolve(cost_model, transfer_bytes_per_s=float(config.offload_bandwidth))
-    connector = _offload_connector(config, manager, factor, cost_model, context, preset)
+    # A spec that is no OffloadSpec subclass (a registered hook factory) gets
+    # vLLM's native connector.
+    semantics_of = getattr(spec, "connector_semantics", None)
+    semantics = semantics_of() if callable(semantics_of) else None
+    connector = _offload_connector(config, manager, factor, cost_model, context, preset, semantics)
     handler: Any = SimTransferHandler(cost_model, context.gpu_block_bytes, preset.shape.num_layers)
     if real_bytes:
         from kvframe.executors.torch.executor import RealBytesTransferHandler
 
         handler = RealBytesTransferHandler(handler, spec.create_transfer_handler(context))
-    return connector, OffloadWorker(handler), handler
+    return connector, OffloadWorker(handler, semantics), handler
 
 
 def _offload_spec(config: EngineConfig, registry: PluginRegistry, resolved: Any) -> Any:
@@ -257,8 +262,10 @@ def _offload_connector(
     cost_model: CostModel,
     context: OffloadContext,
     preset: Preset,
+    semantics: ConnectorSemantics | None,
 ) -> OffloadingConnector:
-    """The scheduler-side connector; its tier view prices a load with the sim's transfer
+    """The scheduler-side connector, with the tier's connector semantics (``None``:
+    vLLM's native connector); its tier view prices a load with the sim's transfer
     model (what a load costs here), copies counted by the preset's block layout."""
     from kvframe.domain.transfers import num_chunks
     from kvframe.offload.offloading_connector import OffloadingConnector
@@ -279,6 +286,7 @@ def _offload_connector(
         block_size_factor=factor,
         enable_prefix_caching=config.enable_prefix_caching,
         load_time=load_time,
+        semantics=semantics,
     )
 
 

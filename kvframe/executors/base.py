@@ -130,9 +130,12 @@ class OffloadBracket:
     """The offload worker around one step; both executors call it the same way.
 
     :meth:`start` at the step's start returns the stall (seconds the step waits
-    for stores it must see finish); :meth:`end`, given the step's full
-    duration, moves the handler's clock to the step's end and returns the
-    transfers that finished, for ``ModelRunnerOutput.kv_connector_output``.
+    for stores it must see finish, and for its loads when the tier's loads are
+    synchronous); :meth:`end`, given the step's duration so far, moves the
+    handler's clock to the step's end and returns the transfers that finished,
+    for ``ModelRunnerOutput.kv_connector_output``, with the seconds the step
+    then waits for its own stores when they block (both stalls add to the
+    step's duration).
     """
 
     __slots__ = ("handler", "worker")
@@ -149,12 +152,16 @@ class OffloadBracket:
 
     def end(
         self, scheduler_output: SchedulerOutput, now: float, duration: float
-    ) -> KVConnectorOutput | None:
-        self.handler.now = now + duration
-        return self.worker.end_step(
+    ) -> tuple[KVConnectorOutput | None, float]:
+        """The finished transfers, and the seconds the step waited at its end for its
+        own stores (blocking stores only; ``0.0`` with vLLM's native connector)."""
+        handler = self.handler
+        handler.now = end = now + duration
+        output = self.worker.end_step(
             scheduler_output.kv_connector_metadata,  # type: ignore[arg-type]
             scheduler_output.finished_req_ids,
         )
+        return output, handler.now - end
 
 
 def offload_bracket(

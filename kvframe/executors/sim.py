@@ -117,7 +117,9 @@ class SimExecutor:
         model_output = ModelRunnerOutput(sampled_token_ids=tokens)
         if bracket is not None:
             duration += stall
-            model_output.kv_connector_output = bracket.end(scheduler_output, now, duration)
+            output, save_stall = bracket.end(scheduler_output, now, duration)
+            model_output.kv_connector_output = output
+            duration += save_stall
         return StepResult(
             model_output, duration, sampled, shape.prefill, shape.decode, shape.context
         )

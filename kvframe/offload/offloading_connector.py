@@ -41,6 +41,15 @@ does. The rules it mirrors, because they decide hit counts:
   at once when it is preempted (the worker flushes its stores first).
   Loads complete on ``finished_recving``. A finished request that ever had a
   store keeps its GPU blocks until ``finished_sending``.
+* **Other connectors** (:class:`~kvframe.contract.offload.ConnectorSemantics`,
+  chosen by the tier). With synchronous loads a hit is answered as not
+  asynchronous, the request runs in this step, and its load is complete when
+  the metadata is built (the worker finishes it before the forward pass); a hit
+  reaching the request's last token gives back its last offloaded block, so
+  that a token is left to compute. With blocking stores a store is complete
+  when the metadata is built (the worker finishes it within the step), so no
+  finished request waits for ``finished_sending``. Without output stores only
+  blocks wholly inside the prompt are offered.
 """
 
 from __future__ import annotations
@@ -50,6 +59,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from kvframe.contract.offload import ConnectorSemantics
 from kvframe.offload.manager import FilteredOffloadManager
 
 if TYPE_CHECKING:
@@ -126,6 +136,8 @@ class OffloadingConnector:
         from racing (vLLM's condition).
     :param load_time: seconds a load of ``n`` tokens takes (the executor's
         transfer model); without it the connector offers no :meth:`tier_view`.
+    :param semantics: when transfers happen (the tier's choice); vLLM's native
+        connector by default.
     """
 
     def __init__(
@@ -136,6 +148,7 @@ class OffloadingConnector:
         block_size_factor: int = 1,
         enable_prefix_caching: bool = True,
         load_time: Callable[[int], float] | None = None,
+        semantics: ConnectorSemantics | None = None,
     ) -> None:
         if block_size_factor < 1:
             raise ValueError(f"block_size_factor must be >= 1, not {block_size_factor}")
@@ -145,6 +158,7 @@ class OffloadingConnector:
                 f"GPU blocks of {gpu_block_size} tokens"
             )
         self.manager = manager
+        self.semantics = semantics if semantics is not None else ConnectorSemantics()
         # The tier view peeks behind the reuse filter: its lookups are sightings.
         self._peek_manager = (
             manager.backing if isinstance(manager, FilteredOffloadManager) else manager
@@ -170,6 +184,8 @@ class OffloadingConnector:
         self._reqs_being_stored: dict[str, dict[BlockHash, None]] = {}
         """Requests that ever had a store (key kept until ``finished_sending``)."""
         self._reqs_being_loaded: dict[str, dict[BlockHash, None]] = {}
+        self._sync_local_tokens: dict[str, int] = {}
+        """Synchronous loads: the GPU hit (tokens) each pending load starts after."""
 
     # -- helpers ---------------------------------------------------------------
 
@@ -242,13 +258,20 @@ class OffloadingConnector:
         if hits == 0:
             return 0, False
         num_hit_tokens = size * (start + hits) - num_computed_tokens
+        is_async = self.semantics.async_load
+        if not is_async and num_computed_tokens + num_hit_tokens >= request.num_tokens:
+            # Run now: at least one token must be left to compute.
+            num_hit_tokens -= size
         if num_hit_tokens < size:
             return 0, False
         loading = self._blocks_being_loaded
         if loading and any(h in loading for h in self._hashes(request, start, start + hits)):
             self.stats.num_delayed_for_load += 1
             return None, False
-        return num_hit_tokens, True
+        if not is_async:
+            # Allocation hashes this step's blocks at once: remember where the load starts.
+            self._sync_local_tokens[request.request_id] = num_computed_tokens
+        return num_hit_tokens, is_async
 
     def update_state_after_alloc(
         self, request: Request, blocks: Sequence[KVCacheBlock], num_external_tokens: int
@@ -259,7 +282,11 @@ class OffloadingConnector:
         self._request_block_ids[request_id] = []
         if num_external_tokens == 0:
             return
-        num_computed_gpu_blocks = sum(block.block_hash is not None for block in blocks)
+        local = self._sync_local_tokens.pop(request_id, None)
+        if local is None:
+            num_computed_gpu_blocks = sum(block.block_hash is not None for block in blocks)
+        else:
+            num_computed_gpu_blocks = local // self.gpu_block_size
         num_computed_tokens = num_computed_gpu_blocks * self.gpu_block_size
         full_block_tokens = num_computed_tokens + num_external_tokens
         size = self.offloaded_block_size
@@ -269,6 +296,9 @@ class OffloadingConnector:
                 f"{num_computed_tokens} computed does not end on an offloaded block"
             )
         pending = blocks[num_computed_gpu_blocks:]
+        if local is not None:
+            # The blocks after the loaded ones are computed in this very step.
+            pending = pending[: num_external_tokens // self.gpu_block_size]
         if len(pending) * self.gpu_block_size != num_external_tokens:
             raise RuntimeError(
                 f"request {request_id!r}: {len(pending)} GPU blocks reserved for "
@@ -307,6 +337,7 @@ class OffloadingConnector:
             if new_block_ids:
                 block_tables[request_id] += new_block_ids
         store_waits = self._store_waits
+        store_outputs = self.semantics.store_outputs
         clock: int | None = None  # the manager's store_clock; only a store changes it here
         # Every scheduled request, new ones first (vLLM's order). Most steps
         # complete no offloaded block for most requests (a decode step adds
@@ -320,6 +351,8 @@ class OffloadingConnector:
             reached = request.num_computed_tokens + num_scheduled[request_id]
             if reached < size * (start + 1):
                 continue
+            if not store_outputs:
+                reached = min(reached, request.num_prompt_tokens)
             num_blocks = min(reached, request.num_tokens) // size
             if num_blocks <= start:
                 continue
@@ -395,6 +428,17 @@ class OffloadingConnector:
             reqs_to_flush=set(scheduler_output.preempted_req_ids),
         )
         self._reqs_to_load = {}
+        semantics = self.semantics
+        if not semantics.async_load:
+            # The worker finishes these loads before the step's forward pass.
+            for request_id in sorted(meta.reqs_to_load):
+                self._complete_load(request_id)
+        if semantics.blocking_store:
+            # ... and these stores before the step ends.
+            for request_id in meta.reqs_to_store:
+                hashes = self._reqs_being_stored.pop(request_id, None)
+                if hashes:
+                    self.manager.complete_store(list(hashes))
         # The worker flushes a preempted request's stores before the step runs,
         # so they are complete now (vLLM completes them here too).
         for request_id in sorted(scheduler_output.preempted_req_ids):
@@ -411,11 +455,14 @@ class OffloadingConnector:
             if hashes:
                 self.manager.complete_store(list(hashes))
         for request_id in sorted(output.finished_recving):
-            hashes = self._reqs_being_loaded.pop(request_id, None)
-            if hashes:
-                if self._blocks_being_loaded:
-                    self._blocks_being_loaded.difference_update(hashes)
-                self.manager.complete_load(list(hashes))
+            self._complete_load(request_id)
+
+    def _complete_load(self, request_id: str) -> None:
+        hashes = self._reqs_being_loaded.pop(request_id, None)
+        if hashes:
+            if self._blocks_being_loaded:
+                self._blocks_being_loaded.difference_update(hashes)
+            self.manager.complete_load(list(hashes))
 
     def request_finished(self, request: Request, block_ids: Sequence[int]) -> bool:
         request_id = request.request_id
@@ -423,6 +470,7 @@ class OffloadingConnector:
         self._request_block_ids.pop(request_id, None)
         self._next_stored_block_idx.pop(request_id, None)
         self._store_waits.pop(request_id, None)
+        self._sync_local_tokens.pop(request_id, None)
         return request_id in self._reqs_being_stored
 
     def take_events(self) -> Iterable[KVEvent]:

@@ -42,7 +42,7 @@ from kvframe.core.scheduler_output import KVConnectorOutput
 from kvframe.domain.transfers import num_chunks
 
 if TYPE_CHECKING:
-    from kvframe.contract.offload import TransferHandler
+    from kvframe.contract.offload import ConnectorSemantics, TransferHandler
     from kvframe.domain.costs import CostModel
     from kvframe.offload.offloading_connector import OffloadConnectorMetadata
 
@@ -52,8 +52,14 @@ __all__ = ["OffloadWorker", "SimTransferHandler"]
 class OffloadWorker:
     """Runs the connector's transfer lists on a handler and reports finished requests."""
 
-    def __init__(self, handler: TransferHandler) -> None:
+    def __init__(
+        self, handler: TransferHandler, semantics: ConnectorSemantics | None = None
+    ) -> None:
         self.handler = handler
+        self.sync_loads = semantics is not None and not semantics.async_load
+        self.blocking_stores = semantics is not None and semantics.blocking_store
+        self._waited: set[int] = set()
+        """Transfers already waited for (synchronous): not reported when they finish."""
         self._jobs: dict[int, tuple[str, bool]] = {}
         """transfer id -> (request id, is a store)."""
         self._load_job: dict[str, int] = {}
@@ -88,6 +94,9 @@ class OffloadWorker:
                 pending.extend(self._store_jobs.get(request_id, ()))
             if pending:
                 self.handler.wait(pending)
+        if self.sync_loads:
+            self._run_now([spec.pairs() for spec in metadata.reqs_to_load.values()], ())
+            return
         for request_id, spec in metadata.reqs_to_load.items():
             if request_id in self._load_job:
                 raise RuntimeError(f"request {request_id!r} already has a load in flight")
@@ -99,13 +108,19 @@ class OffloadWorker:
         self, metadata: OffloadConnectorMetadata | None, finished_req_ids: Iterable[str]
     ) -> KVConnectorOutput:
         """After the forward pass: defer this step's stores, report finished transfers."""
-        if metadata is not None:
+        if metadata is not None and self.blocking_stores:
+            self._run_now((), [spec.pairs() for spec in metadata.reqs_to_store.values()])
+        elif metadata is not None:
             for request_id, spec in metadata.reqs_to_store.items():
                 self._store_jobs.setdefault(request_id, set())
                 self._unsubmitted_stores.append((request_id, spec.pairs()))
         output = KVConnectorOutput()
         sending = output.finished_sending
+        waited = self._waited
         for job in self.handler.finished_transfers():
+            if job in waited:
+                waited.discard(job)
+                continue
             request_id, is_store = self._jobs.pop(job)
             if is_store:
                 jobs = self._store_jobs[request_id]
@@ -130,6 +145,17 @@ class OffloadWorker:
                 sending.add(request_id)
                 del self._store_jobs[request_id]
         return output
+
+    def _run_now(
+        self, loads: Sequence[list[tuple[int, int]]], stores: Sequence[list[tuple[int, int]]]
+    ) -> None:
+        """Start these transfers (one per request) and wait until all have landed."""
+        start = self.handler.start_transfers
+        jobs = [start(pairs, ()) for pairs in loads if pairs]
+        jobs += [start((), pairs) for pairs in stores if pairs]
+        if jobs:
+            self._waited.update(jobs)
+            self.handler.wait(jobs)
 
 
 class SimTransferHandler:

@@ -222,6 +222,26 @@ TOOL_MIXES["bfcl"] = (
     ),
 )
 
+# The Continuum paper's own traces (arXiv 2511.02230, Table 2): per-program
+# tool time as one log-normal with the table's mean and standard deviation
+# (sigma^2 = ln(1 + cv^2), median = mean / exp(sigma^2 / 2)); the result
+# length carries the table's tokens per program (docs/continuum.md).
+TOOL_MIXES["swe-bench-paper"] = (
+    ToolSpec(
+        name="bash",  # mini-swe-agent: every action is one bash command; 925 +- 3,550 ms
+        duration=LogNormalDuration(median=0.233, sigma=1.66, max=300.0),
+        result_length=LogNormal(median=5466, sigma=0.614, max=65536),
+    ),
+)
+TOOL_MIXES["bfcl-v4-paper"] = (
+    ToolSpec(
+        name="web_search",  # BFCL v4 Web Search: 1,923 +- 2,133 ms
+        duration=LogNormalDuration(median=1.288, sigma=0.896, max=300.0),
+        # Pages x 0.4 (the paper's scaling to fit Llama-3.1's 128k context).
+        result_length=LogNormal(median=3300, sigma=1.25, max=65536),
+    ),
+)
+
 
 def _as_tools(value: str | Iterable[ToolSpec | Mapping[str, Any]]) -> tuple[ToolSpec, ...]:
     if isinstance(value, str):
@@ -340,6 +360,32 @@ PRESETS: dict[str, dict[str, Any]] = {
         "output_length": LogNormal(median=60, sigma=0.6, min=8, max=512),
         "tools": "bfcl",
         "max_context_tokens": 32768,
+    },
+    # Table 2 of the Continuum paper (arXiv 2511.02230): 100 mini-swe-agent
+    # SWE-bench programs, 10.9 +- 2.1 turns, tool time 925 +- 3,550 ms,
+    # 70,126 +- 19,732 tokens per program (read as the final context). The
+    # paper serves them with 2048-token prefill chunks (kvframe:
+    # --max-num-batched-tokens 2048); that is an engine knob, not a workload field.
+    "swe-bench-paper": {
+        "num_turns": LogNormal(median=10.7, sigma=0.191, min=2, max=40),
+        "num_system_prompts": 1,
+        "system_prompt_length": Fixed(1500),
+        "task_length": LogNormal(median=400, sigma=0.8, max=6000),
+        "output_length": LogNormal(median=200, sigma=0.6, min=16, max=2048),
+        "tools": "swe-bench-paper",
+        "max_context_tokens": 131072,
+    },
+    # Table 2: 100 BFCL v4 Web Search programs, 6.3 +- 2.3 turns, tool time
+    # 1,923 +- 2,133 ms, 93,256 +- 68,687 tokens per program, scaled by 0.4
+    # (the paper's factor to fit Llama-3.1's 128k context): 37,302 +- 27,475.
+    "bfcl-v4-paper": {
+        "num_turns": LogNormal(median=5.92, sigma=0.354, min=2, max=40),
+        "num_system_prompts": 1,
+        "system_prompt_length": Fixed(1000),
+        "task_length": LogNormal(median=100, sigma=0.6, max=2000),
+        "output_length": LogNormal(median=100, sigma=0.6, min=8, max=1024),
+        "tools": "bfcl-v4-paper",
+        "max_context_tokens": 131072,
     },
 }
 """Workloads grounded in the Continuum paper's agent benchmarks, by name.

@@ -112,6 +112,20 @@ def test_cpu_tier_with_eviction_and_reloads(workload, reference, eviction, reque
     assert_same_outputs(reference, tiered)
 
 
+def test_lmcache_tier_with_synchronous_reloads(workload, reference):
+    """Loads before the forward pass and blocking saves, in chunks, change no output."""
+    lmcache = pytest.importorskip("kvframe_lmcache")
+    from kvframe.host.registry import get_registry
+
+    if "lmcache" not in get_registry().names("offload"):  # a source checkout, not installed
+        get_registry().register_class(lmcache.LMCacheOffloadSpec)
+    tiered = run(workload, offload="lmcache:capacity=192KiB,chunk_size=16", **TIER_SETTINGS)
+    counters = tiered.counters
+    assert counters["offload_loaded_blocks"] > 0, "nothing was reloaded from the tier"
+    assert counters["offload_evicted_blocks"] > 0, "the tier never evicted"
+    assert_same_outputs(reference, tiered)
+
+
 def test_priority_scheduling():
     specs = shared_prefix_workload(priorities=True, seed=3)
     baseline = run(specs, **REFERENCE)

@@ -170,9 +170,8 @@ def test_record_to_dict_converts_bytes_mappings_and_tuples():
 
 def test_a_large_trace_is_reported_when_the_tracer_closes(tmp_path, monkeypatch) -> None:
     """A whole trace writes hundreds of MB: the tracer says so, with the way to shrink it."""
-    from structlog.testing import capture_logs
-
     import kvframe_jsonl_trace
+    from structlog.testing import capture_logs
 
     monkeypatch.setattr(kvframe_jsonl_trace, "LARGE_TRACE_BYTES", 64)
     tracer = kvframe_jsonl_trace.JsonlTracer(path=tmp_path / "t.jsonl")
@@ -187,9 +186,8 @@ def test_a_large_trace_is_reported_when_the_tracer_closes(tmp_path, monkeypatch)
 
 
 def test_a_small_trace_is_reported_as_written(tmp_path) -> None:
-    from structlog.testing import capture_logs
-
     import kvframe_jsonl_trace
+    from structlog.testing import capture_logs
 
     tracer = kvframe_jsonl_trace.JsonlTracer(path=tmp_path / "t.jsonl", kv_events=False)
     with capture_logs() as logs:
