@@ -185,13 +185,11 @@ def test_a_large_trace_is_reported_when_the_tracer_closes(tmp_path, monkeypatch)
     ]
 
 
-def test_a_small_trace_is_reported_as_written(tmp_path) -> None:
+def test_a_small_trace_is_not_reported_as_large(tmp_path) -> None:
     import kvframe_jsonl_trace
     from structlog.testing import capture_logs
 
     tracer = kvframe_jsonl_trace.JsonlTracer(path=tmp_path / "t.jsonl", kv_events=False)
     with capture_logs() as logs:
         tracer.close()
-    assert [(e["event"], e["log_level"], e["records"]) for e in logs] == [
-        ("trace_written", "info", 0)
-    ]
+    assert [e for e in logs if e["event"] == "trace_file_large"] == []
