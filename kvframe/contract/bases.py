@@ -106,7 +106,8 @@ class SchedulingPolicy(PluginBase):
     hashes) are brought up to date only when the run ends. Set ``True`` if
     those three methods never read running requests' counters, ``False`` to
     always go step by step. ``None`` (the default): allowed unless the class
-    overrides one of the three. Decisions never change either way; only speed.
+    overrides one of the three or :meth:`may_admit`. Decisions never change
+    either way; only speed.
     """
 
     def attach(self, context: SchedulerContext) -> None:
@@ -157,6 +158,33 @@ class SchedulingPolicy(PluginBase):
             if key(waiting.peek_request()) < key(skipped_waiting.peek_request()):
                 return waiting
         return skipped_waiting
+
+    def may_admit(self, request: Request) -> bool:
+        """Override to decide whether ``request``, at the head of the queue
+        :meth:`select_queue` picked, may be admitted now (vLLM RFC #51608's
+        admission decision point). Return ``True`` or ``False``, nothing else.
+
+        Asked for each waiting request the scheduler looks at that holds no KV
+        blocks yet (new, or preempted by recompute), before its prefix lookup:
+        a refusal costs no lookup and touches no tier. A request whose
+        asynchronous KV load landed is not asked: it was admitted when the load
+        began, and holds its blocks.
+
+        A refused request is set aside for this step, exactly as one whose
+        connector cannot answer yet: it leaves the queue, the scheduler goes on
+        with the requests behind it (:meth:`select_queue` is asked again), and
+        after the step the set-aside requests join ``skipped_waiting`` in the
+        order they were looked at, ahead of what it held. So the refused
+        request is asked again next step, first by the default
+        :meth:`select_queue`. Refusing a request forever starves it; the
+        conformance suite reports that.
+
+        Not overridden, every request may be admitted and the scheduler never
+        calls this (it checks once, when it is built). An override that reads
+        running requests' token counters must mind decode runs
+        (:attr:`allows_decode_runs`).
+        """
+        return True
 
     def choose_victim(self, running: Sequence[Request]) -> Request:
         """Pick the running request to preempt when an allocation fails.

@@ -594,6 +594,31 @@ class FCFSRetainsForever(FCFSPolicy):
         return math.inf if request.job_id is not None and not request.is_last_turn else None
 
 
+class FCFSAdmitFallsThrough(FCFSPolicy):
+    """``may_admit`` returns ``False`` for long prompts and falls off its end otherwise.
+
+    Breaks: ``may_admit`` returns ``True`` or ``False`` (a bare fall-through is ``None``).
+    """
+
+    name = "mutant-fcfs-admit-none"
+
+    def may_admit(self, request: Request) -> bool:
+        if request.num_prompt_tokens > 1_000:
+            return False
+
+
+class FCFSAdmitStarvesLongPrompts(FCFSPolicy):
+    """A length cap with no way out: prompts over 16 tokens are never admitted.
+
+    Breaks: no starvation (a request ``may_admit`` refuses forever never finishes).
+    """
+
+    name = "mutant-fcfs-admit-starves"
+
+    def may_admit(self, request: Request) -> bool:
+        return request.num_prompt_tokens <= 16
+
+
 class _TailFCFSQueue(FCFSQueue):
     __slots__ = ()
 
@@ -779,6 +804,13 @@ MUTANTS: tuple[tuple[type, str, str, tuple[str, ...]], ...] = (
     (FCFSPrependNeedsSequence, "scheduling", "queues_iterate", ("prepend_requests(<a queue",)),
     (FCFSRemoveConsumesIterator, "scheduling", "queues_iterate", ("remove_requests(<iterator",)),
     (FCFSRetainsForever, "scheduling", "generated", ("a retention deadline is a finite time",)),
+    (FCFSAdmitFallsThrough, "scheduling", "generated", ("may_admit(", "must return True or False")),
+    (
+        FCFSAdmitStarvesLongPrompts,
+        "scheduling",
+        "crowded",
+        ("starvation", "may_admit refused", "times"),
+    ),
     (FCFSIteratesById, "scheduling", "queues_iterate", ("iterates in the order it will admit",)),
     (PriorityIteratesHeap, "scheduling", "queues_iterate", ("iterates in the order",)),
     (PriorityPrependBreaksHeap, "scheduling", "queues_iterate", ("iterates in the order",)),
