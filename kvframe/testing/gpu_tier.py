@@ -189,12 +189,16 @@ class GPUTierRun:
         self._check()
 
     def _explain(self, err: Exception) -> ContractViolation:
-        if isinstance(err, RuntimeError) and "could not evict" in str(err):
+        text = str(err)
+        if isinstance(err, RuntimeError) and (
+            "could not evict" in text or "although it holds" in text
+        ):
             return self.fail(
                 f"the tier raised {type(err).__name__}: {err}",
                 "The refusal rule: evict(n, protected) returns n blocks whenever the policy "
                 "holds n idle, unprotected blocks, unless the class declares may_refuse = True "
-                "(which the GPU tier rejects at selection time).",
+                "(which the GPU tier rejects at selection time); what on_release told it "
+                "changes nothing about that.",
             )
         if isinstance(err, AssertionError):
             return self.fail(

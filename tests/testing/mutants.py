@@ -512,6 +512,31 @@ class LFUAgingCountsProtected(LFUAgingPolicy):
         return super().evict(n, protected)
 
 
+class LRUReleasePinsHeads(LRUPolicy):
+    """Keeps every chain's first block for good: ``on_release`` pins the keys at token 0
+    and ``evict`` never takes them (a T-LRU author protecting heads "forever").
+
+    Breaks: on the GPU tier, ``evict(n, frozenset())`` succeeds whenever the policy
+    holds ``n`` idle blocks, ``on_release`` or not.
+    """
+
+    name = "mutant-lru-release-pins-heads"
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__(capacity)
+        self.pinned: set[Hashable] = set()
+
+    def on_release(self, chain, num_tokens: int) -> None:
+        self.pinned.update(key for key, first_token in chain if first_token == 0)
+
+    def remove(self, key: Hashable) -> None:
+        super().remove(key)
+        self.pinned.discard(key)
+
+    def evict(self, n: int, protected: Set[Hashable]) -> list | None:
+        return super().evict(n, frozenset(protected) | self.pinned)
+
+
 class LRURollbackAppends(LRUPolicy):
     """Removes victims as it finds them and, on failure, puts them back — at the recent end.
 
@@ -776,6 +801,7 @@ MUTANTS: tuple[tuple[type, str, str, tuple[str, ...]], ...] = (
     (LRUHitKeepsKey, "eviction", "hit_block_is_not_held", ("right after on_hit(", "after ")),
     (LRUHitHistoryLeaks, "eviction", "kept_at_hits", ("rule: what a policy remembers at on_hit",)),
     (LRUEvictsWriting, "eviction", "every_short", ("being written", "after ")),
+    (LRUReleasePinsHeads, "eviction", "real_gpu_tier", ("The refusal rule", "on_release([")),
     (
         LRUIdleTrackingIgnoresOnIdle,
         "eviction",
