@@ -111,7 +111,8 @@ class SchedulingPolicy(PluginBase):
     hashes) are brought up to date only when the run ends. Set ``True`` if
     those three methods never read running requests' counters, ``False`` to
     always go step by step. ``None`` (the default): allowed unless the class
-    overrides one of the three. Decisions never change either way; only speed.
+    overrides one of the three or :meth:`may_admit`. Decisions never change
+    either way; only speed.
     """
 
     def attach(self, context: SchedulerContext) -> None:
@@ -162,6 +163,33 @@ class SchedulingPolicy(PluginBase):
             if key(waiting.peek_request()) < key(skipped_waiting.peek_request()):
                 return waiting
         return skipped_waiting
+
+    def may_admit(self, request: Request) -> bool:
+        """Override to decide whether ``request``, at the head of the queue
+        :meth:`select_queue` picked, may be admitted now (vLLM RFC #51608's
+        admission decision point). Return ``True`` or ``False``, nothing else.
+
+        Asked for each waiting request the scheduler looks at that holds no KV
+        blocks yet (new, or preempted by recompute), before its prefix lookup:
+        a refusal costs no lookup and touches no tier. A request whose
+        asynchronous KV load landed is not asked: it was admitted when the load
+        began, and holds its blocks.
+
+        A refused request is set aside for this step, exactly as one whose
+        connector cannot answer yet: it leaves the queue, the scheduler goes on
+        with the requests behind it (:meth:`select_queue` is asked again), and
+        after the step the set-aside requests join ``skipped_waiting`` in the
+        order they were looked at, ahead of what it held. So the refused
+        request is asked again next step, first by the default
+        :meth:`select_queue`. Refusing a request forever starves it; the
+        conformance suite reports that.
+
+        Not overridden, every request may be admitted and the scheduler never
+        calls this (it checks once, when it is built). An override that reads
+        running requests' token counters must mind decode runs
+        (:attr:`allows_decode_runs`).
+        """
+        return True
 
     def choose_victim(self, running: Sequence[Request]) -> Request:
         """Pick the running request to preempt when an allocation fails.
@@ -254,6 +282,10 @@ class EvictionPolicy(PluginBase):
     overrides it to keep what it learned. The tier's whole calling pattern is
     below, under "The GPU tier".
 
+    Optional, for position (:meth:`on_release`): the GPU tier tells a policy
+    that asks, when a request releases its blocks, the keys it just inserted
+    in the request's prefix order with their token positions.
+
     Optional, for speed (:meth:`track_idle` / :meth:`on_idle`): a tier may
     promise to report every block that becomes idle, so that ``evict`` can
     walk an index of idle blocks instead of every block it orders. The
@@ -281,7 +313,9 @@ class EvictionPolicy(PluginBase):
     * ``touch(missed)`` once per admission with the request's block hashes
       that missed, in prefix order (ghost keys tell an adaptive policy it
       evicted too early);
-    * ``evict(n, frozenset())``, which must succeed: everything held is idle.
+    * ``evict(n, frozenset())``, which must succeed: everything held is idle;
+    * :meth:`on_release` ``(chain, num_tokens)`` after the inserts of a
+      request's release, if the class overrides it.
 
     Offload tiers never call :meth:`on_hit`: a block being loaded stays held
     there, with ``ref_cnt > 0``.
@@ -362,6 +396,30 @@ class EvictionPolicy(PluginBase):
            checks it (:mod:`kvframe.testing.gpu_hits`).
         """
         self.remove(key)
+
+    # -- optional: a request's chain, on the GPU tier -------------------------
+
+    def on_release(self, chain: Sequence[tuple[Hashable, int]], num_tokens: int) -> None:
+        """A request released its blocks (finished, aborted or preempted). Called only by
+        the GPU tier, right after the ``insert`` (and ``touch``) calls of that release.
+
+        ``chain`` lists, in prefix order, ``(key, first_token)`` for each of the
+        request's blocks this release made idle -- every key was just inserted
+        -- where ``first_token`` is the position in the request of the block's
+        first token (``block index * block_size``). Blocks still used by
+        another request, and the request's last, partial block (uncached),
+        are not in it. ``num_tokens`` is the request's length then (prompt
+        and output: the conversation's history, ``L``).
+
+        Why: a policy that ranks a block by where it sits in its conversation
+        needs the chain, which keys alone do not give. Tail-Optimized LRU
+        (``tlru``) evicts first the blocks so far down a chain that losing
+        them keeps the next turn's prefill within a budget.
+
+        Default: nothing. The tier checks once, when it is built, whether the
+        class overrides it; a policy that does not costs it nothing.
+        Offload tiers never call it.
+        """
 
     # -- optional: idle tracking ----------------------------------------------
 

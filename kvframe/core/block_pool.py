@@ -362,6 +362,11 @@ class BlockPool:
     or in use).
     """
 
+    report_release: Callable[[Sequence[KVCacheBlock], int, int], None] | None = None
+    """Called by :meth:`KVCacheManager.free` after a request's blocks are freed, with
+    them in prefix order, the request's length and the block size; only a policy
+    that overrides ``on_release`` sets it (:class:`PolicyOrderedBlockPool`)."""
+
     def __new__(
         cls,
         num_gpu_blocks: int,
@@ -719,6 +724,17 @@ def gpu_eviction_problem(policy: object) -> str | None:
     )
 
 
+def _overrides_on_release(policy: EvictionPolicy) -> bool:
+    """Whether ``policy`` (or the policy a wrapper passes calls to) overrides
+    :meth:`~kvframe.contract.bases.EvictionPolicy.on_release`."""
+    from kvframe.contract.bases import EvictionPolicy
+
+    on_release = getattr(policy, "on_release", None)
+    return on_release is not None and (
+        getattr(on_release, "__func__", None) is not EvictionPolicy.on_release
+    )
+
+
 def _hit_notifier(policy: EvictionPolicy) -> Callable[[Hashable], None]:
     """``policy.on_hit``, or ``policy.remove`` when ``on_hit`` is the base class's default.
 
@@ -781,6 +797,10 @@ class PolicyOrderedBlockPool(BlockPool):
       evicted something too early (vLLM's ARC moves its target there).
     * ``evict(n, frozenset())`` when allocation needs ``n`` cached blocks. It
       must succeed: every held block is idle and nothing is protected.
+    * ``on_release(chain, num_tokens)`` after a request's blocks are freed
+      (:attr:`report_release`, called by ``KVCacheManager.free``), only if the
+      policy overrides it: the keys that release just inserted, in the
+      request's prefix order, each with its first token's position.
 
     Duplicates. Two blocks can hold the same content: a request whose whole
     prompt is cached still recomputes its last block (the hit is capped at
@@ -828,6 +848,12 @@ class PolicyOrderedBlockPool(BlockPool):
         # Ids of cached blocks a prefix hit took since they were last idle.
         self._hit_block_ids: set[int] = set()
         self._on_hit = _hit_notifier(eviction_policy)
+        self.report_release = (
+            self._report_release if _overrides_on_release(eviction_policy) else None
+        )
+        """What :meth:`KVCacheManager.free` calls after freeing a request's blocks:
+        ``None`` unless the policy overrides ``on_release`` (chosen once here, so a
+        policy that does not pays one branch per request freed, nothing per block)."""
         """What a prefix hit on an idle cached block calls: the policy's ``on_hit``, or its
         ``remove`` directly when ``on_hit`` is the base's default (which calls ``remove``),
         chosen once here so that a hit costs no branch and no extra call."""
@@ -946,6 +972,19 @@ class PolicyOrderedBlockPool(BlockPool):
                     hit.discard(block.block_id)
                     policy.touch((key,))
         self._queue_uncached(uncached)
+
+    def _report_release(
+        self, blocks: Sequence[KVCacheBlock], num_tokens: int, block_size: int
+    ) -> None:
+        """Tell the policy which of a request's blocks (``blocks``, in prefix order) the
+        release just made idle, with their first tokens' positions."""
+        chain = [
+            (self._key_of(block, block.block_hash), index * block_size)
+            for index, block in enumerate(blocks)
+            if block.ref_cnt == 0 and block.block_hash is not None and not block.is_null
+        ]
+        if chain:
+            self.eviction_policy.on_release(chain, num_tokens)
 
     def evict_blocks(self, block_ids: Iterable[int]) -> None:
         for block_id in block_ids:

@@ -529,7 +529,10 @@ class KVCacheManager:
         self.num_cached_block.pop(request.request_id, None)
         self.decode_limits.pop(request.request_id, None)
         if blocks:
-            self.block_pool.free_blocks(reversed(blocks))
+            pool = self.block_pool
+            pool.free_blocks(reversed(blocks))
+            if pool.report_release is not None:  # a policy that ranks by chain position
+                pool.report_release(blocks, request.num_tokens, self.block_size)
 
     def evict_blocks(self, block_ids: Sequence[int]) -> None:
         """Drop the given blocks from the prefix cache (e.g. a failed KV load)."""

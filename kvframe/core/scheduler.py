@@ -8,10 +8,10 @@ bottom:
    each given ``num_tokens_with_spec - num_computed_tokens`` tokens capped by
    the chunking threshold, the remaining budget and ``max_model_len``; when
    blocks run out the policy names a victim, which is preempted by recompute;
-3. :meth:`~Scheduler._schedule_waiting` — only if nothing was preempted: admit
-   waiting requests (from the queue the policy picks) up to ``max_num_seqs``
-   while budget and blocks last, with prefix-cache hits from the GPU cache and
-   then from the connector's tier;
+3. :meth:`~Scheduler.schedule_waiting` — only if nothing was preempted: admit
+   waiting requests (from the queue the policy picks, those its ``may_admit``
+   allows) up to ``max_num_seqs`` while budget and blocks last, with
+   prefix-cache hits from the GPU cache and then from the connector's tier;
 4. :meth:`~Scheduler._make_output` — new requests with full data, running and
    resumed ones with only what changed;
 5. advance ``num_computed_tokens`` by what was scheduled (vLLM does this after
@@ -28,7 +28,7 @@ checked step by step by ``tools/differential``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from operator import attrgetter
 from types import MappingProxyType
 from typing import TYPE_CHECKING
@@ -158,6 +158,9 @@ class Scheduler:
         make_view = getattr(connector, "tier_view", None)
         self.tier_view: TierView | None = make_view() if make_view is not None else None
         self._decode_runs_allowed = _allows_decode_runs(policy)
+        # The admission decision point: None unless the policy overrides it, so
+        # a policy that does not pays one branch per waiting request looked at.
+        self._may_admit = _may_admit(policy)
         policy.attach(_SchedulerView(self))
 
     # ------------------------------------------------------------------
@@ -458,6 +461,12 @@ class Scheduler:
         head), so each phase of an admission is a method of its own: the prefix
         lookup, the first chunk's size, the slots, what a failed allocation may
         free, and the admission itself.
+
+        A request the policy's ``may_admit`` refuses (asked only when the policy
+        overrides it, and only for a request holding no blocks yet) is set aside
+        for this step like one whose connector lookup is not ready: the
+        requests behind it may go, and it joins ``skipped_waiting`` after the
+        loop, to be asked again next step.
         """
         # Requests skipped in this pass go to a queue of their own so the loop
         # never peeks the same blocked request twice; they rejoin skipped-waiting
@@ -474,7 +483,15 @@ class Scheduler:
             queue = self._select_queue()
             request = queue.peek_request()
 
-            if request.status == _WAITING_FOR_REMOTE_KVS and not self._promote_loaded(request):
+            if (
+                request.status == _WAITING_FOR_REMOTE_KVS and not self._promote_loaded(request)
+            ) or (
+                self._may_admit is not None
+                and request.num_computed_tokens == 0
+                and not self._admission_allowed(request)
+            ):
+                # Its load is still in flight, or the policy refused it (asked again
+                # next step): set aside for this step.
                 queue.pop_request()
                 step_skipped = self._set_aside(request, step_skipped)
                 continue
@@ -510,6 +527,16 @@ class Scheduler:
 
         if step_skipped is not None and step_skipped:
             self.skipped_waiting.prepend_requests(step_skipped)
+
+    def _admission_allowed(self, request: Request) -> bool:
+        """The policy's :meth:`~kvframe.SchedulingPolicy.may_admit`, held to ``True``/``False``."""
+        answer = self._may_admit(request)  # type: ignore[misc]
+        if answer is True or answer is False:
+            return answer
+        raise PolicyContractError(
+            f"scheduling policy {self.policy.name!r}: may_admit({request.request_id!r}) "
+            f"returned {answer!r}; it must return True or False"
+        )
 
     def _set_aside(self, request: Request, skipped: RequestQueue | None) -> RequestQueue:
         """Put ``request`` in this pass's queue of skipped requests (made on first use)."""
@@ -1118,8 +1145,18 @@ def _allows_decode_runs(policy: SchedulingPolicy) -> bool:
 
     return all(
         getattr(type(policy), name, None) is getattr(SchedulingPolicy, name)
-        for name in ("on_step_start", "on_arrival", "select_queue")
+        for name in ("on_step_start", "on_arrival", "select_queue", "may_admit")
     )
+
+
+def _may_admit(policy: SchedulingPolicy) -> Callable[[Request], bool] | None:
+    """The policy's bound :meth:`~kvframe.SchedulingPolicy.may_admit`, or ``None`` when
+    its class keeps the default (admit everything), so the scheduler skips the call."""
+    from kvframe.contract.bases import SchedulingPolicy
+
+    if getattr(type(policy), "may_admit", None) is SchedulingPolicy.may_admit:
+        return None
+    return policy.may_admit
 
 
 class _SchedulerView:

@@ -43,7 +43,8 @@ class _Recorder:
     """Passes the tier's calls to the policy and keeps the last few, for messages.
 
     Every method of the policy is reached through ``__getattr__`` except the
-    five operations and ``on_hit``, which are recorded.
+    five operations, ``on_hit`` and ``on_release``, which are recorded (so the
+    tier calls ``on_release`` for every policy here; the default does nothing).
     """
 
     def __init__(self, policy: Any, calls: list[str]) -> None:
@@ -67,6 +68,11 @@ class _Recorder:
     def on_hit(self, key: Hashable) -> None:
         self._calls.append(f"on_hit({_short(key)})")
         self._policy.on_hit(key)
+
+    def on_release(self, chain: Sequence[tuple[Hashable, int]], num_tokens: int) -> None:
+        shown = ", ".join(f"{_short(k)}@{t}" for k, t in chain)
+        self._calls.append(f"on_release([{shown}], {num_tokens})")
+        self._policy.on_release(chain, num_tokens)
 
     def touch(self, keys: Iterable[Hashable]) -> None:
         keys = list(keys)
@@ -183,12 +189,16 @@ class GPUTierRun:
         self._check()
 
     def _explain(self, err: Exception) -> ContractViolation:
-        if isinstance(err, RuntimeError) and "could not evict" in str(err):
+        text = str(err)
+        if isinstance(err, RuntimeError) and (
+            "could not evict" in text or "although it holds" in text
+        ):
             return self.fail(
                 f"the tier raised {type(err).__name__}: {err}",
                 "The refusal rule: evict(n, protected) returns n blocks whenever the policy "
                 "holds n idle, unprotected blocks, unless the class declares may_refuse = True "
-                "(which the GPU tier rejects at selection time).",
+                "(which the GPU tier rejects at selection time); what on_release told it "
+                "changes nothing about that.",
             )
         if isinstance(err, AssertionError):
             return self.fail(

@@ -8,15 +8,17 @@ finished, small KV pools that force preemption — and drives it step by step as
 an executor would. Every step it checks that
 
 * the token budget and ``max_num_seqs`` hold;
-* every victim the policy names is one of the running requests, and
-  ``select_queue`` returns one of the two queues, non-empty;
+* every victim the policy names is one of the running requests,
+  ``select_queue`` returns one of the two queues, non-empty, and ``may_admit``
+  answers ``True`` or ``False`` without raising;
 * every unfinished request is in exactly one of running / waiting /
   skipped-waiting (the policy's queues lose nothing);
 * block accounting is consistent: each block's ``ref_cnt`` is the number of
   block tables holding it, and free + held = every usable block;
 
 and at the end that every request finished within a bound on the number of
-steps (no starvation), that retention was released once the clock moved past
+steps (no starvation: a request ``may_admit`` refuses forever is reported, with
+how often it was refused), that retention was released once the clock moved past
 every reasonable deadline, and that every block came back. Separately, it runs
 the engine with and without runs of decode steps and requires the same results
 (:attr:`kvframe.SchedulingPolicy.allows_decode_runs` is honest).
@@ -285,6 +287,8 @@ class _CheckedPolicy(SchedulingPolicy):
         self.inner = inner
         self.name = getattr(inner, "name", "") or type(inner).__name__  # type: ignore[misc]
         self.num_victims = 0
+        self.refusals: Counter[str] = Counter()
+        """How often ``may_admit`` refused each request (for the starvation message)."""
 
     def attach(self, context: SchedulerContext) -> None:
         self.inner.attach(context)
@@ -327,6 +331,23 @@ class _CheckedPolicy(SchedulingPolicy):
                 f"{len(skipped_waiting if queue is waiting else waiting)} request(s))"
             )
         return queue
+
+    def may_admit(self, request: Request) -> bool:
+        try:
+            answer = self.inner.may_admit(request)
+        except Exception as err:
+            raise ContractViolation(
+                f"may_admit({request.request_id!r}) raised {type(err).__name__}: {err}; it "
+                "must answer True or False for any waiting request"
+            ) from err
+        if answer is not True and answer is not False:
+            raise ContractViolation(
+                f"may_admit({request.request_id!r}) returned {answer!r}; it must return True "
+                "or False (a bare return, or none, gives None)"
+            )
+        if not answer:
+            self.refusals[request.request_id] += 1
+        return answer
 
     def choose_victim(self, running: Sequence[Request]) -> Request:
         victim = self.inner.choose_victim(running)
@@ -733,7 +754,19 @@ class _Driver:
             if retained
             else ""
         )
-        return "not every request finished (starvation): " + "; ".join(waiting) + f". {why}{held}"
+        refused = self.policy.refusals
+        refusals = (
+            "; may_admit refused "
+            + ", ".join(f"{rid} {refused[rid]} times" for rid in scheduler.requests if refused[rid])
+            + " (a request refused forever starves: admit it eventually)"
+            if any(refused[rid] for rid in scheduler.requests)
+            else ""
+        )
+        return (
+            "not every request finished (starvation): "
+            + "; ".join(waiting)
+            + f". {why}{held}{refusals}"
+        )
 
     def _finish(self) -> None:
         """Let the clock run out every retention; then everything must be back."""

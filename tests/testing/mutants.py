@@ -512,6 +512,31 @@ class LFUAgingCountsProtected(LFUAgingPolicy):
         return super().evict(n, protected)
 
 
+class LRUReleasePinsHeads(LRUPolicy):
+    """Keeps every chain's first block for good: ``on_release`` pins the keys at token 0
+    and ``evict`` never takes them (a T-LRU author protecting heads "forever").
+
+    Breaks: on the GPU tier, ``evict(n, frozenset())`` succeeds whenever the policy
+    holds ``n`` idle blocks, ``on_release`` or not.
+    """
+
+    name = "mutant-lru-release-pins-heads"
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__(capacity)
+        self.pinned: set[Hashable] = set()
+
+    def on_release(self, chain, num_tokens: int) -> None:
+        self.pinned.update(key for key, first_token in chain if first_token == 0)
+
+    def remove(self, key: Hashable) -> None:
+        super().remove(key)
+        self.pinned.discard(key)
+
+    def evict(self, n: int, protected: Set[Hashable]) -> list | None:
+        return super().evict(n, frozenset(protected) | self.pinned)
+
+
 class LRURollbackAppends(LRUPolicy):
     """Removes victims as it finds them and, on failure, puts them back — at the recent end.
 
@@ -592,6 +617,31 @@ class FCFSRetainsForever(FCFSPolicy):
 
     def on_finish(self, request: Request) -> float | None:
         return math.inf if request.job_id is not None and not request.is_last_turn else None
+
+
+class FCFSAdmitFallsThrough(FCFSPolicy):
+    """``may_admit`` returns ``False`` for long prompts and falls off its end otherwise.
+
+    Breaks: ``may_admit`` returns ``True`` or ``False`` (a bare fall-through is ``None``).
+    """
+
+    name = "mutant-fcfs-admit-none"
+
+    def may_admit(self, request: Request) -> bool:
+        if request.num_prompt_tokens > 1_000:
+            return False
+
+
+class FCFSAdmitStarvesLongPrompts(FCFSPolicy):
+    """A length cap with no way out: prompts over 16 tokens are never admitted.
+
+    Breaks: no starvation (a request ``may_admit`` refuses forever never finishes).
+    """
+
+    name = "mutant-fcfs-admit-starves"
+
+    def may_admit(self, request: Request) -> bool:
+        return request.num_prompt_tokens <= 16
 
 
 class _TailFCFSQueue(FCFSQueue):
@@ -751,6 +801,7 @@ MUTANTS: tuple[tuple[type, str, str, tuple[str, ...]], ...] = (
     (LRUHitKeepsKey, "eviction", "hit_block_is_not_held", ("right after on_hit(", "after ")),
     (LRUHitHistoryLeaks, "eviction", "kept_at_hits", ("rule: what a policy remembers at on_hit",)),
     (LRUEvictsWriting, "eviction", "every_short", ("being written", "after ")),
+    (LRUReleasePinsHeads, "eviction", "real_gpu_tier", ("The refusal rule", "on_release([")),
     (
         LRUIdleTrackingIgnoresOnIdle,
         "eviction",
@@ -779,6 +830,13 @@ MUTANTS: tuple[tuple[type, str, str, tuple[str, ...]], ...] = (
     (FCFSPrependNeedsSequence, "scheduling", "queues_iterate", ("prepend_requests(<a queue",)),
     (FCFSRemoveConsumesIterator, "scheduling", "queues_iterate", ("remove_requests(<iterator",)),
     (FCFSRetainsForever, "scheduling", "generated", ("a retention deadline is a finite time",)),
+    (FCFSAdmitFallsThrough, "scheduling", "generated", ("may_admit(", "must return True or False")),
+    (
+        FCFSAdmitStarvesLongPrompts,
+        "scheduling",
+        "crowded",
+        ("starvation", "may_admit refused", "times"),
+    ),
     (FCFSIteratesById, "scheduling", "queues_iterate", ("iterates in the order it will admit",)),
     (PriorityIteratesHeap, "scheduling", "queues_iterate", ("iterates in the order",)),
     (PriorityPrependBreaksHeap, "scheduling", "queues_iterate", ("iterates in the order",)),
