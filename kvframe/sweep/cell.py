@@ -101,7 +101,6 @@ def load_cell_workload(settings: Mapping[str, Any], workload: Any = None) -> Any
         worker shares one between cells); read here when ``None``. It is not
         modified: a scaled copy is returned.
     """
-    from kvframe.workloads import Workload
 
     if workload is None:
         workload = read_workload(settings)
@@ -111,15 +110,7 @@ def load_cell_workload(settings: Mapping[str, Any], workload: Any = None) -> Any
     if scale is None or scale == 1:
         return workload
     specs = [attrs.evolve(s, arrival_time=s.arrival_time / scale) for s in workload]
-    return Workload(
-        specs,
-        name=workload.name,
-        source=workload.source,
-        format=workload.format,
-        num_skipped_lines=workload.num_skipped_lines,
-        errors=workload.errors,
-        metadata=workload.metadata,
-    )
+    return attrs.evolve(workload, requests=specs)
 
 
 def run_cell(key: str, settings: Mapping[str, Any], workload: Any = None) -> CellOutcome:

@@ -101,7 +101,6 @@ def generate_workload(settings: Mapping[str, Any]) -> Any:
 
 def apply_jitter(workload: Any, jitter: float, seed: int) -> Any:
     """A copy of ``workload`` with each arrival moved by ``U(-jitter, +jitter)`` seconds."""
-    from kvframe.workloads import Workload
 
     rng = random.Random(f"kvframe.jitter:{seed}")
     moved = [
@@ -109,12 +108,4 @@ def apply_jitter(workload: Any, jitter: float, seed: int) -> Any:
         for s in workload
     ]
     moved.sort(key=lambda s: s.arrival_time)
-    return Workload(
-        moved,
-        name=workload.name,
-        source=workload.source,
-        format=workload.format,
-        num_skipped_lines=workload.num_skipped_lines,
-        errors=workload.errors,
-        metadata=workload.metadata,
-    )
+    return attrs.evolve(workload, requests=moved)
