@@ -1154,9 +1154,10 @@ def _may_admit(policy: SchedulingPolicy) -> Callable[[Request], bool] | None:
     its class keeps the default (admit everything), so the scheduler skips the call."""
     from kvframe.contract.bases import SchedulingPolicy
 
-    if getattr(type(policy), "may_admit", None) is SchedulingPolicy.may_admit:
-        return None
-    return policy.may_admit
+    own = getattr(type(policy), "may_admit", None)
+    if own is None or own is SchedulingPolicy.may_admit:
+        return None  # the default, or a duck-typed policy that offers none
+    return policy.may_admit  # type: ignore[no-any-return]
 
 
 class _SchedulerView:
