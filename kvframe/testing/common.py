@@ -254,6 +254,30 @@ _NOT_OWNED = (
 )
 
 
+CHURN_SHORT = 40
+CHURN_LONG = 400
+"""Keys per block of capacity after which a churn check samples a policy's footprint."""
+
+
+def footprints_over_churn(
+    policy: object, capacity: int, step: Callable[[int], None]
+) -> tuple[tuple[int, int], tuple[int, int]]:
+    """Make ``step(i)`` for ``CHURN_LONG * capacity`` keys; the policy's :func:`footprint`
+    after ``CHURN_SHORT`` and ``CHURN_LONG`` times its capacity of keys went through it."""
+    short, long = CHURN_SHORT * capacity, CHURN_LONG * capacity
+    samples: dict[int, tuple[int, int]] = {}
+    for i in range(long):
+        step(i)
+        if i + 1 in (short, long):
+            samples[i + 1] = footprint(policy)
+    return samples[short], samples[long]
+
+
+def grows_with_keys(short: tuple[int, int], long: tuple[int, int], capacity: int) -> bool:
+    """Whether the footprint grew past a multiple of the capacity between the samples."""
+    return long[0] > short[0] + 4 * capacity + 64
+
+
 def footprint(root: object) -> tuple[int, int]:
     """``(objects, bytes)`` reachable from ``root``, classes, modules and functions excluded.
 

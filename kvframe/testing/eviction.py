@@ -48,11 +48,14 @@ from typing import Any, ClassVar
 import pytest
 
 from kvframe.testing.common import (
+    CHURN_LONG,
+    CHURN_SHORT,
     ContractViolation,
     PluginSuite,
     PluginTarget,
     fmt,
-    footprint,
+    footprints_over_churn,
+    grows_with_keys,
     suite_settings,
 )
 from kvframe.testing.eviction_run import (
@@ -461,19 +464,16 @@ class EvictionPolicySuite(GPUHitChecks, PluginSuite):
         policy = kvframe_target.create(capacity)
         model: dict[bytes, SimpleBlock] = {}
         evicted: list[bytes] = []
-        samples: dict[int, tuple[int, int]] = {}
-        short, long = 40 * capacity, 400 * capacity
-        for i in range(long):
+
+        def step(i: int) -> None:
             key = b"key-%d" % i
             if len(model) >= capacity:
                 victims = policy.evict(len(model) - capacity + 1, {key})
                 if victims is None:
-                    if i + 1 in (short, long):  # a policy that refuses still gets measured
-                        samples[i + 1] = footprint(policy)
-                    continue
+                    return  # a policy that refuses still gets measured
                 for victim, _ in victims:
-                    model.pop(victim, None)  # type: ignore[arg-type]
-                    evicted.append(victim)  # type: ignore[arg-type]
+                    model.pop(victim, None)
+                    evicted.append(victim)
             block = SimpleBlock(key)
             policy.insert(key, block)
             model[key] = block
@@ -484,16 +484,15 @@ class EvictionPolicySuite(GPUHitChecks, PluginSuite):
                 policy.touch([*recent, *ghosts, b"unknown-%d" % i])
             if len(evicted) > 4 * capacity:
                 del evicted[: 2 * capacity]
-            if i + 1 in (short, long):
-                samples[i + 1] = footprint(policy)
-        (objects_short, bytes_short), (objects_long, bytes_long) = samples[short], samples[long]
-        allowed = objects_short + 4 * capacity + 64
-        if objects_long > allowed:
+
+        early, late = footprints_over_churn(policy, capacity, step)
+        if grows_with_keys(early, late, capacity):
             raise ContractViolation(
-                f"{kvframe_target.label} with capacity {capacity} held {objects_short} objects "
-                f"({bytes_short} bytes) after {short} keys passed through it and {objects_long} "
-                f"({bytes_long} bytes) after {long}: its memory grows with the number of keys "
-                "ever seen (ghost lists or counters that are never trimmed?)"
+                f"{kvframe_target.label} with capacity {capacity} held {early[0]} objects "
+                f"({early[1]} bytes) after {CHURN_SHORT * capacity} keys passed through it and "
+                f"{late[0]} ({late[1]} bytes) after {CHURN_LONG * capacity}: its memory grows "
+                "with the number of keys ever seen (ghost lists or counters that are never "
+                "trimmed?)"
             )
 
     def test_memory_stays_bounded_under_insert_remove_churn(
@@ -504,9 +503,8 @@ class EvictionPolicySuite(GPUHitChecks, PluginSuite):
         capacity = 16
         policy = kvframe_target.create(capacity)
         held: list[bytes] = []
-        samples: dict[int, tuple[int, int]] = {}
-        short, long = 40 * capacity, 400 * capacity
-        for i in range(long):
+
+        def step(i: int) -> None:
             key = b"key-%d" % i
             if len(held) >= capacity:
                 victim = held.pop(i % len(held))
@@ -517,18 +515,17 @@ class EvictionPolicySuite(GPUHitChecks, PluginSuite):
                 policy.touch(iter([key, held[0], b"gone-%d" % (i - capacity)]))
             if i % 7 == 0:
                 policy.evict(0, set())
-            if i + 1 in (short, long):
-                samples[i + 1] = footprint(policy)
-        (objects_short, bytes_short), (objects_long, bytes_long) = samples[short], samples[long]
-        if objects_long > objects_short + 4 * capacity + 64:
+
+        early, late = footprints_over_churn(policy, capacity, step)
+        if grows_with_keys(early, late, capacity):
             raise ContractViolation(
                 f"rule: memory stays bounded by a multiple of the capacity, also when blocks "
                 f"leave by remove\n{kvframe_target.label} with capacity {capacity}, driven by "
                 f"insert(new key), remove(a held key) and touch([new key, oldest key, a removed "
-                f"key]) in turn (never more than {capacity} held), held {objects_short} objects "
-                f"({bytes_short} bytes) after {short} keys passed through it and {objects_long} "
-                f"({bytes_long} bytes) after {long}: something kept per removed key is never "
-                "trimmed"
+                f"key]) in turn (never more than {capacity} held), held {early[0]} objects "
+                f"({early[1]} bytes) after {CHURN_SHORT * capacity} keys passed through it and "
+                f"{late[0]} ({late[1]} bytes) after {CHURN_LONG * capacity}: something kept per "
+                "removed key is never trimmed"
             )
 
     # -- capability: the GPU prefix cache -------------------------------------

@@ -27,12 +27,15 @@ from typing import Any, ClassVar
 import pytest
 
 from kvframe.testing.common import (
+    CHURN_LONG,
+    CHURN_SHORT,
     ContractViolation,
     OpLog,
     PluginTarget,
     call_plugin,
     fmt,
-    footprint,
+    footprints_over_churn,
+    grows_with_keys,
     suite_settings,
 )
 
@@ -212,9 +215,8 @@ class GPUHitChecks:
         capacity = 16
         policy = kvframe_target.create(capacity)
         held: list[bytes] = []
-        samples: dict[int, tuple[int, int]] = {}
-        short, long = 40 * capacity, 400 * capacity
-        for i in range(long):
+
+        def step(i: int) -> None:
             key = b"key-%d" % i
             if len(held) >= capacity:
                 victim = held.pop(i % len(held))
@@ -230,16 +232,16 @@ class GPUHitChecks:
                 policy.insert(back, _Block(back))
                 policy.touch([back])
                 held.append(back)
-            if i + 1 in (short, long):
-                samples[i + 1] = footprint(policy)
-        (objects_short, bytes_short), (objects_long, bytes_long) = samples[short], samples[long]
-        if objects_long > objects_short + 4 * capacity + 64:
+
+        early, late = footprints_over_churn(policy, capacity, step)
+        if grows_with_keys(early, late, capacity):
             raise ContractViolation(
                 "rule: what a policy remembers at on_hit stays bounded by a multiple of the "
                 f"capacity, also for keys that never come back\n{kvframe_target.label} with "
                 f"capacity {capacity}, driven by insert(new key), on_hit(a held key, never "
                 f"inserted again), and on_hit + insert of the oldest key (never more than "
-                f"{capacity} held), held {objects_short} objects ({bytes_short} bytes) after "
-                f"{short} keys passed through it and {objects_long} ({bytes_long} bytes) after "
-                f"{long}: something kept per key at on_hit is never trimmed"
+                f"{capacity} held), held {early[0]} objects ({early[1]} bytes) after "
+                f"{CHURN_SHORT * capacity} keys passed through it and {late[0]} ({late[1]} "
+                f"bytes) after {CHURN_LONG * capacity}: something kept per key at on_hit is "
+                "never trimmed"
             )
