@@ -20,6 +20,7 @@ sys.path.insert(0, str(HARNESS))
 
 
 def build(**changes: Any) -> Any:
+    after = changes.pop("after", None)
     import torch
     from kvframe_vllm.scheduler import KvframeScheduler
     from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
@@ -32,6 +33,7 @@ def build(**changes: Any) -> Any:
         max_model_len=1024,
         is_encoder_decoder=False,
         async_scheduling=changes.pop("async_scheduling", False),
+        policy=changes.pop("policy", "fcfs"),
     )
     vllm_config = VllmConfig(
         scheduler_config=scheduler_config,
@@ -53,7 +55,31 @@ def build(**changes: Any) -> Any:
             )
         ],
     )
+    if after is not None:
+        after(vllm_config)  # what a flag vLLM cannot validate on this CPU box would set
     return KvframeScheduler(vllm_config, kv_cache_config, None, block_size=16)
+
+
+def refused(scheduler: Any, req: Any) -> str | None:
+    """Add ``req``; the reason it was finished with an error, or ``None`` if it was queued."""
+    scheduler.add_request(req)
+    outputs = scheduler.refused.take_outputs()
+    if not outputs:
+        return None
+    (out,) = outputs[0]
+    assert out.request_id == req.request_id and int(out.finish_reason) == 3  # ERROR
+    return out.stop_reason
+
+
+def setattr_on(path: str, value: Any) -> Any:
+    def change(vllm_config: Any) -> None:
+        owner, _, name = path.rpartition(".")
+        obj = vllm_config
+        for part in owner.split("."):
+            obj = getattr(obj, part)
+        object.__setattr__(obj, name, value)
+
+    return change
 
 
 def request(request_id: str, **params: Any) -> Any:
@@ -78,7 +104,7 @@ def outcome(fn: Any) -> dict[str, str] | None:
 
 
 def main() -> None:
-    from vllm.config import LoRAConfig
+    from vllm.config import KVEventsConfig, LoRAConfig
 
     results = {
         "lora": outcome(lambda: build(lora_config=LoRAConfig())),
@@ -88,14 +114,25 @@ def main() -> None:
             lambda: build(additional_config={"kvframe_scheduler": "continuum:ttl=sometimes"})
         ),
         "fine": outcome(lambda: build(additional_config={"kvframe_scheduler": "priority"})),
+        "dcp": outcome(
+            lambda: build(after=setattr_on("parallel_config.decode_context_parallel_size", 2))
+        ),
+        "pcp": outcome(
+            lambda: build(after=setattr_on("parallel_config.prefill_context_parallel_size", 2))
+        ),
+        "kv_events": outcome(
+            lambda: build(kv_events_config=KVEventsConfig(enable_kv_cache_events=True))
+        ),
     }
+    results["policy_from_vllm"] = build(policy="priority").policy.name
+    results["policy_explicit"] = build(
+        policy="priority", additional_config={"kvframe_scheduler": "fcfs"}
+    ).policy.name
     scheduler = build()
-    results["min_tokens"] = outcome(lambda: scheduler.add_request(request("a", min_tokens=2)))
-    results["unknown_xarg"] = outcome(
-        lambda: scheduler.add_request(request("b", extra_args={"kvframe_jobid": "j1"}))
-    )
-    results["bad_last_turn"] = outcome(
-        lambda: scheduler.add_request(request("c", extra_args={"kvframe_last_turn": "maybe"}))
+    results["min_tokens"] = refused(scheduler, request("a", min_tokens=2))
+    results["unknown_xarg"] = refused(scheduler, request("b", extra_args={"kvframe_jobid": "j1"}))
+    results["bad_last_turn"] = refused(
+        scheduler, request("c", extra_args={"kvframe_last_turn": "maybe"})
     )
     results["agent_turn"] = outcome(
         lambda: scheduler.add_request(

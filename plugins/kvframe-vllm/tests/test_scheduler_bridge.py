@@ -121,7 +121,18 @@ def test_engine_features_kvframe_does_not_model_are_refused_at_start_up(
     assert refusals["lora"]["type"] == "UnsupportedByKvframe"
     assert "LoRA" in refusals["lora"]["message"]
     assert "asynchronous scheduling" in refusals["async"]["message"]
+    assert "--no-async-scheduling" in refusals["async"]["message"]
+    assert "--decode-context-parallel-size 1" in refusals["dcp"]["message"]
+    assert "--prefill-context-parallel-size 1" in refusals["pcp"]["message"]
+    assert "--kv-events-config" in refusals["kv_events"]["message"]
     assert refusals["fine"] is None
+
+
+def test_vllms_scheduling_policy_picks_the_kvframe_policy_unless_named(
+    refusals: dict[str, Any],
+) -> None:
+    assert refusals["policy_from_vllm"] == "priority"
+    assert refusals["policy_explicit"] == "fcfs"
 
 
 def test_a_bad_policy_string_stops_vllm_with_kvframes_message(refusals: dict[str, Any]) -> None:
@@ -132,10 +143,13 @@ def test_a_bad_policy_string_stops_vllm_with_kvframes_message(refusals: dict[str
     assert "option ttl: 'dynamic' | 'fixed'" in refusals["bad_option"]["message"]
 
 
-def test_per_request_features_and_bad_agent_fields_are_refused(refusals: dict[str, Any]) -> None:
-    assert "min_tokens" in refusals["min_tokens"]["message"]
-    assert "kvframe_jobid" in refusals["unknown_xarg"]["message"]
-    assert "true/false/1/0" in refusals["bad_last_turn"]["message"]
+def test_per_request_features_and_bad_agent_fields_finish_the_request_with_an_error(
+    refusals: dict[str, Any],
+) -> None:
+    """Finished with FINISHED_ERROR and the reason, never raised out of add_request."""
+    assert "min_tokens" in refusals["min_tokens"]
+    assert "kvframe_jobid" in refusals["unknown_xarg"]
+    assert "true/false/1/0" in refusals["bad_last_turn"]
 
 
 def test_a_clients_agent_fields_reach_the_policy(refusals: dict[str, Any]) -> None:
