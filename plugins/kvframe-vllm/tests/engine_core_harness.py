@@ -2,7 +2,7 @@
 
 Run under the vLLM interpreter (``test_engine_core.py`` does)::
 
-    python engine_core_harness.py vllm|bridge OUT.json [--async-scheduling]
+    python engine_core_harness.py vllm|bridge OUT.json [--v2] [--async-scheduling]
 
 and it writes one JSON object to ``OUT.json``: for every scenario, the record of every engine
 call -- each step's ``SchedulerOutput`` as the executor received it (scheduled
@@ -65,25 +65,28 @@ def make_executor_class() -> type:
     from vllm.v1.kv_cache_interface import FullAttentionSpec
     from vllm.v1.outputs import ModelRunnerOutput
 
-    spec = FullAttentionSpec(
-        block_size=BLOCK_SIZE, num_kv_heads=1, head_size=1, dtype=torch.float32
-    )
-
     class FakeExecutor(Executor):
         """No model: a token per request whose scheduled tokens reach its end."""
 
         def _init_executor(self) -> None:
+            self.spec = FullAttentionSpec(
+                block_size=self.cache_config.block_size,
+                num_kv_heads=1,
+                head_size=1,
+                dtype=torch.float32,
+            )
             self.known: dict[str, int] = {}  # tokens the "model runner" knows of
             self.outputs: dict[str, int] = {}  # tokens sampled so far
             self.seen: list[Any] = []
 
         def get_kv_cache_specs(self) -> list[dict[str, Any]]:
-            return [{"layer": spec}]
+            return [{"layer": self.spec}]
 
         def determine_available_memory(self) -> list[int]:
-            # Enough for one max_model_len request (vLLM checks); the pool itself
-            # is cut to NUM_BLOCKS by num_gpu_blocks_override.
-            return [spec.page_size_bytes * (1024 // BLOCK_SIZE + 1)]
+            # Enough for one max_model_len request (vLLM checks); the harness cuts
+            # the pool to NUM_BLOCKS with num_gpu_blocks_override.
+            blocks = self.model_config.max_model_len // self.spec.block_size + 1
+            return [self.spec.page_size_bytes * blocks]
 
         def initialize_from_config(self, kv_cache_configs: list[Any]) -> None:
             return None
@@ -291,7 +294,12 @@ def _scheduler_output(out: Any) -> dict[str, Any]:
     return {
         "num_scheduled": dict(sorted(out.num_scheduled_tokens.items())),
         "new": [
-            [d.req_id, [list(g) for g in d.block_ids], d.num_computed_tokens]
+            [
+                d.req_id,
+                [list(g) for g in d.block_ids],
+                d.num_computed_tokens,
+                None if d.prefill_token_ids is None else list(d.prefill_token_ids),
+            ]
             for d in out.scheduled_new_reqs
         ],
         "cached": [
@@ -481,6 +489,10 @@ SCENARIOS: dict[str, tuple[Any, str]] = {
 
 def main(argv: list[str]) -> None:
     scheduler = argv[0]
+    if "--v2" in argv:
+        # Model Runner V2 (resumed requests sent as new ones with their tokens);
+        # read by vLLM's scheduler and the bridge when they are built.
+        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1"
     async_scheduling = "--async-scheduling" in argv
     results: dict[str, Any] = {}
     for name, (scenario, policy) in SCENARIOS.items():

@@ -39,10 +39,10 @@ ERROR = 3
 """vLLM's ``FinishReason.ERROR``."""
 
 
-def _run(python: Path, scheduler: str, out: Path) -> dict[str, Any]:
+def _run(python: Path, scheduler: str, out: Path, *flags: str) -> dict[str, Any]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(compare.tree_paths()))
     proc = subprocess.run(
-        [str(python), str(HERE / "engine_core_harness.py"), scheduler, str(out)],
+        [str(python), str(HERE / "engine_core_harness.py"), scheduler, str(out), *flags],
         capture_output=True,
         text=True,
         env=env,
@@ -52,8 +52,7 @@ def _run(python: Path, scheduler: str, out: Path) -> dict[str, Any]:
     return json.loads(out.read_text())
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], dict[str, Any]]:
+def _python() -> Path:
     python = compare.find_vllm_python()
     if python is None:
         pytest.skip("no vLLM reference interpreter (see docs/vllm.md)")
@@ -64,8 +63,25 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], dict
     )
     if probe.returncode != 0:
         pytest.skip("the vLLM interpreter cannot import vLLM's engine core and kvframe_vllm")
+    return python
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], dict[str, Any]]:
+    python = _python()
     out = tmp_path_factory.mktemp("engine-core")
     return _run(python, "vllm", out / "vllm.json"), _run(python, "bridge", out / "bridge.json")
+
+
+@pytest.fixture(scope="module")
+def runs_v2(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The same with Model Runner V2 (``VLLM_USE_V2_MODEL_RUNNER=1``)."""
+    python = _python()
+    out = tmp_path_factory.mktemp("engine-core-v2")
+    return (
+        _run(python, "vllm", out / "vllm.json", "--v2"),
+        _run(python, "bridge", out / "bridge.json", "--v2"),
+    )
 
 
 SAME = [
@@ -83,6 +99,22 @@ def test_the_engine_records_are_vllms(runs: Any, scenario: str) -> None:
     ours, theirs = bridge[scenario]["log"], vllm[scenario]["log"]
     for index, (mine, ref) in enumerate(zip(ours, theirs, strict=True)):
         assert mine == ref, f"{scenario}: record {index} differs"
+
+
+@pytest.mark.parametrize("scenario", SAME)
+def test_the_engine_records_are_vllms_with_model_runner_v2(runs_v2: Any, scenario: str) -> None:
+    """V2 takes resumed requests as new ones with ``prefill_token_ids``."""
+    vllm, bridge = runs_v2
+    ours, theirs = bridge[scenario]["log"], vllm[scenario]["log"]
+    for index, (mine, ref) in enumerate(zip(ours, theirs, strict=True)):
+        assert mine == ref, f"{scenario} (V2): record {index} differs"
+
+
+def test_v2_sends_resumed_requests_as_new_ones(runs_v2: Any) -> None:
+    vllm, _ = runs_v2
+    steps = _steps(vllm["priority"]["log"])
+    assert not any(row[3] for s in steps for row in s[1]["cached"])  # none flagged resumed
+    assert sum(1 for s in steps for row in s[1]["new"] if row[0] == "lo") >= 2
 
 
 def _steps(log: list[Any]) -> list[Any]:
