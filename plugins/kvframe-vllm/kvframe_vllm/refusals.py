@@ -33,10 +33,13 @@ if TYPE_CHECKING:
     from vllm.v1.kv_cache_interface import KVCacheConfig
     from vllm.v1.request import Request
 
+    from kvframe.contract.offload import ConnectorSemantics
+
 __all__ = [
     "RefusedRequests",
     "UnsupportedByKvframe",
     "refuse_config",
+    "refuse_connector_semantics",
     "refuse_kv_cache_layout",
     "request_refusal",
 ]
@@ -133,6 +136,44 @@ def _raise_if(refused: list[str]) -> None:
         raise UnsupportedByKvframe(
             "--scheduler-cls kvframe_vllm.scheduler.KvframeScheduler does not model "
             + "; ".join(refused)
+        )
+
+
+_SEMANTICS_WORDS = {
+    "async_load": ("asynchronous loads", "loads before the forward pass"),
+    "blocking_store": ("stores that block the step", "stores deferred to the next step"),
+    "store_outputs": ("decode-phase blocks stored", "prompt blocks only"),
+}
+
+
+def refuse_connector_semantics(tier: str, semantics: ConnectorSemantics, origin: str) -> None:
+    """Refuse a kvframe tier plugin modelled on a connector other than vLLM's own.
+
+    Inside vLLM a tier runs under vLLM 0.19.1's ``OffloadingConnector``, whose
+    semantics are kvframe's default :class:`~kvframe.contract.offload.ConnectorSemantics`
+    (asynchronous loads, stores deferred to the next step, decode blocks
+    stored). A tier chosen for other semantics -- ``lmcache`` models LMCache's
+    connector -- would silently be vLLM's connector there, and every number
+    measured with it would describe the wrong system.
+
+    :raises UnsupportedByKvframe: naming the tier, ``origin`` and each difference.
+    """
+    from kvframe.contract.offload import ConnectorSemantics
+
+    native = ConnectorSemantics()
+    differences = [
+        f"{_SEMANTICS_WORDS[name][0 if getattr(semantics, name) else 1]} (vLLM's "
+        f"OffloadingConnector: {_SEMANTICS_WORDS[name][0 if getattr(native, name) else 1]})"
+        for name in _SEMANTICS_WORDS
+        if getattr(semantics, name) != getattr(native, name)
+    ]
+    if differences:
+        raise UnsupportedByKvframe(
+            f"{origin}: tier plugin {tier!r} models a connector with "
+            + "; ".join(differences)
+            + ". Inside vLLM it would run as vLLM's own OffloadingConnector instead; "
+            "use the connector it models (its own --kv-transfer-config), or a tier with "
+            "vLLM's semantics"
         )
 
 

@@ -60,6 +60,44 @@ def build(**changes: Any) -> Any:
     return KvframeScheduler(vllm_config, kv_cache_config, None, block_size=16)
 
 
+def build_tier(**extra: Any) -> Any:
+    """vLLM's CPU tier through KvframeOffloadingSpec, with ``extra`` in its extra config."""
+    import kvframe_vllm
+    import torch
+    from kvframe_vllm.offload import KvframeOffloadingSpec
+    from vllm.config import CacheConfig, DeviceConfig, KVTransferConfig, ModelConfig, VllmConfig
+    from vllm.v1.kv_cache_interface import (
+        FullAttentionSpec,
+        KVCacheConfig,
+        KVCacheGroupSpec,
+        KVCacheTensor,
+    )
+    from vllm_driver import _model_dir
+
+    spec = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=1, dtype=torch.float32)
+    vllm_config = VllmConfig(
+        model_config=ModelConfig(
+            model=str(_model_dir()), max_model_len=1024, skip_tokenizer_init=True, dtype="float16"
+        ),
+        cache_config=CacheConfig(block_size=16),
+        device_config=DeviceConfig(device="cpu"),
+        kv_transfer_config=KVTransferConfig(
+            kv_connector="OffloadingConnector",
+            kv_role="kv_both",
+            kv_connector_extra_config={
+                **kvframe_vllm.extra_config(cpu_bytes_to_use=spec.page_size_bytes * 32),
+                **extra,
+            },
+        ),
+    )
+    kv_cache_config = KVCacheConfig(
+        num_blocks=64,
+        kv_cache_tensors=[KVCacheTensor(size=spec.page_size_bytes * 64, shared_by=["layer"])],
+        kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)],
+    )
+    return KvframeOffloadingSpec(vllm_config, kv_cache_config)
+
+
 def refused(scheduler: Any, req: Any) -> str | None:
     """Add ``req``; the reason it was finished with an error, or ``None`` if it was queued."""
     scheduler.add_request(req)
@@ -124,6 +162,12 @@ def main() -> None:
             lambda: build(kv_events_config=KVEventsConfig(enable_kv_cache_events=True))
         ),
     }
+    results["tier_lmcache"] = outcome(
+        lambda: build_tier(kvframe_offload="kvframe_lmcache.spec:LMCacheOffloadSpec:capacity=1GiB")
+    )
+    results["tier_cpu"] = outcome(lambda: build_tier(kvframe_offload="cpu:capacity=1GiB"))
+    results["tier_typo"] = outcome(lambda: build_tier(kvframe_evicton="arc"))
+    results["tier_fine"] = outcome(lambda: build_tier(kvframe_eviction="arc"))
     results["policy_from_vllm"] = build(policy="priority").policy.name
     results["policy_explicit"] = build(
         policy="priority", additional_config={"kvframe_scheduler": "fcfs"}

@@ -128,6 +128,18 @@ def test_engine_features_kvframe_does_not_model_are_refused_at_start_up(
     assert refusals["fine"] is None
 
 
+def test_a_tier_plugin_vllms_connector_cannot_honour_is_refused(refusals: dict[str, Any]) -> None:
+    """lmcache models LMCache's connector: inside vLLM it would silently be vLLM's."""
+    lmcache = refusals["tier_lmcache"]
+    assert lmcache["type"] == "UnsupportedByKvframe"
+    assert "kv_connector_extra_config['kvframe_offload']" in lmcache["message"]
+    assert "loads before the forward pass" in lmcache["message"]
+    assert "stores that block the step" in lmcache["message"]
+    assert "always runs vLLM's own CPU tier" in refusals["tier_cpu"]["message"]
+    assert "kvframe_evicton" in refusals["tier_typo"]["message"]
+    assert refusals["tier_fine"] is None
+
+
 def test_vllms_scheduling_policy_picks_the_kvframe_policy_unless_named(
     refusals: dict[str, Any],
 ) -> None:
