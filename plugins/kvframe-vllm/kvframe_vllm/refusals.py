@@ -59,7 +59,6 @@ def _config_checks(vllm_config: VllmConfig) -> list[tuple[bool, str]]:
     scheduler = vllm_config.scheduler_config
     parallel = vllm_config.parallel_config
     observability = vllm_config.observability_config
-    kv_events = vllm_config.kv_events_config
     return [
         (
             vllm_config.speculative_config is not None,
@@ -90,10 +89,6 @@ def _config_checks(vllm_config: VllmConfig) -> list[tuple[bool, str]]:
         (
             vllm_config.ec_transfer_config is not None,
             "encoder-cache connectors (drop --ec-transfer-config)",
-        ),
-        (
-            kv_events is not None and bool(kv_events.enable_kv_cache_events),
-            "KV-cache events (drop --kv-events-config or set enable_kv_cache_events false in it)",
         ),
         (
             bool(observability.kv_cache_metrics),

@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 from vllm import envs
+from vllm.distributed.kv_events import EventPublisherFactory, KVEventBatch
 from vllm.v1.core.sched.interface import PauseState, SchedulerInterface
 from vllm.v1.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
 from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs
@@ -65,6 +66,7 @@ from kvframe.core.scheduler_config import SchedulerConfig
 from kvframe.core.scheduler_output import ModelRunnerOutput as KvModelRunnerOutput
 from kvframe.domain.request import Request as KvRequest
 from kvframe.domain.request import RequestStatus as KvStatus
+from kvframe_vllm.kv_events import KvEventLedger, VllmBlockHashes
 from kvframe_vllm.refusals import (
     RefusedRequests,
     UnsupportedByKvframe,
@@ -155,7 +157,13 @@ def _kvframe_config(vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> 
         enable_chunked_prefill=sched.enable_chunked_prefill,
         enable_prefix_caching=bool(cache.enable_prefix_caching),
         reserve_full_sequence=sched.scheduler_reserve_full_isl,
+        enable_kv_cache_events=_kv_events_enabled(vllm_config),
     )
+
+
+def _kv_events_enabled(vllm_config: VllmConfig) -> bool:
+    events = vllm_config.kv_events_config
+    return events is not None and bool(events.enable_kv_cache_events)
 
 
 def _new_request_data(
@@ -202,6 +210,16 @@ class KvframeScheduler(SchedulerInterface):
             defaultdict(set) if include_finished_set else None
         )
         self.refused = RefusedRequests()
+        # KV-cache events (--kv-events-config): kvframe's, with vLLM's hashes, as
+        # vLLM's batches through vLLM's publisher.
+        self.kv_event_publisher = EventPublisherFactory.create(
+            vllm_config.kv_events_config, vllm_config.parallel_config.data_parallel_index
+        )
+        self.kv_events: KvEventLedger | None = (
+            KvEventLedger(self.core.block_size, self.core.kv_cache_manager.block_pool)
+            if _kv_events_enabled(vllm_config)
+            else None
+        )
         self.events = RequestEvents(log_stats)
         # vLLM 0.19.1's Model Runner V2 takes resumed requests as new ones, with
         # their whole token list (``prefill_token_ids``).
@@ -234,6 +252,12 @@ class KvframeScheduler(SchedulerInterface):
         stop = set(params.stop_token_ids or ())
         if params.eos_token_id is not None:
             stop.add(params.eos_token_id)
+        # Prefix caching keys on vLLM's own block hashes of the request.
+        hasher = (
+            VllmBlockHashes(self.core.block_size, request, self.kv_events)
+            if self.core.block_hasher is not None and request._block_hasher is not None
+            else None
+        )
         kv_request = KvRequest(
             request.request_id,
             request.prompt_token_ids or [],
@@ -242,6 +266,7 @@ class KvframeScheduler(SchedulerInterface):
             priority=request.priority,
             cache_salt=request.cache_salt,
             stop_token_ids=stop,
+            block_hasher=hasher,
             **_agentic_fields(request.request_id, params.extra_args or {}),
         )
         self.core.add_request(kv_request)
@@ -371,6 +396,12 @@ class KvframeScheduler(SchedulerInterface):
             for rid in scheduler_output.num_scheduled_tokens
             if rid in index and sampled_lists and sampled_lists[index[rid]]
         }
+        # vLLM's requests first: appending hashes their filled blocks, which
+        # kvframe's requests then take (VllmBlockHashes).
+        for rid, new_token_ids in sampled.items():
+            request = self.requests.get(rid)
+            if request is not None:
+                request.append_output_token_ids(new_token_ids)
         finished = {
             r.request_id: r
             for r in self.core.update_from_output(
@@ -385,8 +416,6 @@ class KvframeScheduler(SchedulerInterface):
             if request is None:
                 continue  # aborted while the step ran
             new_token_ids = sampled.get(rid, [])
-            if new_token_ids:
-                request.append_output_token_ids(new_token_ids)
             done = finished.get(rid)
             finish_reason = None
             if done is not None:
@@ -397,6 +426,8 @@ class KvframeScheduler(SchedulerInterface):
                 request.stop_reason = None if stop_reason == eos else stop_reason
                 finish_reason = request.get_finished_reason()
                 del self.requests[rid]
+                if self.kv_events is not None:
+                    self.kv_events.released(done)
                 if self.finished_req_ids_dict is not None:
                     self.finished_req_ids_dict[request.client_index].add(rid)
             new_logprobs = None
@@ -423,6 +454,10 @@ class KvframeScheduler(SchedulerInterface):
             outputs[client].extend(errors)
             if self.finished_req_ids_dict is not None:
                 self.finished_req_ids_dict[client].update(e.request_id for e in errors)
+        if self.kv_events is not None:
+            events = self.kv_events.translate(self.core.kv_cache_manager.take_events())
+            if events:
+                self.kv_event_publisher.publish(KVEventBatch(ts=time.time(), events=events))
         engine_outputs = {
             client: EngineCoreOutputs(outputs=outs) for client, outs in outputs.items()
         }
@@ -461,6 +496,8 @@ class KvframeScheduler(SchedulerInterface):
             request = self.requests.pop(kv_request.request_id, None)
             if request is None:
                 continue
+            if self.kv_events is not None:
+                self.kv_events.released(kv_request)
             request.status = finished_status
             result.append((request.request_id, request.client_index))
             if self.finished_req_ids_dict is not None:
@@ -544,4 +581,4 @@ class KvframeScheduler(SchedulerInterface):
         return scheduler_stats(self.core, cudagraph_stats=cudagraph_stats, perf_stats=perf_stats)
 
     def shutdown(self) -> None:
-        return None
+        self.kv_event_publisher.shutdown()

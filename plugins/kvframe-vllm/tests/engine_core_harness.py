@@ -4,13 +4,15 @@ Run under the vLLM interpreter (``test_engine_core.py`` does)::
 
     python engine_core_harness.py vllm|bridge OUT.json [--v2] [--async-scheduling]
 
-and it writes one JSON object to ``OUT.json``: for every scenario, the record of every engine
-call -- each step's ``SchedulerOutput`` as the executor received it (scheduled
-tokens, new / cached / resumed / preempted / finished ids, block ids, computed
-counts), the ``EngineCoreOutputs`` (new tokens, finish and stop reasons,
-request event types, cached tokens, finished-request sets) and the
-``SchedulerStats`` (counts, KV usage, prefix-cache counters), plus what the
-engine's pause, reset, abort and counting calls returned. ``vllm`` builds the
+and it writes one JSON object to ``OUT.json``: for every scenario, the record
+of every engine call -- each step's ``SchedulerOutput`` as the executor
+received it (scheduled tokens, new / cached / resumed / preempted / finished
+ids, block ids, computed counts), the ``EngineCoreOutputs`` (new tokens,
+finish and stop reasons, request event types, cached tokens, finished-request
+sets), the ``SchedulerStats`` (counts, KV usage, prefix-cache counters) and
+the KV-cache events published (KV events are on, vLLM's publisher replaced by
+a recorder), plus what the engine's pause, reset, abort and counting calls
+returned. ``vllm`` builds the
 engine with vLLM's own ``Scheduler``; ``bridge`` with ``--scheduler-cls
 kvframe_vllm.scheduler.KvframeScheduler``. Everything else -- ``EngineCore``
 (its ``step``, ``add_request``, ``abort_requests``, ``pause_scheduler``,
@@ -149,6 +151,7 @@ class Harness:
         from vllm.config import (
             CacheConfig,
             DeviceConfig,
+            KVEventsConfig,
             ModelConfig,
             SchedulerConfig,
             VllmConfig,
@@ -181,8 +184,12 @@ class Harness:
                 num_gpu_blocks_override=NUM_BLOCKS,
             ),
             device_config=DeviceConfig(device="cpu"),
+            # KV events on: each scheduler's batches are caught below.
+            kv_events_config=KVEventsConfig(enable_kv_cache_events=True, publisher="null"),
         )
         self.engine = EngineCore(vllm_config, make_executor_class(), log_stats=True)
+        self.published: list[Any] = []
+        self.engine.scheduler.kv_event_publisher = _Recorder(self.published)
         self.log: list[Any] = []
         self.name = type(self.engine.scheduler).__name__
 
@@ -196,6 +203,7 @@ class Harness:
         *,
         arrival: float = 0.0,
         priority: int = 0,
+        cache_salt: str | None = None,
         tag: str = "add",
         **params: Any,
     ) -> None:
@@ -211,7 +219,7 @@ class Harness:
             pooling_params=None,
             arrival_time=arrival,
             lora_request=None,
-            cache_salt=None,
+            cache_salt=cache_salt,
             data_parallel_rank=None,
             priority=priority,
             resumable=resumable,
@@ -228,7 +236,9 @@ class Harness:
             before = len(seen)
             outputs, executed = self.engine.step()
             sched = _scheduler_output(seen[-1]) if len(seen) > before else None
-            self.log.append(["step", sched, _outputs(outputs), executed])
+            events = [_event(e) for batch in self.published for e in batch.events]
+            self.published.clear()
+            self.log.append(["step", sched, _outputs(outputs), executed, events])
 
     def run(self, limit: int = 200) -> None:
         """Step until the engine has no work (what EngineCoreProc's loop waits for)."""
@@ -287,6 +297,42 @@ class Harness:
             list(s.get_request_counts()),
             self.engine.is_scheduler_paused(),
         ]
+
+
+class _Recorder:
+    """A KV-event publisher that keeps every batch (vLLM's publisher interface)."""
+
+    def __init__(self, into: list[Any]) -> None:
+        self.into = into
+
+    def publish(self, batch: Any) -> None:
+        self.into.append(batch)
+
+    def shutdown(self) -> None:
+        return None
+
+
+def _hash(value: Any) -> Any:
+    return value.hex() if isinstance(value, bytes) else value
+
+
+def _event(event: Any) -> list[Any]:
+    kind = type(event).__name__
+    if kind == "BlockStored":
+        return [
+            kind,
+            [_hash(h) for h in event.block_hashes],
+            _hash(event.parent_block_hash),
+            list(event.token_ids),
+            event.block_size,
+            event.lora_id,
+            event.medium,
+            event.lora_name,
+            None if event.extra_keys is None else [list(k or ()) for k in event.extra_keys],
+        ]
+    if kind == "BlockRemoved":
+        return [kind, [_hash(h) for h in event.block_hashes], event.medium]
+    return [kind]
 
 
 def _scheduler_output(out: Any) -> dict[str, Any]:
@@ -440,7 +486,7 @@ def priority(h: Harness) -> None:
     h.add("mid", _prompt(22, 110), max_tokens=60, arrival=1.0, priority=3)
     h.step(2)
     h.add("hi", _prompt(23, 90), max_tokens=40, arrival=2.0, priority=0)
-    h.add("hi2", _prompt(24, 60), max_tokens=10, arrival=3.0, priority=0)
+    h.add("hi2", _prompt(24, 60), max_tokens=10, arrival=3.0, priority=0, cache_salt="s1")
     h.run()
 
 

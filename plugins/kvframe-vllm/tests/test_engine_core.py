@@ -8,9 +8,10 @@ with a fake executor, once with ``--scheduler-cls`` unset (vLLM's
 ``Scheduler``) and once with the bridge. Every engine call's record must be
 equal: each ``SchedulerOutput`` the executor saw, each ``EngineCoreOutputs``
 (tokens, finish and stop reasons, request event types, cached tokens,
-finished sets, ``SchedulerStats`` with prefix-cache counters), and what the
-pause / reset / abort / count calls returned. Skips without the vLLM
-reference interpreter.
+finished sets, ``SchedulerStats`` with prefix-cache counters), the KV-cache
+events published in the step (``--kv-events-config``: vLLM's hashes, token
+ids, extra keys), and what the pause / reset / abort / count calls returned.
+Skips without the vLLM reference interpreter.
 """
 
 from __future__ import annotations
@@ -139,6 +140,15 @@ def test_the_scenarios_reach_what_they_claim(runs: Any) -> None:
         for kind in out[4]
     }
     assert events == {1, 2, 3}  # QUEUED, SCHEDULED, PREEMPTED
+    kv_events = {event[0] for log in vllm.values() for s in _steps(log["log"]) for event in s[4]}
+    assert kv_events == {"BlockStored", "BlockRemoved", "AllBlocksCleared"}
+    salted = [
+        event
+        for s in _steps(vllm["priority"]["log"])
+        for event in s[4]
+        if event[0] == "BlockStored" and event[8] and event[8][0] == ["s1"]
+    ]
+    assert salted, "the salted request's first block was not stored with its salt"
     hits = [
         c["stats"]["prefix"][3]
         for s in _steps(vllm["pause-wait-keepcache"]["log"])
