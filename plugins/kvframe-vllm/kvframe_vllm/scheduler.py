@@ -38,7 +38,8 @@ a request the bridge cannot serve (structured output, ``min_tokens``, a bad
 Pause states, ``reset_prefix_cache`` with running requests, per-step
 ``SchedulerStats`` with prefix-cache counters and the per-request
 ``QUEUED``/``SCHEDULED``/``PREEMPTED`` events follow vLLM 0.19.1's
-``Scheduler`` (:mod:`kvframe_vllm.stats`).
+``Scheduler`` (:mod:`kvframe_vllm.stats`); KV-cache events go out through
+vLLM's publisher, on vLLM's own block hashes (:mod:`kvframe_vllm.kv_events`).
 
 This module imports vLLM; outside kvframe_vllm nothing in kvframe does.
 """
