@@ -266,11 +266,24 @@ class Scheduler:
     # One step
     # ------------------------------------------------------------------
 
-    def schedule(self, now: float | None = None) -> SchedulerOutput:
-        """Decide one step: which requests run with how many tokens."""
-        step = self.begin_step(now)
+    def schedule(
+        self,
+        now: float | None = None,
+        *,
+        token_budget: int | None = None,
+        admit_waiting: bool = True,
+    ) -> SchedulerOutput:
+        """Decide one step: which requests run with how many tokens.
+
+        ``token_budget`` (default: the whole per-step budget) and
+        ``admit_waiting=False`` are vLLM's pause states, which a host such as
+        the vLLM bridge passes through: vLLM 0.19.1's ``PAUSED_ALL`` schedules
+        with a budget of 0 (nothing runs, nothing is admitted), ``PAUSED_NEW``
+        keeps scheduling running requests but admits no waiting one.
+        """
+        step = self.begin_step(now, token_budget)
         self._schedule_running(step)
-        if not step.preempted:
+        if not step.preempted and admit_waiting:
             self.schedule_waiting(step)
         return self.finish_step(step)
 
@@ -1116,6 +1129,22 @@ class Scheduler:
 
     def reset_prefix_cache(self) -> bool:
         return self.kv_cache_manager.reset_prefix_cache()
+
+    def preempt_all_running(self) -> list[Request]:
+        """Preempt every running request, last first (vLLM's order), and return them.
+
+        The first half of vLLM 0.19.1's ``reset_prefix_cache(reset_running_requests=True)``
+        (pause and sleep for weight updates): popping from the end of ``running``
+        and prepending each to ``waiting`` puts them back in their running order,
+        so they are re-admitted first-in first-out. Each is preempted by
+        recompute as in a step (blocks freed, ``num_preemptions`` counted).
+        """
+        preempted = []
+        while self.running:
+            request = self.running.pop()
+            self._preempt(request)
+            preempted.append(request)
+        return preempted
 
 
 def _kv_cache_manager(

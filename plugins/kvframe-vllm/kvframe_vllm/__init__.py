@@ -4,11 +4,16 @@
   kvframe's scheduler with a kvframe scheduling policy;
 * :mod:`kvframe_vllm.offload` -- ``KvframeOffloadingSpec``, loaded by the
   OffloadingConnector through ``spec_module_path``: vLLM's CPU tier with a
-  kvframe eviction policy and reuse filter.
+  kvframe eviction policy and reuse filter;
+* :mod:`kvframe_vllm.preflight` -- vLLM's general plugin: the bridge's
+  start-up refusals checked when vLLM builds its config;
+* :mod:`kvframe_vllm.refusals`, :mod:`kvframe_vllm.stats` -- what the
+  scheduler refuses (and how a refused request is finished), and vLLM's
+  metrics from kvframe's core.
 
-Importing this package imports neither vLLM nor torch: only those two
-modules, which vLLM itself loads, touch vLLM, so kvframe's own environment
-(and CI) can install the bridge without vLLM.
+Importing this package imports neither vLLM nor torch: only those modules,
+which vLLM itself loads, touch vLLM, so kvframe's own environment (and CI)
+can install the bridge without vLLM.
 """
 
 from __future__ import annotations

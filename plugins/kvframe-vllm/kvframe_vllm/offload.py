@@ -47,6 +47,8 @@ __all__ = ["KvframeOffloadingSpec", "ReuseFilteredManager"]
 
 EVICTION_KEY = "kvframe_eviction"
 REUSE_FILTER_KEY = "kvframe_reuse_filter"
+OFFLOAD_KEY = "kvframe_offload"
+"""A kvframe tier plugin: only checked, and refused (the tier here is vLLM's CPU tier)."""
 
 
 class KvframeOffloadingSpec(CPUOffloadingSpec):
@@ -65,6 +67,18 @@ class KvframeOffloadingSpec(CPUOffloadingSpec):
                     f"{type(self).__name__} does not use",
                     hints=[f"choose the kvframe plugin with {ours!r} instead"],
                 )
+        unknown = sorted(
+            key
+            for key in extra
+            if key.startswith("kvframe_") and key not in (EVICTION_KEY, REUSE_FILTER_KEY)
+        )
+        if OFFLOAD_KEY in unknown:
+            _refuse_tier(extra[OFFLOAD_KEY])
+        if unknown:
+            raise ConfigError(
+                f"kv_connector_extra_config: unknown key(s) {unknown} for {type(self).__name__}",
+                hints=[f"it reads {EVICTION_KEY!r} and {REUSE_FILTER_KEY!r}"],
+            )
         self.kvframe_eviction = _resolve("eviction", EVICTION_KEY, extra.get(EVICTION_KEY, "lru"))
         spec = extra.get(REUSE_FILTER_KEY)
         self.kvframe_reuse_filter = (
@@ -95,6 +109,25 @@ class KvframeOffloadingSpec(CPUOffloadingSpec):
             if self.kvframe_reuse_filter is not None:
                 self._manager = ReuseFilteredManager(manager, self.kvframe_reuse_filter.create())
         return self._manager
+
+
+def _refuse_tier(spec: object) -> None:
+    """A kvframe tier plugin named in the extra config: never run here, refused with why.
+
+    This spec always runs vLLM's own CPU tier. A tier plugin modelled on another
+    connector (``lmcache``) is refused for its connector semantics, any other
+    because naming it would change nothing.
+    """
+    from kvframe_vllm.refusals import UnsupportedByKvframe, refuse_connector_semantics
+
+    resolved = _resolve("offload", OFFLOAD_KEY, spec)
+    tier = _create(resolved, OFFLOAD_KEY)
+    refuse_connector_semantics(resolved.name, tier.connector_semantics(), _origin(OFFLOAD_KEY))
+    raise UnsupportedByKvframe(
+        f"{_origin(OFFLOAD_KEY)}: KvframeOffloadingSpec always runs vLLM's own CPU tier, "
+        f"so tier plugin {resolved.name!r} would not run; choose the tier's eviction with "
+        f"{EVICTION_KEY!r} and its size with 'cpu_bytes_to_use'"
+    )
 
 
 def _origin(key: str) -> str:

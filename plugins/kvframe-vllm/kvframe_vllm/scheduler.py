@@ -30,14 +30,18 @@ The price is a translation at the boundary, once per step, in this module:
   tokens, cached-token counts) because vLLM's engine and output processor
   read them.
 
-Features kvframe does not model are refused when vLLM builds the scheduler
-(speculative decoding, LoRA, async scheduling, pipeline parallelism,
-multimodal and pooling models, encoder-decoder models, KV connectors, hybrid
-KV-cache groups) or, for per-request features, when the request is added
-(structured output, ``min_tokens``, prompt embeddings) -- never silently
-mishandled.
+Features kvframe does not model are refused (:mod:`kvframe_vllm.refusals`):
+engine-wide ones stop vLLM at start-up naming the flag that turns each off;
+a request the bridge cannot serve (structured output, ``min_tokens``, a bad
+``kvframe_*`` key, streaming input, a duplicate id) is finished with
+``FINISHED_ERROR`` and the reason -- the engine never dies of a request.
+Pause states, ``reset_prefix_cache`` with running requests, per-step
+``SchedulerStats`` with prefix-cache counters and the per-request
+``QUEUED``/``SCHEDULED``/``PREEMPTED`` events follow vLLM 0.19.1's
+``Scheduler`` (:mod:`kvframe_vllm.stats`); KV-cache events go out through
+vLLM's publisher, on vLLM's own block hashes (:mod:`kvframe_vllm.kv_events`).
 
-This module imports vLLM; nothing else in kvframe does.
+This module imports vLLM; outside kvframe_vllm nothing in kvframe does.
 """
 
 from __future__ import annotations
@@ -47,10 +51,12 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+import structlog
+from vllm import envs
+from vllm.distributed.kv_events import EventPublisherFactory, KVEventBatch
 from vllm.v1.core.sched.interface import PauseState, SchedulerInterface
 from vllm.v1.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
 from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs
-from vllm.v1.kv_cache_interface import FullAttentionSpec
 from vllm.v1.metrics.stats import SchedulerStats
 from vllm.v1.request import RequestStatus as VllmStatus
 
@@ -61,6 +67,15 @@ from kvframe.core.scheduler_config import SchedulerConfig
 from kvframe.core.scheduler_output import ModelRunnerOutput as KvModelRunnerOutput
 from kvframe.domain.request import Request as KvRequest
 from kvframe.domain.request import RequestStatus as KvStatus
+from kvframe_vllm.kv_events import KvEventLedger, VllmBlockHashes
+from kvframe_vllm.refusals import (
+    RefusedRequests,
+    UnsupportedByKvframe,
+    refuse_config,
+    refuse_kv_cache_layout,
+    request_refusal,
+)
+from kvframe_vllm.stats import RequestEvents, scheduler_stats
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -69,6 +84,8 @@ if TYPE_CHECKING:
     from vllm.v1.request import Request
 
 __all__ = ["SCHEDULER_KEY", "KvframeScheduler", "UnsupportedByKvframe"]
+
+log = structlog.get_logger(__name__)
 
 SCHEDULER_KEY = "kvframe_scheduler"
 """The ``additional_config`` key naming the kvframe scheduling policy."""
@@ -82,65 +99,6 @@ AGENTIC_KEYS = {
 
 _TO_VLLM_STATUS = {status: VllmStatus[status.name] for status in KvStatus}
 _TO_KV_STATUS = {VllmStatus[status.name]: status for status in KvStatus}
-
-
-class UnsupportedByKvframe(ValueError):
-    """A vLLM feature the kvframe scheduler does not model was asked for."""
-
-
-def _refuse_config(vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> None:
-    """Refuse, at engine start, every engine-wide feature kvframe does not model."""
-    model = vllm_config.model_config
-    scheduler = vllm_config.scheduler_config
-    checks: list[tuple[bool, str]] = [
-        (vllm_config.speculative_config is not None, "speculative decoding"),
-        (vllm_config.lora_config is not None, "LoRA adapters"),
-        (bool(scheduler.async_scheduling), "asynchronous scheduling (--async-scheduling)"),
-        (vllm_config.parallel_config.pipeline_parallel_size > 1, "pipeline parallelism"),
-        (vllm_config.kv_transfer_config is not None, "KV connectors (--kv-transfer-config)"),
-        (model is not None and model.is_encoder_decoder, "encoder-decoder models"),
-        (model is not None and model.is_multimodal_model, "multimodal models"),
-        (model is not None and model.runner_type == "pooling", "pooling models"),
-    ]
-    groups = kv_cache_config.kv_cache_groups
-    checks.append(
-        (
-            len(groups) != 1 or type(groups[0].kv_cache_spec) is not FullAttentionSpec,
-            "KV-cache groups other than one full-attention group (sliding window, "
-            "hybrid or Mamba models)",
-        )
-    )
-    refused = [what for bad, what in checks if bad]
-    if refused:
-        raise UnsupportedByKvframe(
-            "the kvframe scheduler does not model " + ", ".join(refused) + "; run these "
-            "with vLLM's own scheduler (leave --scheduler-cls unset)"
-        )
-
-
-def _refuse_request(request: Request) -> None:
-    """Refuse per-request features the kvframe scheduler does not model."""
-    params = request.sampling_params
-    refused = []
-    if request.use_structured_output:
-        refused.append("structured output")
-    if params is not None and params.min_tokens:
-        refused.append("min_tokens")
-    if params is not None and getattr(params, "repetition_detection", None) is not None:
-        refused.append("repetition detection")
-    if request.prompt_embeds is not None:
-        refused.append("prompt embeddings")
-    if request.mm_features:
-        refused.append("multimodal inputs")
-    if request.lora_request is not None:
-        refused.append("a LoRA adapter")
-    if request.pooling_params is not None:
-        refused.append("pooling")
-    if refused:
-        raise UnsupportedByKvframe(
-            f"request {request.request_id!r} asks for {', '.join(refused)}, which the "
-            "kvframe scheduler does not model"
-        )
 
 
 def _agentic_fields(request_id: str, extra_args: dict[str, Any]) -> dict[str, Any]:
@@ -171,7 +129,15 @@ def _agentic_fields(request_id: str, extra_args: dict[str, Any]) -> dict[str, An
 
 
 def _resolve_policy(vllm_config: VllmConfig) -> Any:
-    spec = (vllm_config.additional_config or {}).get(SCHEDULER_KEY, "fcfs")
+    """The kvframe policy: ``kvframe_scheduler`` if given, else vLLM's ``--scheduling-policy``.
+
+    vLLM's ``priority`` maps to kvframe's ``priority`` plugin (the same heap
+    order and victim rule), its ``fcfs`` to ``fcfs``; an explicit
+    ``kvframe_scheduler`` wins.
+    """
+    spec = (vllm_config.additional_config or {}).get(SCHEDULER_KEY)
+    if spec is None:
+        spec = "priority" if str(vllm_config.scheduler_config.policy) == "priority" else "fcfs"
     try:
         return kvframe.get_registry().resolve("scheduling", str(spec)).create()
     except ConfigError as err:
@@ -192,7 +158,26 @@ def _kvframe_config(vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> 
         enable_chunked_prefill=sched.enable_chunked_prefill,
         enable_prefix_caching=bool(cache.enable_prefix_caching),
         reserve_full_sequence=sched.scheduler_reserve_full_isl,
+        enable_kv_cache_events=_kv_events_enabled(vllm_config),
     )
+
+
+def _kv_events_enabled(vllm_config: VllmConfig) -> bool:
+    events = vllm_config.kv_events_config
+    return events is not None and bool(events.enable_kv_cache_events)
+
+
+def _new_request_data(
+    request: Request, block_ids: Iterable[int], num_computed_tokens: int, v2: bool
+) -> NewRequestData:
+    """vLLM's ``NewRequestData`` of a request admitted this step (``v2``: with its tokens)."""
+    data = NewRequestData.from_request(
+        request, (list(block_ids),), request._all_token_ids if v2 else None
+    )
+    # The count before this step's tokens, as vLLM builds it (kvframe's request
+    # has already been advanced past them).
+    data.num_computed_tokens = num_computed_tokens
+    return data
 
 
 class KvframeScheduler(SchedulerInterface):
@@ -208,7 +193,8 @@ class KvframeScheduler(SchedulerInterface):
         include_finished_set: bool = False,
         log_stats: bool = False,
     ) -> None:
-        _refuse_config(vllm_config, kv_cache_config)
+        refuse_config(vllm_config)
+        refuse_kv_cache_layout(kv_cache_config)
         self.vllm_config = vllm_config
         self.kv_cache_config = kv_cache_config
         self.log_stats = log_stats
@@ -224,6 +210,26 @@ class KvframeScheduler(SchedulerInterface):
         self.finished_req_ids_dict: dict[int, set[str]] | None = (
             defaultdict(set) if include_finished_set else None
         )
+        self.refused = RefusedRequests()
+        # KV-cache events (--kv-events-config): kvframe's, with vLLM's hashes, as
+        # vLLM's batches through vLLM's publisher.
+        self.kv_event_publisher = EventPublisherFactory.create(
+            vllm_config.kv_events_config, vllm_config.parallel_config.data_parallel_index
+        )
+        self.kv_events: KvEventLedger | None = (
+            KvEventLedger(self.core.block_size, self.core.kv_cache_manager.block_pool)
+            if _kv_events_enabled(vllm_config)
+            else None
+        )
+        self.events = RequestEvents(log_stats)
+        # vLLM 0.19.1's Model Runner V2 takes resumed requests as new ones, with
+        # their whole token list (``prefill_token_ids``).
+        self.use_v2_model_runner = bool(envs.VLLM_USE_V2_MODEL_RUNNER)
+        self.perf_metrics: Any = None
+        if log_stats and vllm_config.observability_config.enable_mfu_metrics:
+            from vllm.v1.metrics.perf import ModelMetrics
+
+            self.perf_metrics = ModelMetrics(vllm_config)
         self._pending: dict[int, Any] = {}
         """id(vLLM SchedulerOutput) -> kvframe's output of the same step."""
         self._prev_step_scheduled: set[str] = set()
@@ -232,14 +238,27 @@ class KvframeScheduler(SchedulerInterface):
     # -- requests in -------------------------------------------------------------
 
     def add_request(self, request: Request) -> None:
-        _refuse_request(request)
+        """Queue a request, or finish it with an error if the bridge cannot serve it."""
+        reason = self._refusal(request)
+        if reason is not None:
+            if request.request_id in self.requests:
+                # A duplicate id: the one error output the front end gets for this
+                # id finishes the live request too, so engine and front end agree.
+                self.finish_requests(request.request_id, VllmStatus.FINISHED_ERROR)
+            self.refused.refuse(request, reason)
+            return
         params = request.sampling_params
         assert params is not None
         # vLLM's check_stop: the EOS id (None when ignore_eos) and the stop ids.
         stop = set(params.stop_token_ids or ())
         if params.eos_token_id is not None:
             stop.add(params.eos_token_id)
-        agentic = _agentic_fields(request.request_id, params.extra_args or {})
+        # Prefix caching keys on vLLM's own block hashes of the request.
+        hasher = (
+            VllmBlockHashes(self.core.block_size, request, self.kv_events)
+            if self.core.block_hasher is not None and request._block_hasher is not None
+            else None
+        )
         kv_request = KvRequest(
             request.request_id,
             request.prompt_token_ids or [],
@@ -248,36 +267,84 @@ class KvframeScheduler(SchedulerInterface):
             priority=request.priority,
             cache_salt=request.cache_salt,
             stop_token_ids=stop,
-            **agentic,
+            block_hasher=hasher,
+            **_agentic_fields(request.request_id, params.extra_args or {}),
         )
         self.core.add_request(kv_request)
         self.requests[request.request_id] = request
+        self.events.queued(request)
+
+    def _refusal(self, request: Request) -> str | None:
+        """Why ``request`` cannot be served, or ``None``."""
+        rid = request.request_id
+        if rid in self.requests or rid in self.core.requests:
+            # vLLM 0.19.1 takes a second request with a live id as streaming input
+            # (and asserts, killing the engine, when the first was not streaming).
+            return f"request id {rid!r} is already being served; both are finished"
+        reason = request_refusal(request)
+        if reason is not None:
+            return reason
+        params = request.sampling_params
+        try:
+            _agentic_fields(rid, (params.extra_args if params is not None else None) or {})
+        except (TypeError, ValueError) as err:
+            return str(err)
+        return None
 
     # -- one step ----------------------------------------------------------------
 
     def schedule(self) -> SchedulerOutput:
-        out = self.core.schedule(self.clock())
+        timestamp = time.monotonic()
+        pause = self._pause_state
+        out = self.core.schedule(
+            self.clock(),
+            # vLLM 0.19.1: PAUSED_ALL schedules with no token budget, and only
+            # UNPAUSED admits waiting requests.
+            token_budget=0 if pause == PauseState.PAUSED_ALL else None,
+            admit_waiting=pause == PauseState.UNPAUSED,
+        )
         requests = self.requests
-        kv_requests = self.core.requests
-        new_reqs: list[NewRequestData] = []
-        for data in out.scheduled_new_reqs:
-            request = requests[data.req_id]
-            request.num_computed_tokens = data.num_computed_tokens
-            new_reqs.append(NewRequestData.from_request(request, (list(data.block_ids),)))
         cached = out.scheduled_cached_reqs
-        all_token_ids = {
-            rid: list(requests[rid].all_token_ids)
-            for rid in cached.req_ids
-            if rid not in self._prev_step_scheduled
-        }
+        admitted = [requests[data.req_id] for data in out.scheduled_new_reqs]
+        resumed = [requests[rid] for rid in cached.resumed_req_ids]
+        v2 = self.use_v2_model_runner
+        new_reqs = [
+            _new_request_data(request, data.block_ids, data.num_computed_tokens, v2)
+            for request, data in zip(admitted, out.scheduled_new_reqs, strict=True)
+        ]
+        rows = range(len(cached.req_ids))
+        resumed_ids = set(cached.resumed_req_ids)
+        if v2:
+            # Model Runner V2 takes a resumed request as a new one, after the new
+            # ones, with its whole token list (vLLM 0.19.1's Scheduler.schedule).
+            new_reqs += [
+                _new_request_data(
+                    requests[cached.req_ids[r]],
+                    cached.new_block_ids[r] or (),
+                    cached.num_computed_tokens[r],
+                    v2,
+                )
+                for r in rows
+                if cached.req_ids[r] in resumed_ids
+            ]
+            rows = [r for r in rows if cached.req_ids[r] not in resumed_ids]  # type: ignore[assignment]
+            resumed_ids = set()
+        req_ids = [cached.req_ids[r] for r in rows]
         cached_data = CachedRequestData(
-            req_ids=list(cached.req_ids),
-            resumed_req_ids=set(cached.resumed_req_ids),
+            req_ids=req_ids,
+            resumed_req_ids=resumed_ids,
             new_token_ids=[],
-            all_token_ids=all_token_ids,
-            new_block_ids=[None if ids is None else (list(ids),) for ids in cached.new_block_ids],
-            num_computed_tokens=list(cached.num_computed_tokens),
-            num_output_tokens=list(cached.num_output_tokens),
+            all_token_ids={
+                rid: list(requests[rid].all_token_ids)
+                for rid in req_ids
+                if rid not in self._prev_step_scheduled
+            },
+            new_block_ids=[
+                None if cached.new_block_ids[r] is None else (list(cached.new_block_ids[r]),)
+                for r in rows
+            ],
+            num_computed_tokens=[cached.num_computed_tokens[r] for r in rows],
+            num_output_tokens=[cached.num_output_tokens[r] for r in rows],
         )
         vllm_out = SchedulerOutput(
             scheduled_new_reqs=new_reqs,
@@ -293,7 +360,20 @@ class KvframeScheduler(SchedulerInterface):
             free_encoder_mm_hashes=[],
         )
         # vLLM's engine and output processor read these off its own requests.
-        for rid, request in requests.items():
+        self._sync_requests()
+        self.events.step(
+            timestamp,
+            preempted=[requests[rid] for rid in out.preempted_req_ids if rid in requests],
+            admitted=[*admitted, *resumed],
+        )
+        self._prev_step_scheduled = set(out.num_scheduled_tokens)
+        self._pending[id(vllm_out)] = out
+        return vllm_out
+
+    def _sync_requests(self) -> None:
+        """Copy kvframe's request state onto vLLM's requests (its engine reads them)."""
+        kv_requests = self.core.requests
+        for rid, request in self.requests.items():
             kv_request = kv_requests.get(rid)
             if kv_request is None:
                 continue
@@ -302,13 +382,13 @@ class KvframeScheduler(SchedulerInterface):
             request.num_preemptions = kv_request.num_preemptions
             if kv_request.num_cached_tokens >= 0:
                 request.num_cached_tokens = kv_request.num_cached_tokens
-        self._prev_step_scheduled = set(out.num_scheduled_tokens)
-        self._pending[id(vllm_out)] = out
-        return vllm_out
 
     def update_from_output(
         self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
     ) -> dict[int, EngineCoreOutputs]:
+        perf_stats = None
+        if self.perf_metrics is not None and self.perf_metrics.is_enabled():
+            perf_stats = self.perf_metrics.get_step_perf_stats_per_gpu(scheduler_output)
         kv_out = self._pending.pop(id(scheduler_output))
         index = model_runner_output.req_id_to_index
         sampled_lists = model_runner_output.sampled_token_ids
@@ -317,6 +397,12 @@ class KvframeScheduler(SchedulerInterface):
             for rid in scheduler_output.num_scheduled_tokens
             if rid in index and sampled_lists and sampled_lists[index[rid]]
         }
+        # vLLM's requests first: appending hashes their filled blocks, which
+        # kvframe's requests then take (VllmBlockHashes).
+        for rid, new_token_ids in sampled.items():
+            request = self.requests.get(rid)
+            if request is not None:
+                request.append_output_token_ids(new_token_ids)
         finished = {
             r.request_id: r
             for r in self.core.update_from_output(
@@ -331,8 +417,6 @@ class KvframeScheduler(SchedulerInterface):
             if request is None:
                 continue  # aborted while the step ran
             new_token_ids = sampled.get(rid, [])
-            if new_token_ids:
-                request.append_output_token_ids(new_token_ids)
             done = finished.get(rid)
             finish_reason = None
             if done is not None:
@@ -343,6 +427,8 @@ class KvframeScheduler(SchedulerInterface):
                 request.stop_reason = None if stop_reason == eos else stop_reason
                 finish_reason = request.get_finished_reason()
                 del self.requests[rid]
+                if self.kv_events is not None:
+                    self.kv_events.released(done)
                 if self.finished_req_ids_dict is not None:
                     self.finished_req_ids_dict[request.client_index].add(rid)
             new_logprobs = None
@@ -363,18 +449,35 @@ class KvframeScheduler(SchedulerInterface):
                         num_cached_tokens=request.num_cached_tokens,
                     )
                 )
+        # Requests refused at add_request: finished with an error, as vLLM
+        # finishes a request whose KV load failed.
+        for client, errors in self.refused.take_outputs().items():
+            outputs[client].extend(errors)
+            if self.finished_req_ids_dict is not None:
+                self.finished_req_ids_dict[client].update(e.request_id for e in errors)
+        if self.kv_events is not None:
+            events = self.kv_events.translate(self.core.kv_cache_manager.take_events())
+            if events:
+                self.kv_event_publisher.publish(KVEventBatch(ts=time.time(), events=events))
         engine_outputs = {
             client: EngineCoreOutputs(outputs=outs) for client, outs in outputs.items()
         }
-        if self.finished_req_ids_dict is not None:
+        if self.finished_req_ids_dict:
             for client, ids in self.finished_req_ids_dict.items():
                 if client in engine_outputs:
                     engine_outputs[client].finished_requests = ids
                 else:
                     engine_outputs[client] = EngineCoreOutputs(finished_requests=ids)
             self.finished_req_ids_dict.clear()
-        if engine_outputs and self.log_stats:
-            next(iter(engine_outputs.values())).scheduler_stats = self.make_stats()
+        stats = self.make_stats(
+            cudagraph_stats=model_runner_output.cudagraph_stats, perf_stats=perf_stats
+        )
+        if stats is not None:
+            # vLLM returns stats every step, to one front end, even with no outputs.
+            eco = next(iter(engine_outputs.values()), None)
+            if eco is None:
+                engine_outputs[0] = eco = EngineCoreOutputs()
+            eco.scheduler_stats = stats
         return engine_outputs
 
     # -- requests out --------------------------------------------------------------
@@ -385,12 +488,17 @@ class KvframeScheduler(SchedulerInterface):
         if isinstance(request_ids, str):
             request_ids = (request_ids,)
         ids = list(self.requests) if request_ids is None else list(request_ids)
-        done = self.core.finish_requests(ids, _TO_KV_STATUS[finished_status])
+        # A status kvframe has no name for (FINISHED_ERROR, ...) is an abort to it:
+        # the blocks are freed and nothing is retained.
+        kv_status = _TO_KV_STATUS.get(finished_status, KvStatus.FINISHED_ABORTED)
+        done = self.core.finish_requests(ids, kv_status)
         result = []
         for kv_request in done:
             request = self.requests.pop(kv_request.request_id, None)
             if request is None:
                 continue
+            if self.kv_events is not None:
+                self.kv_events.released(kv_request)
             request.status = finished_status
             result.append((request.request_id, request.client_index))
             if self.finished_req_ids_dict is not None:
@@ -398,10 +506,15 @@ class KvframeScheduler(SchedulerInterface):
         return result
 
     def get_num_unfinished_requests(self) -> int:
+        # vLLM 0.19.1: paused, only what may still run counts as unfinished.
+        if self._pause_state == PauseState.PAUSED_ALL:
+            return 0
+        if self._pause_state == PauseState.PAUSED_NEW:
+            return len(self.core.running)
         return len(self.requests)
 
     def has_finished_requests(self) -> bool:
-        return bool(self.core.finished_req_ids)
+        return bool(self.core.finished_req_ids) or self.refused.has_pending
 
     def get_request_counts(self) -> tuple[int, int]:
         return self.core.get_request_counts()
@@ -429,24 +542,44 @@ class KvframeScheduler(SchedulerInterface):
     def reset_prefix_cache(
         self, reset_running_requests: bool = False, reset_connector: bool = False
     ) -> bool:
+        """vLLM 0.19.1's reset: optionally preempt every running request first.
+
+        With ``reset_running_requests`` (pause and sleep clear the cache this
+        way) every running request is preempted, last first, so that all blocks
+        are free and the reset cannot fail; they are resumed from the waiting
+        queue in their old order and recompute their KV.
+        """
         if reset_running_requests:
-            raise UnsupportedByKvframe(
-                "the kvframe scheduler cannot reset the prefix cache under running requests"
+            preempted = self.core.preempt_all_running()
+            self._sync_requests()
+            self.events.preempted(self.requests[r.request_id] for r in preempted)
+            # Resumed in the same step they were preempted: send them whole.
+            self._prev_step_scheduled.clear()
+        reset = self.core.reset_prefix_cache()
+        if reset_running_requests and not reset:
+            raise RuntimeError(
+                "kvframe could not reset the prefix cache with every running request "
+                "preempted (a retained request holds blocks?)"
             )
-        return self.core.reset_prefix_cache()
+        if reset_connector:
+            # vLLM with no connector warns and reports failure.
+            log.warning("kvframe_vllm.reset_connector_without_connector")
+            return False
+        return reset
 
     def reset_encoder_cache(self) -> None:
         return None  # no encoder inputs (multimodal models are refused)
 
-    def make_stats(self, *args: Any, **kwargs: Any) -> SchedulerStats | None:
+    def make_stats(
+        self,
+        spec_decoding_stats: Any = None,
+        kv_connector_stats: Any = None,
+        cudagraph_stats: Any = None,
+        perf_stats: Any = None,
+    ) -> SchedulerStats | None:
         if not self.log_stats:
             return None
-        running, waiting = self.core.get_request_counts()
-        return SchedulerStats(
-            num_running_reqs=running,
-            num_waiting_reqs=waiting,
-            kv_cache_usage=self.core.kv_cache_manager.usage,
-        )
+        return scheduler_stats(self.core, cudagraph_stats=cudagraph_stats, perf_stats=perf_stats)
 
     def shutdown(self) -> None:
-        return None
+        self.kv_event_publisher.shutdown()

@@ -20,6 +20,7 @@ sys.path.insert(0, str(HARNESS))
 
 
 def build(**changes: Any) -> Any:
+    after = changes.pop("after", None)
     import torch
     from kvframe_vllm.scheduler import KvframeScheduler
     from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
@@ -32,6 +33,7 @@ def build(**changes: Any) -> Any:
         max_model_len=1024,
         is_encoder_decoder=False,
         async_scheduling=changes.pop("async_scheduling", False),
+        policy=changes.pop("policy", "fcfs"),
     )
     vllm_config = VllmConfig(
         scheduler_config=scheduler_config,
@@ -53,7 +55,69 @@ def build(**changes: Any) -> Any:
             )
         ],
     )
+    if after is not None:
+        after(vllm_config)  # what a flag vLLM cannot validate on this CPU box would set
     return KvframeScheduler(vllm_config, kv_cache_config, None, block_size=16)
+
+
+def build_tier(**extra: Any) -> Any:
+    """vLLM's CPU tier through KvframeOffloadingSpec, with ``extra`` in its extra config."""
+    import kvframe_vllm
+    import torch
+    from kvframe_vllm.offload import KvframeOffloadingSpec
+    from vllm.config import CacheConfig, DeviceConfig, KVTransferConfig, ModelConfig, VllmConfig
+    from vllm.v1.kv_cache_interface import (
+        FullAttentionSpec,
+        KVCacheConfig,
+        KVCacheGroupSpec,
+        KVCacheTensor,
+    )
+    from vllm_driver import _model_dir
+
+    spec = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=1, dtype=torch.float32)
+    vllm_config = VllmConfig(
+        model_config=ModelConfig(
+            model=str(_model_dir()), max_model_len=1024, skip_tokenizer_init=True, dtype="float16"
+        ),
+        cache_config=CacheConfig(block_size=16),
+        device_config=DeviceConfig(device="cpu"),
+        kv_transfer_config=KVTransferConfig(
+            kv_connector="OffloadingConnector",
+            kv_role="kv_both",
+            kv_connector_extra_config={
+                **kvframe_vllm.extra_config(cpu_bytes_to_use=spec.page_size_bytes * 32),
+                **extra,
+            },
+        ),
+    )
+    kv_cache_config = KVCacheConfig(
+        num_blocks=64,
+        kv_cache_tensors=[KVCacheTensor(size=spec.page_size_bytes * 64, shared_by=["layer"])],
+        kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)],
+    )
+    return KvframeOffloadingSpec(vllm_config, kv_cache_config)
+
+
+def refused(scheduler: Any, req: Any) -> str | None:
+    """Add ``req``; the reason it was finished with an error, or ``None`` if it was queued."""
+    scheduler.add_request(req)
+    outputs = scheduler.refused.take_outputs()
+    if not outputs:
+        return None
+    (out,) = outputs[0]
+    assert out.request_id == req.request_id and int(out.finish_reason) == 3  # ERROR
+    return out.stop_reason
+
+
+def setattr_on(path: str, value: Any) -> Any:
+    def change(vllm_config: Any) -> None:
+        owner, _, name = path.rpartition(".")
+        obj = vllm_config
+        for part in owner.split("."):
+            obj = getattr(obj, part)
+        object.__setattr__(obj, name, value)
+
+    return change
 
 
 def request(request_id: str, **params: Any) -> Any:
@@ -78,7 +142,7 @@ def outcome(fn: Any) -> dict[str, str] | None:
 
 
 def main() -> None:
-    from vllm.config import LoRAConfig
+    from vllm.config import KVEventsConfig, LoRAConfig
 
     results = {
         "lora": outcome(lambda: build(lora_config=LoRAConfig())),
@@ -88,14 +152,31 @@ def main() -> None:
             lambda: build(additional_config={"kvframe_scheduler": "continuum:ttl=sometimes"})
         ),
         "fine": outcome(lambda: build(additional_config={"kvframe_scheduler": "priority"})),
+        "dcp": outcome(
+            lambda: build(after=setattr_on("parallel_config.decode_context_parallel_size", 2))
+        ),
+        "pcp": outcome(
+            lambda: build(after=setattr_on("parallel_config.prefill_context_parallel_size", 2))
+        ),
+        "kv_events": outcome(
+            lambda: build(kv_events_config=KVEventsConfig(enable_kv_cache_events=True))
+        ),
     }
-    scheduler = build()
-    results["min_tokens"] = outcome(lambda: scheduler.add_request(request("a", min_tokens=2)))
-    results["unknown_xarg"] = outcome(
-        lambda: scheduler.add_request(request("b", extra_args={"kvframe_jobid": "j1"}))
+    results["tier_lmcache"] = outcome(
+        lambda: build_tier(kvframe_offload="kvframe_lmcache.spec:LMCacheOffloadSpec:capacity=1GiB")
     )
-    results["bad_last_turn"] = outcome(
-        lambda: scheduler.add_request(request("c", extra_args={"kvframe_last_turn": "maybe"}))
+    results["tier_cpu"] = outcome(lambda: build_tier(kvframe_offload="cpu:capacity=1GiB"))
+    results["tier_typo"] = outcome(lambda: build_tier(kvframe_evicton="arc"))
+    results["tier_fine"] = outcome(lambda: build_tier(kvframe_eviction="arc"))
+    results["policy_from_vllm"] = build(policy="priority").policy.name
+    results["policy_explicit"] = build(
+        policy="priority", additional_config={"kvframe_scheduler": "fcfs"}
+    ).policy.name
+    scheduler = build()
+    results["min_tokens"] = refused(scheduler, request("a", min_tokens=2))
+    results["unknown_xarg"] = refused(scheduler, request("b", extra_args={"kvframe_jobid": "j1"}))
+    results["bad_last_turn"] = refused(
+        scheduler, request("c", extra_args={"kvframe_last_turn": "maybe"})
     )
     results["agent_turn"] = outcome(
         lambda: scheduler.add_request(

@@ -121,7 +121,30 @@ def test_engine_features_kvframe_does_not_model_are_refused_at_start_up(
     assert refusals["lora"]["type"] == "UnsupportedByKvframe"
     assert "LoRA" in refusals["lora"]["message"]
     assert "asynchronous scheduling" in refusals["async"]["message"]
+    assert "--no-async-scheduling" in refusals["async"]["message"]
+    assert "--decode-context-parallel-size 1" in refusals["dcp"]["message"]
+    assert "--prefill-context-parallel-size 1" in refusals["pcp"]["message"]
+    assert refusals["kv_events"] is None  # served: events go through vLLM's publisher
     assert refusals["fine"] is None
+
+
+def test_a_tier_plugin_vllms_connector_cannot_honour_is_refused(refusals: dict[str, Any]) -> None:
+    """lmcache models LMCache's connector: inside vLLM it would silently be vLLM's."""
+    lmcache = refusals["tier_lmcache"]
+    assert lmcache["type"] == "UnsupportedByKvframe"
+    assert "kv_connector_extra_config['kvframe_offload']" in lmcache["message"]
+    assert "loads before the forward pass" in lmcache["message"]
+    assert "stores that block the step" in lmcache["message"]
+    assert "always runs vLLM's own CPU tier" in refusals["tier_cpu"]["message"]
+    assert "kvframe_evicton" in refusals["tier_typo"]["message"]
+    assert refusals["tier_fine"] is None
+
+
+def test_vllms_scheduling_policy_picks_the_kvframe_policy_unless_named(
+    refusals: dict[str, Any],
+) -> None:
+    assert refusals["policy_from_vllm"] == "priority"
+    assert refusals["policy_explicit"] == "fcfs"
 
 
 def test_a_bad_policy_string_stops_vllm_with_kvframes_message(refusals: dict[str, Any]) -> None:
@@ -132,10 +155,13 @@ def test_a_bad_policy_string_stops_vllm_with_kvframes_message(refusals: dict[str
     assert "option ttl: 'dynamic' | 'fixed'" in refusals["bad_option"]["message"]
 
 
-def test_per_request_features_and_bad_agent_fields_are_refused(refusals: dict[str, Any]) -> None:
-    assert "min_tokens" in refusals["min_tokens"]["message"]
-    assert "kvframe_jobid" in refusals["unknown_xarg"]["message"]
-    assert "true/false/1/0" in refusals["bad_last_turn"]["message"]
+def test_per_request_features_and_bad_agent_fields_finish_the_request_with_an_error(
+    refusals: dict[str, Any],
+) -> None:
+    """Finished with FINISHED_ERROR and the reason, never raised out of add_request."""
+    assert "min_tokens" in refusals["min_tokens"]
+    assert "kvframe_jobid" in refusals["unknown_xarg"]
+    assert "true/false/1/0" in refusals["bad_last_turn"]
 
 
 def test_a_clients_agent_fields_reach_the_policy(refusals: dict[str, Any]) -> None:

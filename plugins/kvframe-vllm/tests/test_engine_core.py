@@ -1,0 +1,194 @@
+"""The bridge inside vLLM 0.19.1's real ``EngineCore``, against vLLM's own ``Scheduler``.
+
+``engine_core_harness.py`` runs the same scenarios -- aborts at every phase,
+pause in each mode with and without clearing the cache then resume, resets
+with running requests, ``--scheduling-policy priority`` with preemptions, a
+refused request among served ones, a duplicate id -- through an ``EngineCore``
+with a fake executor, once with ``--scheduler-cls`` unset (vLLM's
+``Scheduler``) and once with the bridge. Every engine call's record must be
+equal: each ``SchedulerOutput`` the executor saw, each ``EngineCoreOutputs``
+(tokens, finish and stop reasons, request event types, cached tokens,
+finished sets, ``SchedulerStats`` with prefix-cache counters), the KV-cache
+events published in the step (``--kv-events-config``: vLLM's hashes, token
+ids, extra keys), and what the pause / reset / abort / count calls returned.
+Skips without the vLLM reference interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[2]
+HARNESS = REPO / "tools" / "differential"
+if str(HARNESS) not in sys.path:
+    sys.path.insert(0, str(HARNESS))
+
+import compare  # noqa: E402  (the harness is a script folder, not a package)
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+REFUSED_IDS = {"min", "xarg", "last", "stream"}
+ERROR = 3
+"""vLLM's ``FinishReason.ERROR``."""
+
+
+def _run(python: Path, scheduler: str, out: Path, *flags: str) -> dict[str, Any]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(compare.tree_paths()))
+    proc = subprocess.run(
+        [str(python), str(HERE / "engine_core_harness.py"), scheduler, str(out), *flags],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def _python() -> Path:
+    python = compare.find_vllm_python()
+    if python is None:
+        pytest.skip("no vLLM reference interpreter (see docs/vllm.md)")
+    probe = subprocess.run(
+        [str(python), "-c", "import vllm.v1.engine.core, kvframe_vllm"],
+        capture_output=True,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(compare.tree_paths())),
+    )
+    if probe.returncode != 0:
+        pytest.skip("the vLLM interpreter cannot import vLLM's engine core and kvframe_vllm")
+    return python
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], dict[str, Any]]:
+    python = _python()
+    out = tmp_path_factory.mktemp("engine-core")
+    return _run(python, "vllm", out / "vllm.json"), _run(python, "bridge", out / "bridge.json")
+
+
+@pytest.fixture(scope="module")
+def runs_v2(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The same with Model Runner V2 (``VLLM_USE_V2_MODEL_RUNNER=1``)."""
+    python = _python()
+    out = tmp_path_factory.mktemp("engine-core-v2")
+    return (
+        _run(python, "vllm", out / "vllm.json", "--v2"),
+        _run(python, "bridge", out / "bridge.json", "--v2"),
+    )
+
+
+SAME = [
+    "aborts",
+    "priority",
+    *(f"pause-{m}-{c}" for m in ("abort", "wait", "keep") for c in ("clear", "keepcache")),
+]
+
+
+@pytest.mark.parametrize("scenario", SAME)
+def test_the_engine_records_are_vllms(runs: Any, scenario: str) -> None:
+    vllm, bridge = runs
+    assert vllm[scenario]["scheduler"] == "Scheduler"
+    assert bridge[scenario]["scheduler"] == "KvframeScheduler"
+    ours, theirs = bridge[scenario]["log"], vllm[scenario]["log"]
+    for index, (mine, ref) in enumerate(zip(ours, theirs, strict=True)):
+        assert mine == ref, f"{scenario}: record {index} differs"
+
+
+@pytest.mark.parametrize("scenario", SAME)
+def test_the_engine_records_are_vllms_with_model_runner_v2(runs_v2: Any, scenario: str) -> None:
+    """V2 takes resumed requests as new ones with ``prefill_token_ids``."""
+    vllm, bridge = runs_v2
+    ours, theirs = bridge[scenario]["log"], vllm[scenario]["log"]
+    for index, (mine, ref) in enumerate(zip(ours, theirs, strict=True)):
+        assert mine == ref, f"{scenario} (V2): record {index} differs"
+
+
+def test_v2_sends_resumed_requests_as_new_ones(runs_v2: Any) -> None:
+    vllm, _ = runs_v2
+    steps = _steps(vllm["priority"]["log"])
+    assert not any(row[3] for s in steps for row in s[1]["cached"])  # none flagged resumed
+    assert sum(1 for s in steps for row in s[1]["new"] if row[0] == "lo") >= 2
+
+
+def _steps(log: list[Any]) -> list[Any]:
+    return [entry for entry in log if entry[0] == "step" and entry[1] is not None]
+
+
+def test_the_scenarios_reach_what_they_claim(runs: Any) -> None:
+    """Preemptions happen, pause keeps the engine idle, stats and events are there."""
+    vllm, _ = runs
+    for scenario in ("aborts", "priority"):
+        assert any(s[1]["preempted"] for s in _steps(vllm[scenario]["log"])), scenario
+    assert ["preempted_now", ["b"]] in vllm["aborts"]["log"]
+    keep = vllm["pause-keep-clear"]["log"]
+    paused = keep.index(next(e for e in keep if e[0] == "paused"))
+    assert [e[3] for e in keep[paused + 2 : paused + 5]] == [False] * 3  # nothing ran
+    events = {
+        kind
+        for scenario in ("aborts", "priority")
+        for s in _steps(vllm[scenario]["log"])
+        for client in s[2].values()
+        for out in client["outputs"]
+        for kind in out[4]
+    }
+    assert events == {1, 2, 3}  # QUEUED, SCHEDULED, PREEMPTED
+    kv_events = {event[0] for log in vllm.values() for s in _steps(log["log"]) for event in s[4]}
+    assert kv_events == {"BlockStored", "BlockRemoved", "AllBlocksCleared"}
+    salted = [
+        event
+        for s in _steps(vllm["priority"]["log"])
+        for event in s[4]
+        if event[0] == "BlockStored" and event[8] and event[8][0] == ["s1"]
+    ]
+    assert salted, "the salted request's first block was not stored with its salt"
+    hits = [
+        c["stats"]["prefix"][3]
+        for s in _steps(vllm["pause-wait-keepcache"]["log"])
+        for c in s[2].values()
+    ]
+    assert sum(hits) > 0
+
+
+def test_a_refused_request_finishes_with_an_error_and_the_engine_serves_on(runs: Any) -> None:
+    vllm, bridge = runs
+    log = bridge["refused"]["log"]
+    errors = {}
+    kept = []
+    for entry in log:
+        if entry[0] == "refused":
+            assert len(entry) == 2, entry  # add_request did not raise
+            continue
+        if entry[0] == "step":
+            for client in entry[2].values():
+                mine = [o for o in client["outputs"] if o[0] in REFUSED_IDS]
+                for out in mine:
+                    errors[out[0]] = out
+                client["outputs"] = [o for o in client["outputs"] if o[0] not in REFUSED_IDS]
+        kept.append(entry)
+    assert set(errors) == REFUSED_IDS
+    for rid, out in errors.items():
+        assert out[1] == [] and out[2] == ERROR, out
+        assert isinstance(out[3], str) and rid in out[3], out
+    # Apart from the error outputs, the engine ran as vLLM's without those requests.
+    assert kept == vllm["refused"]["log"]
+
+
+def test_a_duplicate_id_kills_vllms_engine_not_the_bridges(runs: Any) -> None:
+    vllm, bridge = runs
+    theirs = vllm["duplicate"]["log"]
+    assert ["add", "d1", "raised", "AssertionError"] in theirs
+    ours = bridge["duplicate"]["log"]
+    assert ["add", "d1"] in ours[2:]  # the second add did not raise
+    outputs = [o for s in _steps(ours) for c in s[2].values() for o in c["outputs"]]
+    d1 = [o for o in outputs if o[0] == "d1"]
+    assert d1[-1][2] == ERROR and "already being served" in d1[-1][3]
+    d2 = [o for o in outputs if o[0] == "d2"]
+    assert sum(len(o[1]) for o in d2) == 3 and d2[-1][2] is not None

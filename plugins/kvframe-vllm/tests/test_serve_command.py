@@ -1,0 +1,81 @@
+"""The serve command docs/vllm.md gives gets vLLM 0.19.1 past building the scheduler.
+
+``serve_command_check.py`` (under the vLLM interpreter) takes the docs'
+``vllm serve ... --scheduler-cls kvframe_vllm.scheduler.KvframeScheduler``
+command as written and goes the way ``vllm serve`` goes: vLLM's argument
+parser, ``AsyncEngineArgs.create_engine_config`` (with the bridge's general
+plugin loaded), vLLM's ``EngineCore`` constructor building the scheduler --
+with async scheduling resolving as on a GPU. The model name becomes the local
+config-only model folder (no weights, no network here). Variants check that
+what the bridge refuses stops vLLM while it builds its config, before any
+engine (and so before weights would load), naming the flag. Skips without the
+vLLM reference interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+HARNESS = HERE.parents[2] / "tools" / "differential"
+if str(HARNESS) not in sys.path:
+    sys.path.insert(0, str(HARNESS))
+
+import compare  # noqa: E402  (the harness is a script folder, not a package)
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def checked() -> dict[str, Any]:
+    python = compare.find_vllm_python()
+    if python is None:
+        pytest.skip("no vLLM reference interpreter (see docs/vllm.md)")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(compare.tree_paths()))
+    probe = subprocess.run(
+        [str(python), "-c", "import vllm.v1.engine.core, kvframe_vllm"],
+        capture_output=True,
+        env=env,
+    )
+    if probe.returncode != 0:
+        pytest.skip("the vLLM interpreter cannot import vLLM's engine core and kvframe_vllm")
+    proc = subprocess.run(
+        [str(python), str(HERE / "serve_command_check.py")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_the_docs_command_builds_the_bridge_scheduler(checked: dict[str, Any]) -> None:
+    assert checked["command"][:2] == ["vllm", "serve"]
+    built = checked["as_written"]
+    assert built["stopped_at"] is None, built
+    assert built["scheduler"] == "KvframeScheduler"
+    assert built["policy"] == "continuum"
+    assert built["engine_args_async_scheduling"] is False
+
+
+def test_refusals_stop_vllm_while_it_builds_its_config(checked: dict[str, Any]) -> None:
+    """Before the engine core (and its weights): each names the flag that fixes it."""
+    no_flag = checked["without_no_async"]
+    assert no_flag["stopped_at"] == "create_engine_config"
+    assert no_flag["type"] == "UnsupportedByKvframe"
+    assert "--no-async-scheduling" in no_flag["message"]
+    lora = checked["with_lora"]
+    assert lora["stopped_at"] == "create_engine_config"
+    assert "--enable-lora" in lora["message"]
+    bad = checked["bad_policy"]
+    assert bad["stopped_at"] == "create_engine_config"
+    assert bad["type"] == "ConfigError"
+    assert "did you mean 'fcfs'?" in bad["message"]
