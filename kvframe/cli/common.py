@@ -152,6 +152,7 @@ ENGINE_FLAGS = (
     "cost_model",
     "step_by_step",
     "vllm",
+    "async_scheduling",
 )
 
 
@@ -243,6 +244,13 @@ def _add_executor_arguments(engine: Any) -> None:
         metavar="VERSION",
         help="the vLLM release whose scheduling rules to follow: 0.19.1 (default) or 0.33 "
         "(docs/fidelity.md lists what differs)",
+    )
+    engine.add_argument(
+        "--async-scheduling",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="schedule step N+1 before step N's tokens are back, as vLLM's AsyncScheduler "
+        "and batch queue do (vLLM's default; kvframe's default: off; sim executor, no tier)",
     )
     engine.add_argument(
         "--step-by-step",

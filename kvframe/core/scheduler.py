@@ -133,6 +133,9 @@ class Scheduler:
         # Fidelity switches, read once (kvframe.domain.fidelity).
         self._threshold_needs_company = config.fidelity.threshold_needs_company
         self._self_preemption_continues = config.fidelity.self_preemption_continues
+        self._victim_cursor_by_position = config.fidelity.victim_cursor_by_position
+        # vLLM's AsyncScheduler (kvframe.engine.batch_queue drives it), read once.
+        self.async_scheduling = config.async_scheduling
         self.num_lookahead_tokens = config.num_lookahead_tokens
         self.requests: dict[str, Request] = {}
         self.waiting: RequestQueue = policy.create_queue()
@@ -152,6 +155,9 @@ class Scheduler:
         # counted (an async load is admitted twice: when the load starts and
         # when it is promoted). Cleared when the request enters RUNNING.
         self._lookup_recorded: set[str] = set()
+        # Asynchronous scheduling: requests whose output in flight is to be dropped
+        # when it arrives (discard_in_flight).
+        self._discard_in_flight: set[str] = set()
         self._now = 0.0
         # The read-only tier view policies see (SchedulerContext.offload): only
         # kvframe's OffloadingConnector offers one; other connectors give None.
@@ -262,6 +268,11 @@ class Scheduler:
     def has_unfinished_requests(self) -> bool:
         return bool(self.requests)
 
+    def has_requests(self) -> bool:
+        """Unfinished requests, or finished ones the next output must still report
+        (vLLM's ``has_requests``: the batch queue schedules while this holds)."""
+        return bool(self.requests) or bool(self.finished_req_ids)
+
     # ------------------------------------------------------------------
     # One step
     # ------------------------------------------------------------------
@@ -327,6 +338,7 @@ class Scheduler:
         running = self.running
         if (
             not running
+            or self.async_scheduling
             or not self._decode_runs_allowed
             or self.connector is not None
             or self.retained
@@ -372,7 +384,18 @@ class Scheduler:
                 req_index += 1
                 continue
 
-            # The general path: a prefill chunk, a block boundary, drafts.
+            # The general path: a prefill chunk, a block boundary, drafts, and every
+            # request under asynchronous scheduling.
+            placeholders = request.num_output_placeholders
+            if (
+                placeholders
+                and computed + 2 - placeholders >= request.num_prompt_tokens + request.max_tokens
+            ):
+                # Asynchronous scheduling: the token in flight is its last one
+                # (max_tokens), so no further step is scheduled for it (vLLM's
+                # AsyncScheduler skips it the same way).
+                req_index += 1
+                continue
             num_new_tokens = self._running_tokens(request, step)
             if num_new_tokens <= 0:
                 # Nothing to compute now (e.g. at max_model_len with drafts); vLLM
@@ -435,7 +458,11 @@ class Scheduler:
                 step.spec_decode_tokens.pop(victim_id, None)
                 # Its blocks were cached for tokens it will not compute now.
                 self.kv_cache_manager.preempted_mid_step(victim)
-            if victim_index < req_index:
+                req_index -= 1
+            elif victim_index < req_index and self._victim_cursor_by_position:
+                # Switch E: an earlier victim that was not scheduled (skipped)
+                # moves the cursor back too (vLLM >= 0.28); 0.19.1 did not, and
+                # skipped the request after this one for the step.
                 req_index -= 1
             self._preempt(victim)
             step.preempted.append(victim)
@@ -750,8 +777,31 @@ class Scheduler:
         requests = self.requests
         for request_id, num_tokens in output.num_scheduled_tokens.items():
             requests[request_id].num_computed_tokens += num_tokens
+        if self.async_scheduling:
+            self.add_output_placeholders(output)
         # A new set: the output keeps the old one.
         self.finished_req_ids = set()
+
+    def add_output_placeholders(self, output: SchedulerOutput) -> None:
+        """Asynchronous scheduling: one output placeholder for every scheduled request
+        that samples in this step (vLLM's ``AsyncScheduler._update_after_schedule``).
+
+        A request samples when its computed tokens, already advanced by the step,
+        reach its known tokens plus the placeholders it carries (it is not a
+        partial prefill chunk). The placeholder stands for the token in flight
+        until :meth:`update_from_output` brings it; the next step schedules from
+        it (``num_tokens_with_spec + num_output_placeholders - num_computed_tokens``).
+        :meth:`schedule` calls this itself when the config says
+        ``async_scheduling``; a host that builds the step by hand (the vLLM
+        bridge) calls it after ``num_computed_tokens`` moved.
+        """
+        requests = self.requests
+        for request_id in output.num_scheduled_tokens:
+            request = requests[request_id]
+            if request.num_computed_tokens >= (
+                request.num_tokens + request.num_output_placeholders
+            ):
+                request.num_output_placeholders += 1
 
     # ------------------------------------------------------------------
     # Model output
@@ -766,6 +816,8 @@ class Scheduler:
         # case inline; a call there costs ~35 ns each (~0.15 s of the trace's ~17 s,
         # benchmarks/whole_trace.py). Everything off that case is a method.
         sampled = model_output.sampled_token_ids
+        if self._discard_in_flight:
+            sampled = self._without_discarded(scheduler_output, sampled)
         spec_tokens = scheduler_output.scheduled_spec_decode_tokens
         requests = self.requests
         max_model_len = self.max_model_len
@@ -778,16 +830,18 @@ class Scheduler:
             self._prefill_chunks(model_output) if model_output.draft_token_ids else None
         )
 
+        one_token_inline = not self.async_scheduling
         for request_id in scheduler_output.num_scheduled_tokens:
             request = requests.get(request_id)
             if request is None or request.is_finished():
-                # Aborted while the step ran.
+                # Aborted while the step ran (or, one step late under asynchronous
+                # scheduling, finished by the output of the step before).
                 continue
             generated = sampled.get(request_id)
             if not generated:
                 continue  # a partial prefill chunk samples nothing
             drafts = spec_tokens.get(request_id) if spec_tokens else None
-            if not drafts and len(generated) == 1:
+            if one_token_inline and not drafts and len(generated) == 1:
                 # One token, no drafts (every decode step): _append_and_check_stop inline.
                 token_id = generated[0]
                 request.append_output_token_ids(token_id)
@@ -827,15 +881,64 @@ class Scheduler:
     def _apply_generated(
         self, request: Request, generated: list[int], drafts: list[int] | None
     ) -> bool:
-        """Several tokens, or drafts verified: roll back the rejected drafts' computed
-        tokens and placeholders, then append; whether the request stopped."""
+        """Several tokens, drafts verified, or any output under asynchronous scheduling:
+        roll back the rejected drafts' computed tokens and placeholders, then append;
+        whether the request stopped."""
         if drafts:
             num_rejected = len(drafts) - (len(generated) - 1)
             if request.num_computed_tokens > 0:
                 request.num_computed_tokens -= num_rejected
             if request.num_output_placeholders > 0:
                 request.num_output_placeholders -= num_rejected
-        return self._append_and_check_stop(request, generated)
+        if not self.async_scheduling:
+            return self._append_and_check_stop(request, generated)
+        running = request.status == _RUNNING
+        stopped = self._append_and_check_stop(request, generated)
+        if running:
+            self._resolve_placeholders(request, len(generated))
+        return stopped
+
+    def discard_in_flight(self, request: Request) -> None:
+        """Asynchronous scheduling: drop the tokens of ``request``'s step in flight when
+        they arrive, instead of appending them.
+
+        For a host that preempts running requests outside a step, such as vLLM's
+        ``reset_prefix_cache(reset_running_requests=True)`` (pause and sleep):
+        there vLLM 0.19.1 sets ``discard_latest_async_tokens`` and 0.33.0 preempts
+        with ``drop_stale_output=True``, so the token computed from the freed KV
+        never reaches the request. Call it *before* preempting the request: only
+        a request with a token in flight (an output placeholder) is marked, and
+        the mark is used up by the next output that includes the request (0.33.0
+        drops exactly the stale share; 0.19.1 drops the next output that carries
+        a token, the same one since a step with a placeholder samples). No-op
+        under synchronous scheduling, where nothing is in flight between steps.
+        """
+        if self.async_scheduling and request.num_output_placeholders:
+            self._discard_in_flight.add(request.request_id)
+
+    def _without_discarded(
+        self, scheduler_output: SchedulerOutput, sampled: Mapping[str, list[int]]
+    ) -> dict[str, list[int]]:
+        """The sampled tokens less those of requests marked by :meth:`discard_in_flight`
+        whose step this output is (the marks are used up)."""
+        dropped = self._discard_in_flight.intersection(scheduler_output.num_scheduled_tokens)
+        self._discard_in_flight -= dropped
+        return {rid: tokens for rid, tokens in sampled.items() if rid not in dropped}
+
+    def _resolve_placeholders(self, request: Request, num_tokens: int) -> None:
+        """Asynchronous scheduling: ``num_tokens`` in-flight tokens of a running request
+        arrived. Their placeholders go, and the blocks they complete are cached now
+        (vLLM caches up to ``num_computed_tokens - num_output_placeholders``: what is
+        computed *and* known). A request preempted while its step ran has no
+        placeholders left (:meth:`_preempt`); its token is appended, nothing cached."""
+        placeholders = request.num_output_placeholders - num_tokens
+        if placeholders < 0:
+            raise RuntimeError(
+                f"request {request.request_id!r}: {num_tokens} sampled tokens arrived for "
+                f"{request.num_output_placeholders} in flight (output applied twice?)"
+            )
+        request.num_output_placeholders = placeholders
+        self.kv_cache_manager.cache_blocks(request, request.num_computed_tokens - placeholders)
 
     def _prefill_chunks(self, model_output: ModelRunnerOutput) -> set[str]:
         """The drafting requests whose step was a partial prefill chunk."""
@@ -922,6 +1025,7 @@ class Scheduler:
         del self.requests[request_id]
         self._computed_before_preemption.pop(request_id, None)
         self._lookup_recorded.discard(request_id)
+        self._discard_in_flight.discard(request_id)
         if self.connector is not None and self.connector.request_finished(
             request, self.kv_cache_manager.get_block_ids(request_id)
         ):
@@ -1066,6 +1170,10 @@ class Scheduler:
         request.status = _PREEMPTED
         request.num_computed_tokens = 0
         request.spec_token_ids = []
+        # Asynchronous scheduling: the token in flight arrives later as a stale
+        # output (appended, nothing cached); vLLM 0.33 resets the count here, 0.19.1
+        # when the token arrives -- no decision reads it in between.
+        request.num_output_placeholders = 0
         request.num_preemptions += 1
         self.stats.num_preemptions += 1
         self.waiting.prepend_request(request)

@@ -65,6 +65,14 @@ class SchedulerConfig:
     hash_seed: int = 0
     """Seed of the chained block hash root (vLLM's ``PYTHONHASHSEED`` role)."""
     enable_kv_cache_events: bool = False
+    async_scheduling: bool = False
+    """vLLM's asynchronous scheduling (``--async-scheduling``, vLLM's default in 0.19.1
+    and 0.33.0): step N+1 is scheduled before step N's sampled tokens come back, so a
+    request about to sample carries an output *placeholder* for its in-flight token
+    (``Request.num_output_placeholders``), is scheduled on from it, and has its new
+    blocks cached only when the token arrives. The core then decides as vLLM's
+    ``AsyncScheduler`` does; the caller must apply each step's output one step late
+    (:mod:`kvframe.engine.batch_queue`). See docs/fidelity.md."""
     fidelity: Fidelity = attrs.field(default=DEFAULT_VLLM, converter=fidelity_for)
     """The vLLM release whose rules the core follows (a :class:`Fidelity`, or a
     release name such as ``"0.33"``); see ``docs/fidelity.md``."""
@@ -86,6 +94,12 @@ class SchedulerConfig:
             raise ValueError(
                 "num_gpu_blocks must be >= 2 (block 0 is the null block), "
                 f"got {self.num_gpu_blocks}"
+            )
+        if self.async_scheduling and self.num_speculative_tokens:
+            raise ValueError(
+                "async_scheduling with num_speculative_tokens > 0 is not modelled: vLLM's "
+                "async scheduler takes draft tokens from the worker, which kvframe does not "
+                "play; use synchronous scheduling with speculative decoding"
             )
         if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
             raise ValueError(

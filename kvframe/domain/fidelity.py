@@ -47,6 +47,21 @@ class Fidelity:
     to the *front* of the free queue, so it is reused before any cached block
     is evicted; with prefix caching off every freed block goes to the front
     (vLLM PR #42656, since 0.24.0; PR #51482, since 0.28.0)."""
+    victim_cursor_by_position: bool = False
+    """E. When a preemption victim sits before the running loop's cursor, the
+    cursor moves back one whatever the victim was doing this step (vLLM PR
+    #49206, fixing #49097, since 0.28.0). 0.19.1 moved it back only for a victim
+    already scheduled this step, so removing an earlier victim that was skipped
+    (under asynchronous scheduling: a request whose in-flight token reaches
+    ``max_tokens``) made the loop skip the request after the current one for
+    that step. Synchronous runs of vLLM's policies never have such a victim."""
+    empty_step_keeps_queue: bool = False
+    """Asynchronous scheduling, the engine's batch queue: after a step that
+    schedules nothing while requests remain, with room in the queue, the engine
+    core schedules again instead of first applying the output in flight
+    (``model_executed or scheduler.has_requests()`` in 0.33.0's
+    ``EngineCore.step_with_batch_queue``; 0.19.1 returned early only after a
+    step that ran tokens). Read by :mod:`kvframe.engine.batch_queue`."""
 
 
 _TARGETS: dict[str, Fidelity] = {
@@ -56,6 +71,8 @@ _TARGETS: dict[str, Fidelity] = {
         threshold_needs_company=True,
         self_preemption_continues=True,
         uncached_freed_first=True,
+        victim_cursor_by_position=True,
+        empty_step_keeps_queue=True,
     ),
 }
 

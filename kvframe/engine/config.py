@@ -154,6 +154,11 @@ class EngineConfig:
     vllm: str = attrs.field(default=DEFAULT_VLLM, converter=lambda v: fidelity_for(v).vllm)
     """The vLLM release whose scheduling rules the core follows (``"0.19.1"``, the
     default, or ``"0.33"`` = ``"0.33.0"``): :mod:`kvframe.domain.fidelity`."""
+    async_scheduling: bool = attrs.field(default=False, validator=_is_bool)
+    """vLLM's asynchronous scheduling (``--async-scheduling``; vLLM's own default in
+    0.19.1 and 0.33.0): step N+1 is scheduled before step N's tokens come back, in
+    the engine core's batch-queue order (:mod:`kvframe.engine.batch_queue`). Off
+    by default here: kvframe's seeded figures are synchronous runs."""
     step_by_step: bool = attrs.field(default=False, validator=_is_bool)
     """Run every step through the whole scheduler and executor, never a run of
     plain decode steps in one go (:mod:`kvframe.core.decode_run`). The results
@@ -190,6 +195,17 @@ class EngineConfig:
                 f"vllm={self.vllm}: the offload tier follows vLLM {DEFAULT_VLLM}'s "
                 "OffloadingConnector only (vLLM 0.33.0 changed what it stores and when it "
                 "touches; docs/fidelity.md); run the tier with vllm 0.19.1"
+            )
+        if self.async_scheduling and self.offload is not None:
+            raise ValueError(
+                "async_scheduling with an offload tier is not modelled (its connector's "
+                "order under vLLM's batch queue is not compared yet); run the tier with "
+                "async_scheduling off"
+            )
+        if self.async_scheduling and self.executor.split(":", 1)[0].strip() != "sim":
+            raise ValueError(
+                f"async_scheduling runs with the sim executor only, not {self.executor!r}: "
+                "a real model needs the token in flight, which only the worker has"
             )
         if self.num_gpu_blocks is not None and self.kv_memory is not None:
             raise ValueError(
@@ -261,6 +277,7 @@ class EngineConfig:
             hash_seed=self.seed,
             enable_kv_cache_events=enable_kv_cache_events,
             fidelity=self.vllm,
+            async_scheduling=self.async_scheduling,
         )
 
     def describe(self) -> dict[str, Any]:
@@ -290,6 +307,7 @@ class EngineConfig:
             "cost_model": self.cost_model,
             "step_by_step": self.step_by_step,
             "vllm": self.vllm,
+            "async_scheduling": self.async_scheduling,
         }
 
     # -- from kvframe.toml and flags ----------------------------------------
@@ -444,6 +462,7 @@ _CONVERTERS: Mapping[str, Any] = {
     "cost_model": _str,
     "step_by_step": _bool,
     "vllm": lambda value: fidelity_for(_str(value)).vllm,
+    "async_scheduling": _bool,
 }
 
 _ALIASES: Mapping[str, str] = {
@@ -453,6 +472,7 @@ _ALIASES: Mapping[str, str] = {
     "offload-bandwidth": "offload_bandwidth",
     "cost-model": "cost_model",
     "step-by-step": "step_by_step",
+    "async-scheduling": "async_scheduling",
 }
 
 ENGINE_KEYS: tuple[str, ...] = tuple(_CONVERTERS)

@@ -12,6 +12,10 @@ One iteration of :meth:`Engine.run`'s loop is one engine step:
    finish time are the *end* of the step that produced them;
 6. (tracing) KV events and finished requests.
 
+Under asynchronous scheduling (``EngineConfig.async_scheduling``) the loop is
+:mod:`kvframe.engine.batch_queue`'s instead: vLLM's batch queue, step N+1
+scheduled before step N's output is applied.
+
 A stretch of steps in which every running request only decodes is taken in
 one go by a :class:`~kvframe.core.decode_run.DecodeRun` (:meth:`Engine._decode_run`):
 per step it still queues arrivals, runs the waiting phase and records the
@@ -45,6 +49,7 @@ from kvframe.core.scheduler import Scheduler
 from kvframe.domain.request import Request
 from kvframe.domain.version import __version__
 from kvframe.engine.arrivals import ArrivalQueue
+from kvframe.engine.batch_queue import run_batch_queue
 from kvframe.engine.build import assemble
 from kvframe.engine.config import EngineConfig
 from kvframe.engine.metrics import MetricsCollector, MetricsSummary
@@ -265,7 +270,18 @@ class Engine:
         decision (a decode run or ``schedule``), its record, then the step by its kind:
         one the executor runs (:meth:`_executed_step`) or one that schedules nothing
         (:meth:`_empty_step`). It runs once per step, so what it touches is bound to
-        locals first."""
+        locals first. Under asynchronous scheduling the batch queue's loop runs
+        instead (:func:`kvframe.engine.batch_queue.run_batch_queue`)."""
+        if self.scheduler.async_scheduling:
+            call = None
+            if progress is not None:
+                live = RunProgress(self)
+
+                def call() -> None:
+                    progress(live)
+
+            run_batch_queue(self, arrivals, call)
+            return
         scheduler = self.scheduler
         schedule = scheduler.schedule
         requests = scheduler.requests

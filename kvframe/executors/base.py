@@ -79,8 +79,12 @@ def classify_step(
         computed = request.num_computed_tokens
         before = computed - num_new
         context += before
-        if before >= request.num_prompt_tokens and request.output_token_ids:
+        if before >= request.num_prompt_tokens and (
+            request.output_token_ids or request.num_output_placeholders
+        ):
             # Generating: one decode token, any extra (drafts) cost like prefill.
+            # (Under asynchronous scheduling the first output may still be in
+            # flight: a placeholder.)
             decode += 1
             prefill += num_new - 1
         else:

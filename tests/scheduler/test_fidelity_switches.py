@@ -34,7 +34,13 @@ SWITCH_OF = {
     "switch-self-preemption": "self_preemption_continues",
     "switch-free-order": "uncached_freed_first",
     "switch-free-order-nocache": "uncached_freed_first",
+    "switch-victim-cursor": "victim_cursor_by_position",
 }
+ENGINE_ONLY = {"empty_step_keeps_queue"}
+"""Switches of the engine's batch queue, not of the scheduler: no harness workload
+shows them (an empty step with nothing in flight while requests remain needs a
+blocked admission with nothing running, which vLLM's policies without a
+connector never produce); ``tests/engine/test_batch_queue.py`` checks the rule."""
 
 
 def run(name: str, fidelity: str | Fidelity) -> list[dict[str, Any]]:
@@ -42,7 +48,8 @@ def run(name: str, fidelity: str | Fidelity) -> list[dict[str, Any]]:
     workload = switch_workload(name)
     config = dict(workload["config"], vllm=fidelity)
     adapter = kvframe_driver.KvframeAdapter(config, record_blocks=True)
-    return list(stepping.run(workload, adapter))
+    loop = stepping.run_async if config.get("async_scheduling") else stepping.run
+    return list(loop(workload, adapter))
 
 
 def first_difference(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> int:
@@ -50,7 +57,7 @@ def first_difference(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> int:
 
 
 def test_every_switch_has_a_workload() -> None:
-    switches = {f.name for f in attrs.fields(Fidelity)} - {"vllm"}
+    switches = {f.name for f in attrs.fields(Fidelity)} - {"vllm"} - ENGINE_ONLY
     assert set(SWITCH_OF.values()) == switches
     assert set(SWITCH_OF) == set(SWITCH_WORKLOADS)
 
@@ -61,7 +68,7 @@ def test_one_switch_alone_is_the_whole_difference(name: str) -> None:
     assert old != new
     only = attrs.evolve(fidelity_for("0.19.1"), **{SWITCH_OF[name]: True})
     assert run(name, only) == new
-    for other in set(SWITCH_OF.values()) - {SWITCH_OF[name]}:
+    for other in (set(SWITCH_OF.values()) | ENGINE_ONLY) - {SWITCH_OF[name]}:
         assert run(name, attrs.evolve(fidelity_for("0.19.1"), **{other: True})) == old
 
 
@@ -84,6 +91,26 @@ def test_priority_self_preemption_ends_the_running_loop_only_in_0_19_1() -> None
     assert old[step]["scheduled"] == []
     # 0.33: the urgent r1 after it decodes in the step r0 freed blocks.
     assert new[step]["scheduled"] == [["r1", 1]]
+
+
+def test_an_unscheduled_earlier_victim_moves_the_cursor_back_only_in_0_33() -> None:
+    old, new = run("switch-victim-cursor", "0.19.1"), run("switch-victim-cursor", "0.33.0")
+    step = first_difference(old, new)
+    # r0's last token is in flight (skipped), r1 needs a block, r0 is the victim.
+    assert old[step]["preempted"] == new[step]["preempted"] == ["r0"]
+    assert [r for r, _ in old[step - 1]["scheduled"]] == ["r0", "r1", "r2"]
+    # 0.19.1 skips r2, the request after r1, for this step; 0.33 schedules it.
+    assert old[step]["scheduled"] == [["r1", 1]]
+    assert new[step]["scheduled"] == [["r1", 1], ["r2", 1]]
+    # The switch changes no decision synchronously (block ids aside, switch D).
+    sync = dict(switch_workload("switch-victim-cursor"))
+    sync["config"] = {**sync["config"], "async_scheduling": False}
+    runs = []
+    for target in ("0.19.1", "0.33.0"):
+        config = dict(sync["config"], vllm=target)
+        adapter = kvframe_driver.KvframeAdapter(config, record_blocks=False)
+        runs.append(list(stepping.run(sync, adapter)))
+    assert runs[0] == runs[1]
 
 
 @pytest.mark.parametrize("name", ["switch-free-order", "switch-free-order-nocache"])

@@ -13,6 +13,7 @@
         --factor 2 --store-threshold 2 --rule seeded
     python tools/differential/compare.py --vllm-version 0.33.0 --blocks
     python tools/differential/compare.py --switches --blocks --vllm-version 0.33.0
+    python tools/differential/compare.py --scheduling both --blocks   # sync and async
 
 ``--tier`` runs the tier set instead (``workloads.TIER_WORKLOADS``): each
 workload x eviction policy x ``block_size_factor`` x ``store_threshold`` x
@@ -26,6 +27,12 @@ two subprocesses, in parallel — then diffs their per-step records. Prints one
 row per (workload, policy) and, for the first differing step of each, both
 records side by side. Exits 1 on any difference or driver crash, 2 when no
 vLLM interpreter can be found.
+
+``--scheduling async`` (or ``both``) runs vLLM's ``AsyncScheduler`` against
+kvframe's asynchronous-scheduling mode, driven in the engine core's batch-queue
+order (``stepping.run_async``: step N+1 scheduled before step N's output is
+applied); the async runs are named ``<workload>-async``. Not with ``--tier`` or
+``--bridge`` (the bridge refuses async scheduling).
 
 ``--vllm-version`` picks the release compared against, 0.19.1 (the default)
 or 0.33.0: the workloads carry it (``config["vllm"]``), kvframe's driver runs
@@ -362,7 +369,11 @@ def format_table(results: Sequence[Result], tier: bool = False, bridge: bool = F
     rows = [header]
     for res in results:
         s = res.vllm
-        base, _, policy = res.workload.rpartition("-")
+        name, mode = res.workload, ""
+        if name.endswith("-async"):
+            name, mode = name[: -len("-async")], " async"
+        base, _, policy = name.rpartition("-")
+        policy += mode
         if res.kvframe is None:
             diff = "-"
         elif res.vllm_hang is not None:
@@ -471,6 +482,7 @@ def run_comparison(
     bridge: bool = False,
     vllm_version: str = "0.19.1",
     switches: bool = False,
+    scheduling: Sequence[str] = ("sync",),
 ) -> tuple[list[Result], dict[str, DriverRun]]:
     """Generate, run both drivers, diff. ``kvframe_python=None`` runs vLLM only.
 
@@ -479,6 +491,9 @@ def run_comparison(
 
     ``switches`` runs the small workloads of ``switch_workloads.py`` instead,
     one per fidelity switch, each where vLLM 0.19.1 and 0.33.0 decide apart.
+
+    ``scheduling``: ``"sync"`` and/or ``"async"``; each async run is the workload
+    with ``config["async_scheduling"]`` set, named ``<workload>-async``.
 
     ``tier`` selects the tier set instead: a dict of ``evictions``, ``factors``,
     ``thresholds`` and ``rules`` (each optional; every value by default).
@@ -496,6 +511,7 @@ def run_comparison(
         workloads = all_workloads(names, policies, num_requests, seed)
     for wl in workloads:
         wl["config"]["vllm"] = vllm_version
+    workloads = with_scheduling(workloads, scheduling)
     if bridge:
         return _run_bridge_comparison(workloads, out_dir, vllm_python, kvframe_python, blocks)
     paths = [write_workload(wl, out_dir / "workloads" / f"{wl['name']}.json") for wl in workloads]
@@ -511,6 +527,32 @@ def run_comparison(
         for wl in workloads
     ]
     return results, runs
+
+
+SCHEDULING_MODES = {"sync": ("sync",), "async": ("async",), "both": ("sync", "async")}
+
+
+def with_scheduling(
+    workloads: Sequence[dict[str, Any]], scheduling: Sequence[str]
+) -> list[dict[str, Any]]:
+    """The workloads once per scheduling mode: as they are for ``sync``, renamed
+    ``<name>-async`` with ``config["async_scheduling"]`` for ``async``."""
+    out: list[dict[str, Any]] = []
+    for mode in scheduling:
+        if mode not in ("sync", "async"):
+            raise ValueError(f"unknown scheduling mode {mode!r} (sync or async)")
+    for wl in workloads:
+        if "sync" in scheduling:
+            out.append(wl)
+        if "async" in scheduling:
+            out.append(
+                {
+                    **wl,
+                    "name": f"{wl['name']}-async",
+                    "config": {**wl["config"], "async_scheduling": True},
+                }
+            )
+    return out
 
 
 def _run_bridge_comparison(
@@ -602,7 +644,27 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run the one-per-switch workloads where vLLM 0.19.1 and 0.33.0 differ",
     )
+    parser.add_argument(
+        "--scheduling",
+        choices=list(SCHEDULING_MODES),
+        default="sync",
+        help="vLLM's synchronous Scheduler, its AsyncScheduler in the engine's "
+        "batch-queue order, or both (async runs are named <workload>-async)",
+    )
+    parser.add_argument(
+        "--async",
+        action="store_const",
+        const="async",
+        dest="scheduling",
+        help="short for --scheduling async",
+    )
     args = parser.parse_args(argv)
+    scheduling = SCHEDULING_MODES[args.scheduling]
+    if "async" in scheduling and (args.tier or args.bridge):
+        parser.error(
+            "asynchronous scheduling is compared without a tier and without the bridge: "
+            "--scheduling async/both excludes --tier and --bridge"
+        )
 
     tier_matrix: dict[str, Sequence[Any]] | None = None
     if args.tier:
@@ -660,6 +722,7 @@ def main(argv: list[str] | None = None) -> int:
         bridge=args.bridge,
         vllm_version=args.vllm_version,
         switches=args.switches,
+        scheduling=scheduling,
     )
     for run in runs.values():
         if run.returncode != 0 and not any(

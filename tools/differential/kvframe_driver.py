@@ -244,6 +244,9 @@ class KvframeAdapter:
         request = self.scheduler.requests[req_id]
         return request.num_computed_tokens, request.num_tokens
 
+    def has_requests(self) -> bool:
+        return self.scheduler.has_requests()
+
     def update(
         self,
         view: stepping.StepView,

@@ -52,6 +52,18 @@ so both drivers name the same content the same way.
 
 ``prefix_hits`` is per request rather than vLLM's prefix_cache_queries/hits
 counters, which count a waiting request again every step it cannot be admitted.
+
+Asynchronous scheduling (``config["async_scheduling"]``): :func:`run_async`
+drives the scheduler in the order of vLLM's ``EngineCore.step_with_batch_queue``
+with a batch queue of two and a worker that is never done before the engine
+blocks on it, so step N+1 is scheduled before step N's sampled tokens are
+applied. One record per engine iteration ``i``: arrivals with ``arrival_step ==
+i`` are added first; the schedule fields are those of the step scheduled in the
+iteration (empty when none was), plus::
+
+    scheduled_step  int or null   index of the step scheduled (schedule() calls)
+    applied_step    int or null   index of the step whose output was applied
+    finished        sorted req ids finished by that update
 """
 
 from __future__ import annotations
@@ -267,6 +279,10 @@ class SchedulerAdapter(Protocol):
         """``(num_computed_tokens, num_tokens)`` of a scheduled request, right now."""
         ...
 
+    def has_requests(self) -> bool:
+        """The scheduler's ``has_requests()`` (asynchronous scheduling only)."""
+        ...
+
     def update(
         self,
         view: StepView,
@@ -337,6 +353,95 @@ def run(
         step += 1
 
 
+def _empty_waits(config: dict[str, Any]) -> bool:
+    """Whether the batch queue schedules again after an empty step while requests
+    remain (vLLM 0.33.0's ``model_executed or has_requests()``; 0.19.1 applies the
+    output in flight first). kvframe's switch ``empty_step_keeps_queue``."""
+    return not str(config.get("vllm", "0.19.1")).startswith("0.19")
+
+
+BATCH_QUEUE_SIZE = 2
+"""vLLM's ``max_concurrent_batches`` with async scheduling and one engine."""
+
+
+def run_async(
+    workload: Workload, adapter: SchedulerAdapter, max_steps: int = DEFAULT_MAX_STEPS
+) -> Iterator[dict[str, Any]]:
+    """Drive ``adapter`` in vLLM's batch-queue order, one record per engine iteration.
+
+    One iteration is ``step_with_batch_queue`` with a worker that never finishes
+    before it is waited for: if the scheduler has requests, schedule a step (the
+    requests that sample are fixed now) and queue it; return early if the queue
+    has room and the step ran tokens (0.33.0: or requests remain); otherwise
+    apply the oldest queued step's output. The adapter must have been built with
+    asynchronous scheduling (``has_requests`` is the scheduler's own).
+    """
+    if workload["config"].get("tier"):
+        raise ValueError("asynchronous scheduling with an offload tier is not compared")
+    by_step: dict[int, list[RequestSpec]] = {}
+    for spec in workload["requests"]:
+        by_step.setdefault(spec["arrival_step"], []).append(spec)
+    total = len(workload["requests"])
+    empty_waits = _empty_waits(workload["config"])
+    queue: list[tuple[int, StepView, dict[str, list[int]]]] = []  # oldest first
+    num_finished = 0
+    num_scheduled = 0
+    iteration = 0
+    while num_finished < total:
+        if iteration >= max_steps:
+            raise StepCapExceeded(
+                f"{workload['name']}: {total - num_finished} requests unfinished "
+                f"after {max_steps} engine iterations"
+            )
+        for spec in by_step.pop(iteration, ()):
+            adapter.add_request(spec)
+        view: StepView | None = None
+        scheduled_step: int | None = None
+        early = False
+        if adapter.has_requests():
+            view = adapter.schedule()
+            scheduled_step = num_scheduled
+            num_scheduled += 1
+            sampled: dict[str, list[int]] = {}
+            for req_id, _ in view.scheduled:
+                computed, num_tokens = adapter.progress(req_id)
+                if computed >= num_tokens:
+                    sampled[req_id] = [SAMPLED_TOKEN_ID]
+            queue.append((scheduled_step, view, sampled))
+            executed = bool(view.scheduled)
+            early = len(queue) < BATCH_QUEUE_SIZE and (
+                executed or (empty_waits and adapter.has_requests())
+            )
+        elif not queue:
+            iteration += 1  # idle: nothing to schedule, nothing in flight
+            continue
+        applied_step: int | None = None
+        finished: list[str] = []
+        extra: dict[str, Any] = {}
+        if not early:
+            applied_step, done, done_sampled = queue.pop(0)
+            finished = adapter.update(done, done_sampled, None)
+            num_finished += len(finished)
+            extra = done.extra
+        record: dict[str, Any] = {
+            "step": iteration,
+            "scheduled_step": scheduled_step,
+            "applied_step": applied_step,
+            "scheduled": [[rid, n] for rid, n in view.scheduled] if view else [],
+            "new": list(view.new) if view else [],
+            "resumed": sorted(view.resumed) if view else [],
+            "preempted": sorted(view.preempted) if view else [],
+            "prefix_hits": dict(view.prefix_hits) if view else {},
+            "free_blocks": view.free_blocks if view else None,
+            "finished": sorted(finished),
+        }
+        if view is not None and view.blocks is not None:
+            record["blocks"] = view.blocks
+        record.update(extra)
+        yield record
+        iteration += 1
+
+
 def write_records(
     workload: Workload,
     make_adapter: Callable[[], SchedulerAdapter],
@@ -353,7 +458,8 @@ def write_records(
     with out_path.open("w") as fh:
         try:
             adapter = make_adapter()
-            for record in run(workload, adapter, max_steps):
+            loop = run_async if workload["config"].get("async_scheduling") else run
+            for record in loop(workload, adapter, max_steps):
                 fh.write(json.dumps(record, separators=(",", ":")) + "\n")
         except Exception as exc:  # reported in-band: the comparison shows it
             fh.write(

@@ -22,6 +22,13 @@ with the switch (``kvframe.domain.fidelity.Fidelity``) each one shows.
   gets it first. Compare with ``--blocks``.
 * ``switch-free-order-nocache``: the same with prefix caching off, where
   0.33.0 puts every freed block at the front.
+* ``switch-victim-cursor`` (switch E, ``victim_cursor_by_position``, run under
+  ``priority`` with asynchronous scheduling, ``stepping.run_async``): three
+  requests decode in a full pool, the least important (r0) first in the
+  running list. At step 5 r0's last token is in flight, so the loop skips it;
+  r1 then needs a block and r0, before the cursor and unscheduled, is the
+  victim. 0.19.1 does not move the cursor back and skips r2 for the step;
+  0.33.0 schedules r2 too.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ SWITCH_WORKLOADS: dict[str, str] = {
     "switch-self-preemption": "B: the running loop goes on after a priority self-preemption",
     "switch-free-order": "D: a freed block without a hash is reused first",
     "switch-free-order-nocache": "D: with prefix caching off every freed block is reused first",
+    "switch-victim-cursor": "E: an unscheduled victim before the cursor moves it back (async)",
 }
 
 
@@ -78,6 +86,13 @@ def switch_workload(name: str, vllm: str = "0.19.1") -> Workload:
         requests = [
             _request("r0", 100, 7, 6, 0, priority=5),
             _request("r1", 200, 7, 6, 1, priority=0),
+        ]
+    elif name == "switch-victim-cursor":
+        config = _config(num_gpu_blocks=6, policy="priority", async_scheduling=True)
+        requests = [
+            _request("r0", 100, 7, 5, 0, priority=3),
+            _request("r1", 200, 1, 6, 1, priority=2),
+            _request("r2", 300, 2, 5, 3, priority=0),
         ]
     elif name in ("switch-free-order", "switch-free-order-nocache"):
         config = _config(enable_prefix_caching=name == "switch-free-order")

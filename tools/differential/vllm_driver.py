@@ -106,6 +106,7 @@ class VllmAdapter:
         from vllm.sampling_params import SamplingParams
         from vllm.utils.hashing import get_hash_fn_by_name
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+        from vllm.v1.core.sched.async_scheduler import AsyncScheduler
         from vllm.v1.core.sched.scheduler import Scheduler
         from vllm.v1.kv_cache_interface import (
             FullAttentionSpec,
@@ -145,7 +146,7 @@ class VllmAdapter:
             # vLLM validates its own policy name; the bridge takes the kvframe one.
             policy=config["policy"] if config["policy"] in ("fcfs", "priority") else "fcfs",
             scheduler_reserve_full_isl=config.get("reserve_full_sequence", True),
-            async_scheduling=False,
+            async_scheduling=bool(config.get("async_scheduling", False)),
         )
         model_config = ModelConfig(
             model=str(_model_dir()),
@@ -212,6 +213,10 @@ class VllmAdapter:
         )
         cache_config.num_gpu_blocks = config["num_gpu_blocks"]
         self.bridge = bridge
+        self.async_scheduling = bool(config.get("async_scheduling", False))
+        if self.async_scheduling and not bridge:
+            # What vLLM's EngineCore builds when async scheduling is on (both releases).
+            Scheduler = AsyncScheduler
         if bridge:
             from kvframe_vllm.scheduler import KvframeScheduler
 
@@ -260,7 +265,10 @@ class VllmAdapter:
             "async_scheduling": bool(s.scheduler_config.async_scheduling),
             "num_lookahead_tokens": s.num_lookahead_tokens,
         }
-        wanted = {**{k: config.get(k, True) for k in effective}, "async_scheduling": False}
+        wanted = {
+            **{k: config.get(k, True) for k in effective},
+            "async_scheduling": bool(config.get("async_scheduling", False)),
+        }
         wanted["num_lookahead_tokens"] = 0
         bad = {k: (wanted[k], v) for k, v in effective.items() if wanted[k] != v}
         if bad:
@@ -398,7 +406,18 @@ class VllmAdapter:
 
     def progress(self, req_id: str) -> tuple[int, int]:
         request = self.scheduler.requests[req_id]
-        return request.num_computed_tokens, request.num_tokens
+        computed, num_tokens = request.num_computed_tokens, request.num_tokens
+        if self.async_scheduling and (computed >= num_tokens) == request.is_prefill_chunk:
+            # The harness's sampling rule must be the model runner's: a step samples
+            # unless it is a partial prefill chunk (placeholders included).
+            raise RuntimeError(
+                f"{req_id}: computed {computed} / {num_tokens} tokens but "
+                f"is_prefill_chunk={request.is_prefill_chunk}"
+            )
+        return computed, num_tokens
+
+    def has_requests(self) -> bool:
+        return bool(self.scheduler.has_requests())
 
     def update(
         self,

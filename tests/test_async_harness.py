@@ -1,0 +1,72 @@
+"""The asynchronous half of the differential harness, checked without vLLM (runs in CI).
+
+``stepping.run_async`` drives a scheduler in vLLM's batch-queue order for both
+drivers; these tests run kvframe's driver through it over small versions of
+every workload, so that a kvframe change that breaks the asynchronous mode (a
+crash, a request that never finishes, a step that is not one behind) fails
+here even where the vLLM comparison itself is skipped
+(``tests/test_differential_vllm_async.py``).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+HARNESS = Path(__file__).resolve().parents[1] / "tools" / "differential"
+if str(HARNESS) not in sys.path:
+    sys.path.insert(0, str(HARNESS))
+
+import compare  # noqa: E402  (the harness is a script folder, not a package)
+import stepping  # noqa: E402
+from kvframe_driver import KvframeAdapter  # noqa: E402
+from workloads import POLICIES, WORKLOADS, generate  # noqa: E402
+
+NUM_REQUESTS = 16
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("name", list(WORKLOADS))
+def test_every_workload_finishes_one_step_behind(name: str, policy: str) -> None:
+    (workload,) = compare.with_scheduling([generate(name, policy, NUM_REQUESTS, 0)], ("async",))
+    assert workload["name"] == f"{name}-{policy}-async"
+    adapter = KvframeAdapter(workload["config"], record_blocks=True)
+    records = list(stepping.run_async(workload, adapter))
+    finished = [rid for r in records for rid in r["finished"]]
+    assert sorted(finished) == sorted(s["request_id"] for s in workload["requests"])
+    scheduled = [r["scheduled_step"] for r in records if r["scheduled_step"] is not None]
+    applied = [r["applied_step"] for r in records if r["applied_step"] is not None]
+    assert scheduled == list(range(len(scheduled)))
+    assert applied == list(range(len(applied)))  # every step's output, in order
+    for r in records:
+        if r["applied_step"] is not None and r["scheduled_step"] is not None:
+            # The output applied is never the step just scheduled when it ran tokens.
+            assert r["applied_step"] < r["scheduled_step"] or not r["scheduled"]
+    assert not adapter.scheduler.requests
+    for request in adapter.scheduler.running:
+        assert request.num_output_placeholders == 0
+
+
+def test_sync_and_async_records_differ_and_both_modes_are_named() -> None:
+    base = generate("pressure", "fcfs", NUM_REQUESTS, 0)
+    both = compare.with_scheduling([base], ("sync", "async"))
+    assert [w["name"] for w in both] == ["pressure-fcfs", "pressure-fcfs-async"]
+    assert "async_scheduling" not in both[0]["config"]
+    assert both[1]["config"]["async_scheduling"] is True
+    sync = list(stepping.run(both[0], KvframeAdapter(both[0]["config"])))
+    lagged = list(stepping.run_async(both[1], KvframeAdapter(both[1]["config"])))
+    strip = ("step", "scheduled_step", "applied_step", "finished", "free_blocks")
+    assert [{k: v for k, v in r.items() if k not in strip} for r in sync] != [
+        {k: v for k, v in r.items() if k not in strip} for r in lagged
+    ]
+    with pytest.raises(ValueError, match="unknown scheduling mode"):
+        compare.with_scheduling([base], ("lagged",))
+
+
+def test_the_async_loop_refuses_a_tier() -> None:
+    workload = generate("pressure", "fcfs", 4, 0)
+    workload["config"] = {**workload["config"], "tier": {"num_cpu_blocks": 8}}
+    with pytest.raises(ValueError, match="offload tier"):
+        next(stepping.run_async(workload, None))  # type: ignore[arg-type]
