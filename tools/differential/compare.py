@@ -624,15 +624,11 @@ def main(argv: list[str] | None = None) -> int:
     policies = args.policies or (("fcfs",) if args.tier else POLICIES)
     if not args.bridge and any(p in BRIDGE_POLICIES for p in policies):
         parser.error(f"{', '.join(BRIDGE_POLICIES)} has no vLLM counterpart: use --bridge")
-    if args.bridge and args.tier:
-        parser.error("the bridge scheduler runs no KV connector: --bridge excludes --tier")
 
     if args.switches and (args.tier or args.bridge or args.names):
         parser.error("--switches runs its own workloads: no --tier, --bridge or --workload")
     if args.tier and args.vllm_version != "0.19.1":
         parser.error("kvframe's tier follows vLLM 0.19.1 only: --tier needs --vllm-version 0.19.1")
-    if args.bridge and args.vllm_version != "0.19.1":
-        parser.error("the bridge is compared against vLLM 0.19.1 only")
     vllm_python = find_vllm_python(args.vllm_python, args.vllm_version)
     if vllm_python is None:
         env_var, venv = _VENVS[args.vllm_version]

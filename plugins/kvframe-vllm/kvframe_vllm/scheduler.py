@@ -1,7 +1,9 @@
 """vLLM's scheduler interface with kvframe's scheduler and KV-cache core behind it.
 
-vLLM 0.19.1 builds its scheduler from ``SchedulerConfig.scheduler_cls``
-(``--scheduler-cls kvframe_vllm.scheduler.KvframeScheduler``).
+vLLM 0.19.1 and 0.33.0 build their scheduler from ``SchedulerConfig.scheduler_cls``
+(``--scheduler-cls kvframe_vllm.scheduler.KvframeScheduler``); where the two
+releases' interfaces differ, :mod:`kvframe_vllm.compat` answers, and kvframe's
+core follows the decision rules of the release it runs in.
 :class:`KvframeScheduler` implements vLLM's ``SchedulerInterface`` by running
 kvframe's own :class:`~kvframe.core.scheduler.Scheduler` -- the one the
 differential harness proves makes vLLM's decisions -- with a kvframe scheduling
@@ -58,9 +60,11 @@ import kvframe
 from kvframe.config import ConfigError
 from kvframe.core.scheduler import Scheduler
 from kvframe.core.scheduler_config import SchedulerConfig
+from kvframe.core.scheduler_output import KVConnectorOutput as KvConnectorOutput
 from kvframe.core.scheduler_output import ModelRunnerOutput as KvModelRunnerOutput
 from kvframe.domain.request import Request as KvRequest
 from kvframe.domain.request import RequestStatus as KvStatus
+from kvframe_vllm import compat, tier
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -92,12 +96,21 @@ def _refuse_config(vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> N
     """Refuse, at engine start, every engine-wide feature kvframe does not model."""
     model = vllm_config.model_config
     scheduler = vllm_config.scheduler_config
+    connector_problem = tier.refusal(vllm_config, compat.INTERFACE_033)
     checks: list[tuple[bool, str]] = [
+        (
+            getattr(scheduler, "prefill_schedule_interval", 1) > 1,
+            "prefill throttling (--prefill-schedule-interval)",
+        ),
+        (
+            bool(getattr(scheduler, "long_prefill_token_threshold_adaptive", False)),
+            "an adaptive long-prefill threshold (--long-prefill-token-threshold-adaptive)",
+        ),
         (vllm_config.speculative_config is not None, "speculative decoding"),
         (vllm_config.lora_config is not None, "LoRA adapters"),
         (bool(scheduler.async_scheduling), "asynchronous scheduling (--async-scheduling)"),
         (vllm_config.parallel_config.pipeline_parallel_size > 1, "pipeline parallelism"),
-        (vllm_config.kv_transfer_config is not None, "KV connectors (--kv-transfer-config)"),
+        (connector_problem is not None, connector_problem or ""),
         (model is not None and model.is_encoder_decoder, "encoder-decoder models"),
         (model is not None and model.is_multimodal_model, "multimodal models"),
         (model is not None and model.runner_type == "pooling", "pooling models"),
@@ -192,6 +205,7 @@ def _kvframe_config(vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> 
         enable_chunked_prefill=sched.enable_chunked_prefill,
         enable_prefix_caching=bool(cache.enable_prefix_caching),
         reserve_full_sequence=sched.scheduler_reserve_full_isl,
+        fidelity=compat.fidelity_target() or "0.19.1",
     )
 
 
@@ -207,20 +221,42 @@ class KvframeScheduler(SchedulerInterface):
         mm_registry: Any = None,
         include_finished_set: bool = False,
         log_stats: bool = False,
+        hash_block_size: int | None = None,
     ) -> None:
+        """``hash_block_size``: vLLM 0.33's request-hasher block size (0.19.1 passes none)."""
+        version_problem = compat.unsupported_version_message()
+        if version_problem is not None:
+            raise UnsupportedByKvframe(version_problem)
+        if hash_block_size is not None and hash_block_size != block_size:
+            raise UnsupportedByKvframe(
+                f"the kvframe scheduler hashes whole blocks of {block_size} tokens; vLLM "
+                f"asked for a hash block size of {hash_block_size}"
+            )
         _refuse_config(vllm_config, kv_cache_config)
         self.vllm_config = vllm_config
         self.kv_cache_config = kv_cache_config
         self.log_stats = log_stats
+        self.requests: dict[str, Request] = {}
+        """Unfinished requests, vLLM's objects (kvframe's are in ``core.requests``)."""
         self.connector = None
-        """vLLM's engine reads this; the bridge runs no KV connector."""
+        """vLLM's KV connector, scheduler half (vLLM's engine reads it): the
+        OffloadingConnector when ``kv_transfer_config`` names it, else None."""
+        self.tier: tier.VllmConnector | None = None
+        """kvframe's view of ``connector`` (:mod:`kvframe_vllm.tier`)."""
+        if vllm_config.kv_transfer_config is not None:
+            self.connector = tier.build_connector(vllm_config, kv_cache_config)
+            self.tier = tier.VllmConnector(self.connector, self.requests)
+        self.ec_connector = None
+        """vLLM 0.33's engine reads this too (no encoder-cache connector)."""
+        self.use_v2_model_runner = compat.uses_v2_model_runner(vllm_config)
+        """Model Runner V2 takes resumed requests as new ones (see ``schedule``)."""
         self.policy = _resolve_policy(vllm_config)
-        self.core = Scheduler(_kvframe_config(vllm_config, kv_cache_config), self.policy)
+        self.core = Scheduler(
+            _kvframe_config(vllm_config, kv_cache_config), self.policy, connector=self.tier
+        )
         self.clock: Callable[[], float] = time.time
         """The time handed to kvframe each step (policies' deadlines, TTLs).
         vLLM stamps ``arrival_time`` with ``time.time()``; tests substitute a step clock."""
-        self.requests: dict[str, Request] = {}
-        """Unfinished requests, vLLM's objects (kvframe's are in ``core.requests``)."""
         self.finished_req_ids_dict: dict[int, set[str]] | None = (
             defaultdict(set) if include_finished_set else None
         )
@@ -255,30 +291,28 @@ class KvframeScheduler(SchedulerInterface):
 
     # -- one step ----------------------------------------------------------------
 
-    def schedule(self) -> SchedulerOutput:
+    def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
+        """One step. ``throttle_prefills`` (vLLM 0.33, data-parallel prefill balancing)
+        is only ever set with ``--prefill-schedule-interval`` > 1, which is refused."""
         out = self.core.schedule(self.clock())
         requests = self.requests
         kv_requests = self.core.requests
+        v2 = self.use_v2_model_runner
         new_reqs: list[NewRequestData] = []
         for data in out.scheduled_new_reqs:
             request = requests[data.req_id]
             request.num_computed_tokens = data.num_computed_tokens
-            new_reqs.append(NewRequestData.from_request(request, (list(data.block_ids),)))
+            new_reqs.append(
+                NewRequestData.from_request(
+                    request, (list(data.block_ids),), request._all_token_ids if v2 else None
+                )
+            )
+        for hit in out.first_admissions:
+            compat.record_first_admission(
+                requests[hit.req_id], hit.local_hit_tokens, hit.external_hit_tokens
+            )
         cached = out.scheduled_cached_reqs
-        all_token_ids = {
-            rid: list(requests[rid].all_token_ids)
-            for rid in cached.req_ids
-            if rid not in self._prev_step_scheduled
-        }
-        cached_data = CachedRequestData(
-            req_ids=list(cached.req_ids),
-            resumed_req_ids=set(cached.resumed_req_ids),
-            new_token_ids=[],
-            all_token_ids=all_token_ids,
-            new_block_ids=[None if ids is None else (list(ids),) for ids in cached.new_block_ids],
-            num_computed_tokens=list(cached.num_computed_tokens),
-            num_output_tokens=list(cached.num_output_tokens),
-        )
+        cached_data = self._cached_request_data(cached, new_reqs)
         vllm_out = SchedulerOutput(
             scheduled_new_reqs=new_reqs,
             scheduled_cached_reqs=cached_data,
@@ -292,6 +326,12 @@ class KvframeScheduler(SchedulerInterface):
             finished_req_ids=set(out.finished_req_ids),
             free_encoder_mm_hashes=[],
         )
+        if self.tier is not None:
+            # vLLM's scheduler builds the connector's metadata before it adds the
+            # step's tokens to its requests' computed counts: so does the bridge.
+            for rid, computed in zip(cached.req_ids, cached.num_computed_tokens, strict=True):
+                requests[rid].num_computed_tokens = computed
+            vllm_out.kv_connector_metadata = self.tier.build_vllm_meta(vllm_out)
         # vLLM's engine and output processor read these off its own requests.
         for rid, request in requests.items():
             kv_request = kv_requests.get(rid)
@@ -300,11 +340,66 @@ class KvframeScheduler(SchedulerInterface):
             request.status = _TO_VLLM_STATUS[kv_request.status]
             request.num_computed_tokens = kv_request.num_computed_tokens
             request.num_preemptions = kv_request.num_preemptions
-            if kv_request.num_cached_tokens >= 0:
+            request.num_external_computed_tokens = kv_request.num_external_computed_tokens
+            if not compat.INTERFACE_033 and kv_request.num_cached_tokens >= 0:
                 request.num_cached_tokens = kv_request.num_cached_tokens
         self._prev_step_scheduled = set(out.num_scheduled_tokens)
         self._pending[id(vllm_out)] = out
         return vllm_out
+
+    def _cached_request_data(
+        self, cached: Any, new_reqs: list[NewRequestData]
+    ) -> CachedRequestData:
+        """vLLM's ``CachedRequestData`` of kvframe's; under Model Runner V2 (fidelity
+        switch C) a resumed request moves to ``new_reqs`` with its whole token list and
+        block table, after the new requests, as vLLM's scheduler sends it."""
+        requests = self.requests
+        req_ids: list[str] = []
+        resumed: set[str] = set()
+        new_block_ids: list[tuple[list[int], ...] | None] = []
+        num_computed: list[int] = []
+        num_output: list[int] = []
+        v2 = self.use_v2_model_runner
+        for rid, ids, computed, outputs in zip(
+            cached.req_ids,
+            cached.new_block_ids,
+            cached.num_computed_tokens,
+            cached.num_output_tokens,
+            strict=True,
+        ):
+            block_ids = None if ids is None else (list(ids),)
+            if rid in cached.resumed_req_ids:
+                if v2:
+                    request = requests[rid]
+                    request.num_computed_tokens = computed
+                    assert block_ids is not None  # a resumed request gets its whole table
+                    new_reqs.append(
+                        NewRequestData.from_request(request, block_ids, request._all_token_ids)
+                    )
+                    continue
+                resumed.add(rid)
+            req_ids.append(rid)
+            new_block_ids.append(block_ids)
+            num_computed.append(computed)
+            num_output.append(outputs)
+        all_token_ids = (
+            {}
+            if v2
+            else {
+                rid: list(requests[rid].all_token_ids)
+                for rid in req_ids
+                if rid not in self._prev_step_scheduled
+            }
+        )
+        return CachedRequestData(
+            req_ids=req_ids,
+            resumed_req_ids=resumed,
+            new_token_ids=[],
+            all_token_ids=all_token_ids,
+            new_block_ids=new_block_ids,
+            num_computed_tokens=num_computed,
+            num_output_tokens=num_output,
+        )
 
     def update_from_output(
         self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
@@ -320,7 +415,11 @@ class KvframeScheduler(SchedulerInterface):
         finished = {
             r.request_id: r
             for r in self.core.update_from_output(
-                kv_out, KvModelRunnerOutput(sampled_token_ids=sampled)
+                kv_out,
+                KvModelRunnerOutput(
+                    sampled_token_ids=sampled,
+                    kv_connector_output=self._worker_transfers(model_runner_output),
+                ),
             )
         }
         logprobs = model_runner_output.logprobs
@@ -360,7 +459,8 @@ class KvframeScheduler(SchedulerInterface):
                         stop_reason=request.stop_reason,
                         events=request.take_events(),
                         trace_headers=request.trace_headers,
-                        num_cached_tokens=request.num_cached_tokens,
+                        kv_transfer_params=self._kv_transfer_params(rid),
+                        **compat.cached_tokens_output(request, self._hashed_tokens(rid)),
                     )
                 )
         engine_outputs = {
@@ -377,6 +477,23 @@ class KvframeScheduler(SchedulerInterface):
             next(iter(engine_outputs.values())).scheduler_stats = self.make_stats()
         return engine_outputs
 
+    def _worker_transfers(self, model_runner_output: ModelRunnerOutput) -> Any:
+        """The worker's finished transfers for kvframe's core; vLLM's report goes to
+        vLLM's connector unchanged (through :class:`kvframe_vllm.tier.VllmConnector`)."""
+        report = model_runner_output.kv_connector_output
+        if self.tier is None or report is None:
+            return None
+        if report.invalid_block_ids:
+            raise UnsupportedByKvframe(
+                f"the KV connector failed to load blocks {sorted(report.invalid_block_ids)}; "
+                "the kvframe scheduler does not model KV-load failures"
+            )
+        self.tier.set_worker_output(report)
+        return KvConnectorOutput(
+            finished_sending=set(report.finished_sending or ()),
+            finished_recving=set(report.finished_recving or ()),
+        )
+
     # -- requests out --------------------------------------------------------------
 
     def finish_requests(
@@ -392,10 +509,34 @@ class KvframeScheduler(SchedulerInterface):
             if request is None:
                 continue
             request.status = finished_status
-            result.append((request.request_id, request.client_index))
+            result.append(request)
             if self.finished_req_ids_dict is not None:
                 self.finished_req_ids_dict[request.client_index].add(request.request_id)
-        return result
+        return compat.finish_result(result)
+
+    def has_request(self, request_id: str) -> bool:
+        return request_id in self.requests
+
+    def get_kv_cache_usage(self) -> float:
+        return self.core.kv_cache_manager.usage
+
+    def _hashed_tokens(self, request_id: str) -> int:
+        """Tokens of the request's blocks findable in the prefix cache (vLLM 0.33's
+        ``estimate_cached_tokens``; a request's hashed blocks are a prefix of its table)."""
+        manager = self.core.kv_cache_manager
+        if request_id not in self.core.requests:
+            return 0
+        blocks = manager.get_blocks(request_id)
+        hashed = sum(1 for block in blocks if block.block_hash is not None)
+        return hashed * self.core.config.block_size
+
+    def _kv_transfer_params(self, request_id: str) -> dict[str, Any] | None:
+        if self.tier is None:
+            return None
+        return self.tier.kv_transfer_params.pop(request_id, None)
+
+    def get_kv_connector(self) -> Any:
+        return self.connector
 
     def get_num_unfinished_requests(self) -> int:
         return len(self.requests)
