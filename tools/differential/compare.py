@@ -9,6 +9,8 @@
     python tools/differential/compare.py --tier               # with a CPU offload tier
     python tools/differential/compare.py --bridge --policy fcfs --policy priority \
         --policy continuum                                    # the kvframe-vllm bridge
+    python tools/differential/compare.py --bridge --vllm-version 0.33.0 --blocks
+    python tools/differential/compare.py --bridge --tier --policy fcfs   # bridge + vLLM's tier
     python tools/differential/compare.py --tier --workload tier-reuse --eviction arc \
         --factor 2 --store-threshold 2 --rule seeded
     python tools/differential/compare.py --vllm-version 0.33.0 --blocks
@@ -568,7 +570,8 @@ def main(argv: list[str] | None = None) -> int:
         "--bridge",
         action="store_true",
         help="compare the kvframe-vllm bridge scheduler (vLLM types) with vLLM "
-        "(fcfs, priority) and with kvframe (continuum); needs kvframe in the vLLM env",
+        "(fcfs, priority) and with kvframe (continuum); needs kvframe in the vLLM env; "
+        "with --tier the bridge drives vLLM's OffloadingConnector with KvframeOffloadingSpec",
     )
     tier = parser.add_argument_group("offload tier (--tier)")
     tier.add_argument("--tier", action="store_true", help="run the tier set (CPU offload tier)")
