@@ -32,7 +32,7 @@ supported releases, rather than half-working.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import vllm
@@ -114,18 +114,19 @@ def record_first_admission(request: Request, local_tokens: int, external_tokens:
         )
 
 
-def cached_tokens_output(request: Request, cached_tokens: int) -> dict[str, Any]:
+def cached_tokens_output(request: Request, cached_tokens: Callable[[str], int]) -> dict[str, Any]:
     """The ``EngineCoreOutput`` keywords carrying a request's prefix hits.
 
-    ``cached_tokens``: the tokens of the request's prompt now held in hashed
+    ``cached_tokens(request_id)``: the tokens of the request now held in hashed
     blocks (0.33's ``estimate_cached_tokens``, which ``PrefillStats.finalize``
-    turns into cache-creation tokens); unused under 0.19.1.
+    turns into cache-creation tokens); called once per request, with its first
+    output, under 0.33 only (it walks the request's block table).
     """
     if not INTERFACE_033:
         return {"num_cached_tokens": request.num_cached_tokens}
     stats = request.take_prefill_stats()
     if stats is not None:
-        stats.finalize(cached_tokens)
+        stats.finalize(cached_tokens(request.request_id))
     return {"prefill_stats": stats}
 
 

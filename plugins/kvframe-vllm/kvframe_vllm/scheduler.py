@@ -34,10 +34,11 @@ The price is a translation at the boundary, once per step, in this module:
 
 Features kvframe does not model are refused when vLLM builds the scheduler
 (speculative decoding, LoRA, async scheduling, pipeline parallelism,
-multimodal and pooling models, encoder-decoder models, KV connectors, hybrid
-KV-cache groups) or, for per-request features, when the request is added
-(structured output, ``min_tokens``, prompt embeddings) -- never silently
-mishandled.
+multimodal and pooling models, encoder-decoder models, KV connectors other than
+vLLM 0.19.1's OffloadingConnector -- which the bridge drives, see
+:mod:`kvframe_vllm.tier` --, hybrid KV-cache groups) or, for per-request
+features, when the request is added (structured output, ``min_tokens``,
+prompt embeddings) -- never silently mishandled.
 
 This module imports vLLM; nothing else in kvframe does.
 """
@@ -460,7 +461,7 @@ class KvframeScheduler(SchedulerInterface):
                         events=request.take_events(),
                         trace_headers=request.trace_headers,
                         kv_transfer_params=self._kv_transfer_params(rid),
-                        **compat.cached_tokens_output(request, self._hashed_tokens(rid)),
+                        **compat.cached_tokens_output(request, self._hashed_tokens),
                     )
                 )
         engine_outputs = {
@@ -522,11 +523,9 @@ class KvframeScheduler(SchedulerInterface):
 
     def _hashed_tokens(self, request_id: str) -> int:
         """Tokens of the request's blocks findable in the prefix cache (vLLM 0.33's
-        ``estimate_cached_tokens``; a request's hashed blocks are a prefix of its table)."""
-        manager = self.core.kv_cache_manager
-        if request_id not in self.core.requests:
-            return 0
-        blocks = manager.get_blocks(request_id)
+        ``estimate_cached_tokens``; a request's hashed blocks are a prefix of its table).
+        0 for a request already freed (one that finished with its first output)."""
+        blocks = self.core.kv_cache_manager.get_blocks(request_id)
         hashed = sum(1 for block in blocks if block.block_hash is not None)
         return hashed * self.core.config.block_size
 
