@@ -9,6 +9,8 @@
     python tools/differential/compare.py --tier               # with a CPU offload tier
     python tools/differential/compare.py --bridge --policy fcfs --policy priority \
         --policy continuum                                    # the kvframe-vllm bridge
+    python tools/differential/compare.py --bridge --vllm-version 0.33.0 --blocks
+    python tools/differential/compare.py --bridge --tier --policy fcfs   # bridge + vLLM's tier
     python tools/differential/compare.py --tier --workload tier-reuse --eviction arc \
         --factor 2 --store-threshold 2 --rule seeded
     python tools/differential/compare.py --vllm-version 0.33.0 --blocks
@@ -610,7 +612,8 @@ def main(argv: list[str] | None = None) -> int:
         "--bridge",
         action="store_true",
         help="compare the kvframe-vllm bridge scheduler (vLLM types) with vLLM "
-        "(fcfs, priority) and with kvframe (continuum); needs kvframe in the vLLM env",
+        "(fcfs, priority) and with kvframe (continuum); needs kvframe in the vLLM env; "
+        "with --tier the bridge drives vLLM's OffloadingConnector with KvframeOffloadingSpec",
     )
     tier = parser.add_argument_group("offload tier (--tier)")
     tier.add_argument("--tier", action="store_true", help="run the tier set (CPU offload tier)")
@@ -686,15 +689,11 @@ def main(argv: list[str] | None = None) -> int:
     policies = args.policies or (("fcfs",) if args.tier else POLICIES)
     if not args.bridge and any(p in BRIDGE_POLICIES for p in policies):
         parser.error(f"{', '.join(BRIDGE_POLICIES)} has no vLLM counterpart: use --bridge")
-    if args.bridge and args.tier:
-        parser.error("the bridge scheduler runs no KV connector: --bridge excludes --tier")
 
     if args.switches and (args.tier or args.bridge or args.names):
         parser.error("--switches runs its own workloads: no --tier, --bridge or --workload")
     if args.tier and args.vllm_version != "0.19.1":
         parser.error("kvframe's tier follows vLLM 0.19.1 only: --tier needs --vllm-version 0.19.1")
-    if args.bridge and args.vllm_version != "0.19.1":
-        parser.error("the bridge is compared against vLLM 0.19.1 only")
     vllm_python = find_vllm_python(args.vllm_python, args.vllm_version)
     if vllm_python is None:
         env_var, venv = _VENVS[args.vllm_version]

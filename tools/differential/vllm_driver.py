@@ -168,8 +168,9 @@ class VllmAdapter:
 
             factor = tier["block_size_factor"]
             cpu_bytes = tier["num_cpu_blocks"] * factor * kv_spec.page_size_bytes
-            if tier.get("bridge"):
-                # The same tier with kvframe's plugins in it (plugins/kvframe-vllm).
+            if tier.get("bridge") or bridge:
+                # The same tier with kvframe's plugins in it (plugins/kvframe-vllm);
+                # the bridge scheduler always runs it so (--bridge --tier).
                 import kvframe_vllm
 
                 threshold = tier["store_threshold"]
@@ -296,7 +297,7 @@ class VllmAdapter:
             "block_size_factor": tier["block_size_factor"],
             "num_cpu_blocks": tier["num_cpu_blocks"],
             "filtered": tier["store_threshold"] >= 2,
-            "kvframe_policy": bool(tier.get("bridge")),
+            "kvframe_policy": bool(tier.get("bridge")) or self.bridge,
         }
         if effective != wanted:
             raise RuntimeError(f"vLLM built another tier (wanted, got): {wanted} {effective}")

@@ -1,4 +1,4 @@
-"""What the kvframe scheduler refuses inside vLLM 0.19.1, and the flag that fixes each.
+"""What the kvframe scheduler refuses inside vLLM 0.19.1 and 0.33.0, and the flag that fixes each.
 
 Two kinds of refusal, because they fail differently:
 
@@ -59,7 +59,13 @@ def _config_checks(vllm_config: VllmConfig) -> list[tuple[bool, str]]:
     scheduler = vllm_config.scheduler_config
     parallel = vllm_config.parallel_config
     observability = vllm_config.observability_config
+    # Imported here: both import vLLM, and the refusals are only checked inside vLLM.
+    from kvframe_vllm import compat, tier
+
+    version_problem = compat.unsupported_version_message()
+    connector_problem = tier.refusal(vllm_config, compat.INTERFACE_033)
     return [
+        (version_problem is not None, version_problem or ""),
         (
             vllm_config.speculative_config is not None,
             "speculative decoding (drop --speculative-config)",
@@ -81,10 +87,14 @@ def _config_checks(vllm_config: VllmConfig) -> list[tuple[bool, str]]:
             parallel.prefill_context_parallel_size > 1,
             "prefill context parallelism (--prefill-context-parallel-size 1)",
         ),
+        (connector_problem is not None, connector_problem or ""),
         (
-            vllm_config.kv_transfer_config is not None,
-            "KV connectors (drop --kv-transfer-config; for kvframe's CPU tier use "
-            "vLLM's scheduler with KvframeOffloadingSpec, docs/vllm.md)",
+            getattr(scheduler, "prefill_schedule_interval", 1) > 1,
+            "prefill throttling (--prefill-schedule-interval 1)",
+        ),
+        (
+            bool(getattr(scheduler, "long_prefill_token_threshold_adaptive", False)),
+            "an adaptive long-prefill threshold (drop --long-prefill-token-threshold-adaptive)",
         ),
         (
             vllm_config.ec_transfer_config is not None,
@@ -95,13 +105,22 @@ def _config_checks(vllm_config: VllmConfig) -> list[tuple[bool, str]]:
             "KV-cache residency metrics (drop --kv-cache-metrics)",
         ),
         (
-            model is not None and bool(model.enable_return_routed_experts),
+            _returns_routed_experts(vllm_config),
             "returning routed experts (drop --enable-return-routed-experts)",
         ),
         (model is not None and model.is_encoder_decoder, f"encoder-decoder models ({_USE_VLLM})"),
         (model is not None and model.is_multimodal_model, f"multimodal models ({_USE_VLLM})"),
         (model is not None and model.runner_type == "pooling", f"pooling models ({_USE_VLLM})"),
     ]
+
+
+def _returns_routed_experts(vllm_config: VllmConfig) -> bool:
+    """Routed experts asked for: a model-config flag in 0.19.1, ``aux_output_config`` in 0.33."""
+    aux = getattr(vllm_config, "aux_output_config", None)
+    if aux is not None:
+        return bool(aux.enable_return_routed_experts)
+    model = vllm_config.model_config
+    return model is not None and bool(getattr(model, "enable_return_routed_experts", False))
 
 
 def refuse_config(vllm_config: VllmConfig) -> None:

@@ -1,7 +1,9 @@
 """vLLM's scheduler interface with kvframe's scheduler and KV-cache core behind it.
 
-vLLM 0.19.1 builds its scheduler from ``SchedulerConfig.scheduler_cls``
-(``--scheduler-cls kvframe_vllm.scheduler.KvframeScheduler``).
+vLLM 0.19.1 and 0.33.0 build their scheduler from ``SchedulerConfig.scheduler_cls``
+(``--scheduler-cls kvframe_vllm.scheduler.KvframeScheduler``); where the two
+releases' interfaces differ, :mod:`kvframe_vllm.compat` answers, and kvframe's
+core follows the decision rules of the release it runs in.
 :class:`KvframeScheduler` implements vLLM's ``SchedulerInterface`` by running
 kvframe's own :class:`~kvframe.core.scheduler.Scheduler` -- the one the
 differential harness proves makes vLLM's decisions -- with a kvframe scheduling
@@ -30,7 +32,9 @@ The price is a translation at the boundary, once per step, in this module:
   tokens, cached-token counts) because vLLM's engine and output processor
   read them.
 
-Features kvframe does not model are refused (:mod:`kvframe_vllm.refusals`):
+Features kvframe does not model are refused (:mod:`kvframe_vllm.refusals`;
+KV connectors other than the OffloadingConnector, which the bridge drives
+through :mod:`kvframe_vllm.tier`, included):
 engine-wide ones stop vLLM at start-up naming the flag that turns each off;
 a request the bridge cannot serve (structured output, ``min_tokens``, a bad
 ``kvframe_*`` key, streaming input, a duplicate id) is finished with
@@ -64,9 +68,11 @@ import kvframe
 from kvframe.config import ConfigError
 from kvframe.core.scheduler import Scheduler
 from kvframe.core.scheduler_config import SchedulerConfig
+from kvframe.core.scheduler_output import KVConnectorOutput as KvConnectorOutput
 from kvframe.core.scheduler_output import ModelRunnerOutput as KvModelRunnerOutput
 from kvframe.domain.request import Request as KvRequest
 from kvframe.domain.request import RequestStatus as KvStatus
+from kvframe_vllm import compat, tier
 from kvframe_vllm.kv_events import KvEventLedger, VllmBlockHashes
 from kvframe_vllm.refusals import (
     RefusedRequests,
@@ -159,25 +165,13 @@ def _kvframe_config(vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> 
         enable_prefix_caching=bool(cache.enable_prefix_caching),
         reserve_full_sequence=sched.scheduler_reserve_full_isl,
         enable_kv_cache_events=_kv_events_enabled(vllm_config),
+        fidelity=compat.fidelity_target() or "0.19.1",
     )
 
 
 def _kv_events_enabled(vllm_config: VllmConfig) -> bool:
     events = vllm_config.kv_events_config
     return events is not None and bool(events.enable_kv_cache_events)
-
-
-def _new_request_data(
-    request: Request, block_ids: Iterable[int], num_computed_tokens: int, v2: bool
-) -> NewRequestData:
-    """vLLM's ``NewRequestData`` of a request admitted this step (``v2``: with its tokens)."""
-    data = NewRequestData.from_request(
-        request, (list(block_ids),), request._all_token_ids if v2 else None
-    )
-    # The count before this step's tokens, as vLLM builds it (kvframe's request
-    # has already been advanced past them).
-    data.num_computed_tokens = num_computed_tokens
-    return data
 
 
 class KvframeScheduler(SchedulerInterface):
@@ -192,21 +186,40 @@ class KvframeScheduler(SchedulerInterface):
         mm_registry: Any = None,
         include_finished_set: bool = False,
         log_stats: bool = False,
+        hash_block_size: int | None = None,
     ) -> None:
+        """``hash_block_size``: vLLM 0.33's request-hasher block size (0.19.1 passes none)."""
+        if hash_block_size is not None and hash_block_size != block_size:
+            raise UnsupportedByKvframe(
+                f"the kvframe scheduler hashes whole blocks of {block_size} tokens; vLLM "
+                f"asked for a hash block size of {hash_block_size}"
+            )
         refuse_config(vllm_config)
         refuse_kv_cache_layout(kv_cache_config)
         self.vllm_config = vllm_config
         self.kv_cache_config = kv_cache_config
         self.log_stats = log_stats
+        self.requests: dict[str, Request] = {}
+        """Unfinished requests, vLLM's objects (kvframe's are in ``core.requests``)."""
         self.connector = None
-        """vLLM's engine reads this; the bridge runs no KV connector."""
+        """vLLM's KV connector, scheduler half (vLLM's engine reads it): the
+        OffloadingConnector when ``kv_transfer_config`` names it, else None."""
+        self.tier: tier.VllmConnector | None = None
+        """kvframe's view of ``connector`` (:mod:`kvframe_vllm.tier`)."""
+        if vllm_config.kv_transfer_config is not None:
+            self.connector = tier.build_connector(vllm_config, kv_cache_config)
+            self.tier = tier.VllmConnector(self.connector, self.requests)
+        self.ec_connector = None
+        """vLLM 0.33's engine reads this too (no encoder-cache connector)."""
+        self.use_v2_model_runner = compat.uses_v2_model_runner(vllm_config)
+        """Model Runner V2 takes resumed requests as new ones (see ``schedule``)."""
         self.policy = _resolve_policy(vllm_config)
-        self.core = Scheduler(_kvframe_config(vllm_config, kv_cache_config), self.policy)
+        self.core = Scheduler(
+            _kvframe_config(vllm_config, kv_cache_config), self.policy, connector=self.tier
+        )
         self.clock: Callable[[], float] = time.time
         """The time handed to kvframe each step (policies' deadlines, TTLs).
         vLLM stamps ``arrival_time`` with ``time.time()``; tests substitute a step clock."""
-        self.requests: dict[str, Request] = {}
-        """Unfinished requests, vLLM's objects (kvframe's are in ``core.requests``)."""
         self.finished_req_ids_dict: dict[int, set[str]] | None = (
             defaultdict(set) if include_finished_set else None
         )
@@ -293,7 +306,9 @@ class KvframeScheduler(SchedulerInterface):
 
     # -- one step ----------------------------------------------------------------
 
-    def schedule(self) -> SchedulerOutput:
+    def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
+        """One step. ``throttle_prefills`` (vLLM 0.33, data-parallel prefill balancing)
+        is only ever set with ``--prefill-schedule-interval`` > 1, which is refused."""
         timestamp = time.monotonic()
         pause = self._pause_state
         out = self.core.schedule(
@@ -304,48 +319,23 @@ class KvframeScheduler(SchedulerInterface):
             admit_waiting=pause == PauseState.UNPAUSED,
         )
         requests = self.requests
-        cached = out.scheduled_cached_reqs
-        admitted = [requests[data.req_id] for data in out.scheduled_new_reqs]
-        resumed = [requests[rid] for rid in cached.resumed_req_ids]
         v2 = self.use_v2_model_runner
-        new_reqs = [
-            _new_request_data(request, data.block_ids, data.num_computed_tokens, v2)
-            for request, data in zip(admitted, out.scheduled_new_reqs, strict=True)
-        ]
-        rows = range(len(cached.req_ids))
-        resumed_ids = set(cached.resumed_req_ids)
-        if v2:
-            # Model Runner V2 takes a resumed request as a new one, after the new
-            # ones, with its whole token list (vLLM 0.19.1's Scheduler.schedule).
-            new_reqs += [
-                _new_request_data(
-                    requests[cached.req_ids[r]],
-                    cached.new_block_ids[r] or (),
-                    cached.num_computed_tokens[r],
-                    v2,
+        admitted = [requests[data.req_id] for data in out.scheduled_new_reqs]
+        new_reqs: list[NewRequestData] = []
+        for request, data in zip(admitted, out.scheduled_new_reqs, strict=True):
+            request.num_computed_tokens = data.num_computed_tokens
+            new_reqs.append(
+                NewRequestData.from_request(
+                    request, (list(data.block_ids),), request._all_token_ids if v2 else None
                 )
-                for r in rows
-                if cached.req_ids[r] in resumed_ids
-            ]
-            rows = [r for r in rows if cached.req_ids[r] not in resumed_ids]  # type: ignore[assignment]
-            resumed_ids = set()
-        req_ids = [cached.req_ids[r] for r in rows]
-        cached_data = CachedRequestData(
-            req_ids=req_ids,
-            resumed_req_ids=resumed_ids,
-            new_token_ids=[],
-            all_token_ids={
-                rid: list(requests[rid].all_token_ids)
-                for rid in req_ids
-                if rid not in self._prev_step_scheduled
-            },
-            new_block_ids=[
-                None if cached.new_block_ids[r] is None else (list(cached.new_block_ids[r]),)
-                for r in rows
-            ],
-            num_computed_tokens=[cached.num_computed_tokens[r] for r in rows],
-            num_output_tokens=[cached.num_output_tokens[r] for r in rows],
-        )
+            )
+        for hit in out.first_admissions:
+            compat.record_first_admission(
+                requests[hit.req_id], hit.local_hit_tokens, hit.external_hit_tokens
+            )
+        cached = out.scheduled_cached_reqs
+        resumed = [requests[rid] for rid in cached.resumed_req_ids]
+        cached_data = self._cached_request_data(cached, new_reqs)
         vllm_out = SchedulerOutput(
             scheduled_new_reqs=new_reqs,
             scheduled_cached_reqs=cached_data,
@@ -359,6 +349,12 @@ class KvframeScheduler(SchedulerInterface):
             finished_req_ids=set(out.finished_req_ids),
             free_encoder_mm_hashes=[],
         )
+        if self.tier is not None:
+            # vLLM's scheduler builds the connector's metadata before it adds the
+            # step's tokens to its requests' computed counts: so does the bridge.
+            for rid, computed in zip(cached.req_ids, cached.num_computed_tokens, strict=True):
+                requests[rid].num_computed_tokens = computed
+            vllm_out.kv_connector_metadata = self.tier.build_vllm_meta(vllm_out)
         # vLLM's engine and output processor read these off its own requests.
         self._sync_requests()
         self.events.step(
@@ -380,8 +376,63 @@ class KvframeScheduler(SchedulerInterface):
             request.status = _TO_VLLM_STATUS[kv_request.status]
             request.num_computed_tokens = kv_request.num_computed_tokens
             request.num_preemptions = kv_request.num_preemptions
-            if kv_request.num_cached_tokens >= 0:
+            request.num_external_computed_tokens = kv_request.num_external_computed_tokens
+            if not compat.INTERFACE_033 and kv_request.num_cached_tokens >= 0:
                 request.num_cached_tokens = kv_request.num_cached_tokens
+
+    def _cached_request_data(
+        self, cached: Any, new_reqs: list[NewRequestData]
+    ) -> CachedRequestData:
+        """vLLM's ``CachedRequestData`` of kvframe's; under Model Runner V2 (fidelity
+        switch C) a resumed request moves to ``new_reqs`` with its whole token list and
+        block table, after the new requests, as vLLM's scheduler sends it."""
+        requests = self.requests
+        req_ids: list[str] = []
+        resumed: set[str] = set()
+        new_block_ids: list[tuple[list[int], ...] | None] = []
+        num_computed: list[int] = []
+        num_output: list[int] = []
+        v2 = self.use_v2_model_runner
+        for rid, ids, computed, outputs in zip(
+            cached.req_ids,
+            cached.new_block_ids,
+            cached.num_computed_tokens,
+            cached.num_output_tokens,
+            strict=True,
+        ):
+            block_ids = None if ids is None else (list(ids),)
+            if rid in cached.resumed_req_ids:
+                if v2:
+                    request = requests[rid]
+                    request.num_computed_tokens = computed
+                    assert block_ids is not None  # a resumed request gets its whole table
+                    new_reqs.append(
+                        NewRequestData.from_request(request, block_ids, request._all_token_ids)
+                    )
+                    continue
+                resumed.add(rid)
+            req_ids.append(rid)
+            new_block_ids.append(block_ids)
+            num_computed.append(computed)
+            num_output.append(outputs)
+        all_token_ids = (
+            {}
+            if v2
+            else {
+                rid: list(requests[rid].all_token_ids)
+                for rid in req_ids
+                if rid not in self._prev_step_scheduled
+            }
+        )
+        return CachedRequestData(
+            req_ids=req_ids,
+            resumed_req_ids=resumed,
+            new_token_ids=[],
+            all_token_ids=all_token_ids,
+            new_block_ids=new_block_ids,
+            num_computed_tokens=num_computed,
+            num_output_tokens=num_output,
+        )
 
     def update_from_output(
         self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
@@ -406,7 +457,11 @@ class KvframeScheduler(SchedulerInterface):
         finished = {
             r.request_id: r
             for r in self.core.update_from_output(
-                kv_out, KvModelRunnerOutput(sampled_token_ids=sampled)
+                kv_out,
+                KvModelRunnerOutput(
+                    sampled_token_ids=sampled,
+                    kv_connector_output=self._worker_transfers(model_runner_output),
+                ),
             )
         }
         logprobs = model_runner_output.logprobs
@@ -446,7 +501,8 @@ class KvframeScheduler(SchedulerInterface):
                         stop_reason=request.stop_reason,
                         events=request.take_events(),
                         trace_headers=request.trace_headers,
-                        num_cached_tokens=request.num_cached_tokens,
+                        kv_transfer_params=self._kv_transfer_params(rid),
+                        **compat.cached_tokens_output(request, self._hashed_tokens),
                     )
                 )
         # Requests refused at add_request: finished with an error, as vLLM
@@ -480,6 +536,23 @@ class KvframeScheduler(SchedulerInterface):
             eco.scheduler_stats = stats
         return engine_outputs
 
+    def _worker_transfers(self, model_runner_output: ModelRunnerOutput) -> Any:
+        """The worker's finished transfers for kvframe's core; vLLM's report goes to
+        vLLM's connector unchanged (through :class:`kvframe_vllm.tier.VllmConnector`)."""
+        report = model_runner_output.kv_connector_output
+        if self.tier is None or report is None:
+            return None
+        if report.invalid_block_ids:
+            raise UnsupportedByKvframe(
+                f"the KV connector failed to load blocks {sorted(report.invalid_block_ids)}; "
+                "the kvframe scheduler does not model KV-load failures"
+            )
+        self.tier.set_worker_output(report)
+        return KvConnectorOutput(
+            finished_sending=set(report.finished_sending or ()),
+            finished_recving=set(report.finished_recving or ()),
+        )
+
     # -- requests out --------------------------------------------------------------
 
     def finish_requests(
@@ -500,10 +573,32 @@ class KvframeScheduler(SchedulerInterface):
             if self.kv_events is not None:
                 self.kv_events.released(kv_request)
             request.status = finished_status
-            result.append((request.request_id, request.client_index))
+            result.append(request)
             if self.finished_req_ids_dict is not None:
                 self.finished_req_ids_dict[request.client_index].add(request.request_id)
-        return result
+        return compat.finish_result(result)
+
+    def has_request(self, request_id: str) -> bool:
+        return request_id in self.requests
+
+    def get_kv_cache_usage(self) -> float:
+        return self.core.kv_cache_manager.usage
+
+    def _hashed_tokens(self, request_id: str) -> int:
+        """Tokens of the request's blocks findable in the prefix cache (vLLM 0.33's
+        ``estimate_cached_tokens``; a request's hashed blocks are a prefix of its table).
+        0 for a request already freed (one that finished with its first output)."""
+        blocks = self.core.kv_cache_manager.get_blocks(request_id)
+        hashed = sum(1 for block in blocks if block.block_hash is not None)
+        return hashed * self.core.config.block_size
+
+    def _kv_transfer_params(self, request_id: str) -> dict[str, Any] | None:
+        if self.tier is None:
+            return None
+        return self.tier.kv_transfer_params.pop(request_id, None)
+
+    def get_kv_connector(self) -> Any:
+        return self.connector
 
     def get_num_unfinished_requests(self) -> int:
         # vLLM 0.19.1: paused, only what may still run counts as unfinished.

@@ -63,21 +63,31 @@ def test_extra_config_names_the_spec_and_the_plugins() -> None:
     }
 
 
+_PROBE = """
+import kvframe
+names = set(kvframe.get_registry().names("eviction"))
+missing = {"lru", "arc", "s3fifo"} - names
+assert not missing, f"eviction plugins not installed: {sorted(missing)}"
+"""
+
+
 @pytest.fixture(scope="module")
 def vllm_python() -> Path:
     python = compare.find_vllm_python()
     if python is None:
         pytest.skip("no vLLM reference interpreter (see docs/vllm.md)")
     probe = subprocess.run(
-        [str(python), "-c", "import kvframe, kvframe_lru, kvframe_arc, kvframe_s3fifo"],
+        # The plugins must be *installed* there (entry points), not only importable.
+        [str(python), "-c", _PROBE],
         capture_output=True,
         text=True,
         env=dict(os.environ, PYTHONPATH=os.pathsep.join(compare.tree_paths())),
     )
     if probe.returncode != 0:
         pytest.skip(
-            "the vLLM interpreter cannot import kvframe and its plugins; install them "
-            "there as docs/vllm.md says"
+            "the vLLM interpreter cannot import kvframe and its plugins (lru, arc and the "
+            "third-party s3fifo example); install them there as docs/vllm.md says: "
+            + (probe.stderr.strip().splitlines() or ["?"])[-1]
         )
     return python
 

@@ -1,0 +1,137 @@
+"""What differs between the vLLM releases the bridge runs on: 0.19.1 and 0.33.0.
+
+The scheduler bridge (:mod:`kvframe_vllm.scheduler`) is one class for both
+releases; every place where vLLM's interface changed between them is answered
+here, read once at import from the running vLLM's version, so the bridge's
+per-step code calls a plain function and never tests a version string:
+
+* **the fidelity target**: kvframe's core follows the running release's rules
+  (``SchedulerConfig.fidelity``, ``docs/fidelity.md`` switches A, B, D), so
+  the bridge makes the decisions of the vLLM it is loaded into;
+* **construction**: 0.33's engine passes ``hash_block_size`` (the block size
+  the request hasher uses); kvframe hashes whole scheduler blocks, so another
+  value is refused;
+* **resumed requests under Model Runner V2** (fidelity switch C, vLLM's
+  default runner since 0.33, opt-in with ``VLLM_USE_V2_MODEL_RUNNER=1`` in
+  0.19.1): a request resumed from preemption is sent in
+  ``scheduled_new_reqs``, after the new ones, with its whole token list as
+  ``prefill_token_ids`` and its whole block table; new requests carry
+  ``prefill_token_ids`` too; ``all_token_ids`` of cached requests is not sent;
+* **prefix-hit accounting**: 0.19.1 keeps ``Request.num_cached_tokens`` and
+  puts it in every ``EngineCoreOutput``; 0.33 keeps a ``PrefillStats`` on the
+  request, set at first admission, and hands it out once, with the request's
+  first output (vLLM PR #48860);
+* **finish_requests** returns ``(request id, client index)`` pairs in 0.19.1,
+  the vLLM ``Request`` objects in 0.33.
+
+Only vLLM 0.19 and 0.33 are accepted: the bridge is checked step by step
+against those two (``tools/differential --bridge``), and an interface it has
+not been checked against is refused when the scheduler is built, naming the
+supported releases, rather than half-working.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import vllm
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.v1.request import Request
+
+__all__ = [
+    "INTERFACE_033",
+    "SUPPORTED",
+    "VLLM_VERSION",
+    "cached_tokens_output",
+    "fidelity_target",
+    "finish_result",
+    "record_first_admission",
+    "uses_v2_model_runner",
+]
+
+VLLM_VERSION: str = vllm.__version__
+"""The running vLLM's version string (``"0.33.0"``, ``"0.19.1+cpu"``)."""
+
+SUPPORTED: dict[tuple[int, int], str] = {(0, 19): "0.19.1", (0, 33): "0.33.0"}
+"""vLLM (major, minor) -> the kvframe fidelity target the bridge runs for it."""
+
+
+def _major_minor(version: str) -> tuple[int, int]:
+    parts = version.split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return (-1, -1)
+
+
+def fidelity_target(version: str = VLLM_VERSION) -> str | None:
+    """kvframe's fidelity target for vLLM ``version``, or None when unsupported."""
+    return SUPPORTED.get(_major_minor(version))
+
+
+INTERFACE_033: bool = _major_minor(VLLM_VERSION) >= (0, 33)
+"""The running vLLM has 0.33's scheduler interface (see the module docstring)."""
+
+
+def unsupported_version_message(version: str = VLLM_VERSION) -> str | None:
+    """Why the bridge refuses this vLLM, or None when it is supported."""
+    if fidelity_target(version) is not None:
+        return None
+    return (
+        f"kvframe-vllm supports vLLM 0.19.1 and 0.33.0, not vLLM {version}: install one "
+        "of those (pip install vllm==0.33.0), or leave --scheduler-cls unset to run "
+        "vLLM's own scheduler"
+    )
+
+
+def uses_v2_model_runner(vllm_config: VllmConfig) -> bool:
+    """Whether the worker is vLLM's Model Runner V2 (it reads the step differently)."""
+    if INTERFACE_033:
+        return bool(vllm_config.use_v2_model_runner)
+    import vllm.envs as envs
+
+    return bool(envs.VLLM_USE_V2_MODEL_RUNNER)
+
+
+def record_first_admission(request: Request, local_tokens: int, external_tokens: int) -> None:
+    """Record a request's prefix hits at its first admission, where the release keeps them.
+
+    0.19.1's ``num_cached_tokens`` is kept in step by the bridge every step; 0.33
+    sets ``prefill_stats`` here once, as its scheduler does (only while the
+    request has never been preempted and its stats were not yet handed out).
+    """
+    if not INTERFACE_033:
+        return
+    stats = request.prefill_stats
+    if stats is not None and request.num_preemptions <= 0:
+        stats.set(
+            num_prompt_tokens=request.num_prompt_tokens,
+            num_local_cached_tokens=local_tokens,
+            num_external_cached_tokens=external_tokens,
+        )
+
+
+def cached_tokens_output(request: Request, cached_tokens: Callable[[str], int]) -> dict[str, Any]:
+    """The ``EngineCoreOutput`` keywords carrying a request's prefix hits.
+
+    ``cached_tokens(request_id)``: the tokens of the request now held in hashed
+    blocks (0.33's ``estimate_cached_tokens``, which ``PrefillStats.finalize``
+    turns into cache-creation tokens); called once per request, with its first
+    output, under 0.33 only (it walks the request's block table).
+    """
+    if not INTERFACE_033:
+        return {"num_cached_tokens": request.num_cached_tokens}
+    stats = request.take_prefill_stats()
+    if stats is not None:
+        stats.finalize(cached_tokens(request.request_id))
+    return {"prefill_stats": stats}
+
+
+def finish_result(requests: Sequence[Request]) -> list[Any]:
+    """``finish_requests``' return value: ids and client indices, or the requests (0.33)."""
+    if INTERFACE_033:
+        return list(requests)
+    return [(r.request_id, r.client_index) for r in requests]

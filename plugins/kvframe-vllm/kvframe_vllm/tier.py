@@ -1,0 +1,163 @@
+"""A kvframe scheduling policy and vLLM's CPU tier in one vLLM: the connector seam.
+
+With ``--kv-transfer-config`` naming vLLM's ``OffloadingConnector`` (its own
+``CPUOffloadingSpec`` or :class:`~kvframe_vllm.offload.KvframeOffloadingSpec`,
+i.e. a kvframe eviction plugin in the tier), :class:`~kvframe_vllm.scheduler.KvframeScheduler`
+builds the connector's scheduler half exactly as vLLM's ``Scheduler`` does
+(``KVConnectorFactory.create_connector`` in the scheduler role) and hands it to
+kvframe's core through :class:`VllmConnector`.
+
+Why vLLM's connector rather than kvframe's model of it (``kvframe.offload``):
+the worker half of the connector, in vLLM's model runner, reads the metadata the
+scheduler half builds -- ``OffloadingConnectorMetadata`` with vLLM's load/store
+specs -- so the scheduler half must be vLLM's own for the transfers to happen.
+kvframe's core already asks its connector the five questions vLLM's scheduler
+asks (``kvframe.core.connector.SchedulerConnector``), at the same points of a
+step, so :class:`VllmConnector` only translates arguments:
+
+* a kvframe request -> the vLLM ``Request`` of the same id (the bridge keeps
+  those in step: tokens, block hashes from vLLM's own hasher, and -- when the
+  connector builds its metadata -- the computed-token counts vLLM's scheduler
+  has at that moment, before the step's tokens are added);
+* kvframe's blocks -> a ``KVCacheBlocks``-shaped view (block ids, and which
+  blocks are cached, i.e. have a hash: what the connector reads);
+* the worker's ``KVConnectorOutput`` is passed through unchanged.
+
+The connector's metadata is built by the bridge in vLLM's types (the connector
+reads vLLM's ``SchedulerOutput``), so the core's ``build_connector_meta`` call
+returns nothing. Only vLLM 0.19.1's connector interface is bridged: 0.33's
+scheduler half also reads per-request ``ReqContext`` and a block-state view of
+the scheduler, which is refused until modelled.
+
+This module imports vLLM; nothing else in kvframe does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.outputs import KVConnectorOutput
+    from vllm.v1.request import Request
+
+    from kvframe.core.block_pool import KVCacheBlock
+    from kvframe.core.scheduler_output import KVConnectorOutput as KvConnectorOutput
+    from kvframe.domain.request import Request as KvRequest
+
+__all__ = ["SUPPORTED_CONNECTORS", "VllmConnector", "build_connector", "refusal"]
+
+SUPPORTED_CONNECTORS = ("OffloadingConnector",)
+"""The KV connectors whose scheduler half the bridge is checked with."""
+
+
+def refusal(vllm_config: VllmConfig, interface_033: bool) -> str | None:
+    """Why this ``kv_transfer_config`` cannot run with the bridge, or None."""
+    transfer = vllm_config.kv_transfer_config
+    if transfer is None:
+        return None
+    if interface_033:
+        return (
+            "KV connectors (--kv-transfer-config) on vLLM 0.33 (the bridge runs vLLM's "
+            "OffloadingConnector with vLLM 0.19.1 only)"
+        )
+    if transfer.kv_connector not in SUPPORTED_CONNECTORS:
+        return (
+            f"the KV connector {transfer.kv_connector!r} (--kv-transfer-config; the bridge "
+            f"runs {', '.join(SUPPORTED_CONNECTORS)})"
+        )
+    return None
+
+
+def build_connector(vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> Any:
+    """vLLM's connector, scheduler role, built as vLLM's ``Scheduler`` builds it."""
+    connector = KVConnectorFactory.create_connector(
+        config=vllm_config, role=KVConnectorRole.SCHEDULER, kv_cache_config=kv_cache_config
+    )
+    if hasattr(connector, "bind_gpu_block_pool"):
+        raise ValueError(
+            f"{type(connector).__name__} wants vLLM's GPU block pool, which the kvframe "
+            "scheduler replaces with its own"
+        )
+    return connector
+
+
+class _Block:
+    """What vLLM's connector reads of a GPU block: its id and whether it is cached."""
+
+    __slots__ = ("block_hash", "block_id")
+
+    def __init__(self, block: KVCacheBlock) -> None:
+        self.block_id = block.block_id
+        self.block_hash = block.block_hash
+
+
+class _Blocks:
+    """A one-group ``KVCacheBlocks`` over kvframe's blocks (``blocks``, ``get_block_ids``)."""
+
+    __slots__ = ("blocks",)
+
+    def __init__(self, blocks: Sequence[KVCacheBlock]) -> None:
+        self.blocks = ([_Block(b) for b in blocks],)
+
+    def get_block_ids(self, allow_none: bool = False) -> tuple[list[int], ...]:
+        return ([b.block_id for b in self.blocks[0]],)
+
+
+class VllmConnector:
+    """kvframe's ``SchedulerConnector`` answered by vLLM's own connector (scheduler half)."""
+
+    def __init__(self, connector: Any, requests: dict[str, Request]) -> None:
+        """``requests``: the bridge's vLLM requests by id (live: read at each call)."""
+        self.connector = connector
+        self._requests = requests
+        self._output: KVConnectorOutput | None = None
+        self.kv_transfer_params: dict[str, dict[str, Any]] = {}
+        """Finished request id -> the parameters the connector returned for its output."""
+
+    def get_num_new_matched_tokens(
+        self, request: KvRequest, num_computed_tokens: int
+    ) -> tuple[int | None, bool]:
+        return self.connector.get_num_new_matched_tokens(
+            self._requests[request.request_id], num_computed_tokens
+        )
+
+    def update_state_after_alloc(
+        self, request: KvRequest, blocks: Sequence[KVCacheBlock], num_external_tokens: int
+    ) -> None:
+        self.connector.update_state_after_alloc(
+            self._requests[request.request_id], _Blocks(blocks), num_external_tokens
+        )
+
+    def build_connector_meta(self, scheduler_output: object) -> None:
+        return None  # built in vLLM's types: see build_vllm_meta
+
+    def build_vllm_meta(self, scheduler_output: SchedulerOutput) -> Any:
+        """The connector's metadata for the worker, from the step in vLLM's types."""
+        return self.connector.build_connector_meta(scheduler_output)
+
+    def set_worker_output(self, output: KVConnectorOutput | None) -> None:
+        """The worker's report of this step, handed on when the core asks."""
+        self._output = output
+
+    def update_connector_output(self, output: KvConnectorOutput) -> None:
+        assert self._output is not None, "update_connector_output without a worker report"
+        self.connector.update_connector_output(self._output)
+        self._output = None
+
+    def request_finished(self, request: KvRequest, block_ids: Sequence[int]) -> bool:
+        delay, params = self.connector.request_finished(
+            self._requests[request.request_id], list(block_ids)
+        )
+        if params is not None:
+            self.kv_transfer_params[request.request_id] = params
+        return bool(delay)
+
+    def take_events(self) -> Iterable[Any]:
+        return ()
