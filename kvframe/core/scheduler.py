@@ -37,6 +37,7 @@ import attrs
 
 from kvframe.core.decode_run import DecodeRun
 from kvframe.core.hashing import make_block_hasher
+from kvframe.core.inflight import InflightPrefills
 from kvframe.core.kv_cache_manager import KVCacheManager
 from kvframe.core.retention import Retention, RetentionTable
 from kvframe.core.scheduler_config import SchedulerConfig
@@ -133,6 +134,17 @@ class Scheduler:
         # Fidelity switches, read once (kvframe.domain.fidelity).
         self._threshold_needs_company = config.fidelity.threshold_needs_company
         self._self_preemption_continues = config.fidelity.self_preemption_continues
+        # T16: the in-flight prefills an async load must leave room for (None: 0.19.1).
+        self._inflight: InflightPrefills | None = (
+            InflightPrefills(
+                self.kv_cache_manager,
+                max_model_len=config.max_model_len,
+                num_spec_tokens=config.num_speculative_tokens,
+                num_lookahead_tokens=config.num_lookahead_tokens,
+            )
+            if config.fidelity.reserve_for_inflight_prefills
+            else None
+        )
         self.num_lookahead_tokens = config.num_lookahead_tokens
         self.requests: dict[str, Request] = {}
         self.waiting: RequestQueue = policy.create_queue()
@@ -612,6 +624,9 @@ class Scheduler:
             else self.num_lookahead_tokens,
             num_external_computed_tokens=num_external_tokens,
             delay_cache_blocks=load_kv_async,
+            reserved_blocks=self._inflight.reserved_blocks()
+            if load_kv_async and self._inflight is not None
+            else 0,
         )
 
     def _lookup_prefix(
@@ -672,11 +687,16 @@ class Scheduler:
                 self._record_first_admission(step, request, num_local_tokens, num_external_tokens)
             elif request.status == _PREEMPTED:
                 self._record_readmission(step, request, num_local_tokens + num_external_tokens)
+        inflight = self._inflight
         if load_kv_async:
             self._lookup_recorded.add(request_id)
             request.status = _WAITING_FOR_REMOTE_KVS
             request.num_computed_tokens = num_computed_tokens
+            if inflight is not None:
+                inflight.add(request)
             return False
+        if inflight is not None and num_computed_tokens + num_new_tokens < request.num_tokens:
+            inflight.add(request)  # still prefilling after this chunk
         self._lookup_recorded.discard(request_id)
         self.running.append(request)
         if request.status == _WAITING:
@@ -737,6 +757,8 @@ class Scheduler:
         requests = self.requests
         for request_id, num_tokens in output.num_scheduled_tokens.items():
             requests[request_id].num_computed_tokens += num_tokens
+        if self._inflight is not None:
+            self._inflight.after_schedule(output.num_scheduled_tokens)
         # A new set: the output keeps the old one.
         self.finished_req_ids = set()
 
@@ -909,6 +931,8 @@ class Scheduler:
         del self.requests[request_id]
         self._computed_before_preemption.pop(request_id, None)
         self._lookup_recorded.discard(request_id)
+        if self._inflight is not None:
+            self._inflight.discard(request_id)
         if self.connector is not None and self.connector.request_finished(
             request, self.kv_cache_manager.get_block_ids(request_id)
         ):
@@ -1017,6 +1041,8 @@ class Scheduler:
                     kv.cache_blocks(holder, holder.num_computed_tokens)
                     holder.status = _PREEMPTED if holder.num_preemptions else _WAITING
                 kv.free(holder)
+                if self._inflight is not None:
+                    self._inflight.discard(holder_id)  # back to plain waiting, no blocks
                 holder.num_computed_tokens = 0
                 holder.num_external_computed_tokens = 0
                 self.stats.num_loaded_requests_released += 1
@@ -1049,6 +1075,8 @@ class Scheduler:
     def _preempt(self, request: Request) -> None:
         """Preempt by recompute: free every block and queue the request at the head."""
         self.kv_cache_manager.free(request)
+        if self._inflight is not None:
+            self._inflight.discard(request.request_id)
         self._computed_before_preemption[request.request_id] = request.num_computed_tokens
         request.status = _PREEMPTED
         request.num_computed_tokens = 0

@@ -47,6 +47,15 @@ class Fidelity:
     to the *front* of the free queue, so it is reused before any cached block
     is evicted; with prefix caching off every freed block goes to the front
     (vLLM PR #42656, since 0.24.0; PR #51482, since 0.28.0)."""
+    reserve_for_inflight_prefills: bool = False
+    """T16. A request whose prefix a connector loads asynchronously is admitted
+    only if its blocks fit in the free blocks less what the prefills in flight
+    (mid-prefill, or waiting for their own load) still need for their whole
+    sequence (``Scheduler._inflight_prefill_reserved_blocks`` in vLLM 0.33.0;
+    upstream pull request not identified). Without a connector that loads
+    asynchronously it changes nothing. The ``T`` rows of docs/fidelity.md are
+    the offload tier's; the 0.33.0 target still refuses a tier, so this switch
+    is shown on its own (``tests/scheduler/test_inflight_reservation.py``)."""
 
 
 _TARGETS: dict[str, Fidelity] = {
@@ -56,6 +65,7 @@ _TARGETS: dict[str, Fidelity] = {
         threshold_needs_company=True,
         self_preemption_continues=True,
         uncached_freed_first=True,
+        reserve_for_inflight_prefills=True,
     ),
 }
 
