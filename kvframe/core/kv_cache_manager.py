@@ -233,6 +233,7 @@ class KVCacheManager:
         request_id: str,
         num_tokens: int,
         new_computed_blocks: Sequence[KVCacheBlock],
+        reserved_blocks: int = 0,
     ) -> bool:
         """Whether an allocation of ``num_tokens`` slots finds enough free blocks.
 
@@ -240,7 +241,7 @@ class KVCacheManager:
         cover, plus every hit block that is currently free: touching it takes
         it out of the free pool just like allocating a fresh block would.
         """
-        num_free = self.block_pool.get_num_free_blocks()
+        num_free = self.block_pool.get_num_free_blocks() - reserved_blocks
         num_required = -(-num_tokens // self.block_size)
         num_table_blocks = len(self.req_to_blocks.get(request_id, ()))
         if request_id in self.num_cached_block:
@@ -293,6 +294,7 @@ class KVCacheManager:
         num_lookahead_tokens: int = 0,
         num_external_computed_tokens: int = 0,
         delay_cache_blocks: bool = False,
+        reserved_blocks: int = 0,
     ) -> list[KVCacheBlock] | None:
         """Give the request slots for ``num_new_tokens`` more tokens.
 
@@ -321,6 +323,10 @@ class KVCacheManager:
            With ``delay_cache_blocks`` (an asynchronous load will fill the
            external blocks later) nothing is cached now; call
            :meth:`cache_blocks` when the load completes.
+
+        ``reserved_blocks`` free blocks are left out of phase 2's count: they
+        belong to other requests' prefills in flight (vLLM 0.33.0 passes them
+        for an asynchronous load, :mod:`kvframe.core.inflight`).
 
         Returns the newly allocated blocks for the new and lookahead tokens
         (not the hits, not the external-token blocks), possibly ``[]``, or
@@ -355,7 +361,9 @@ class KVCacheManager:
             self._refuse_past_model_len(
                 request_id, num_new_tokens, num_local_computed + num_external_computed_tokens
             )
-        if not self._can_allocate(request_id, num_tokens_need_slot, new_computed_blocks):
+        if not self._can_allocate(
+            request_id, num_tokens_need_slot, new_computed_blocks, reserved_blocks
+        ):
             return None
 
         req_blocks = self.req_to_blocks.get(request_id)

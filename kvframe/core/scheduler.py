@@ -37,6 +37,7 @@ import attrs
 
 from kvframe.core.decode_run import DecodeRun
 from kvframe.core.hashing import make_block_hasher
+from kvframe.core.inflight import InflightPrefills
 from kvframe.core.kv_cache_manager import KVCacheManager
 from kvframe.core.retention import Retention, RetentionTable
 from kvframe.core.scheduler_config import SchedulerConfig
@@ -136,6 +137,17 @@ class Scheduler:
         self._victim_cursor_by_position = config.fidelity.victim_cursor_by_position
         # vLLM's AsyncScheduler (kvframe.engine.batch_queue drives it), read once.
         self.async_scheduling = config.async_scheduling
+        # T16: the in-flight prefills an async load must leave room for (None: 0.19.1).
+        self._inflight: InflightPrefills | None = (
+            InflightPrefills(
+                self.kv_cache_manager,
+                max_model_len=config.max_model_len,
+                num_spec_tokens=config.num_speculative_tokens,
+                num_lookahead_tokens=config.num_lookahead_tokens,
+            )
+            if config.fidelity.reserve_for_inflight_prefills
+            else None
+        )
         self.num_lookahead_tokens = config.num_lookahead_tokens
         self.requests: dict[str, Request] = {}
         self.waiting: RequestQueue = policy.create_queue()
@@ -652,6 +664,9 @@ class Scheduler:
             else self.num_lookahead_tokens,
             num_external_computed_tokens=num_external_tokens,
             delay_cache_blocks=load_kv_async,
+            reserved_blocks=self._inflight.reserved_blocks()
+            if load_kv_async and self._inflight is not None
+            else 0,
         )
 
     def _lookup_prefix(
@@ -712,11 +727,16 @@ class Scheduler:
                 self._record_first_admission(step, request, num_local_tokens, num_external_tokens)
             elif request.status == _PREEMPTED:
                 self._record_readmission(step, request, num_local_tokens + num_external_tokens)
+        inflight = self._inflight
         if load_kv_async:
             self._lookup_recorded.add(request_id)
             request.status = _WAITING_FOR_REMOTE_KVS
             request.num_computed_tokens = num_computed_tokens
+            if inflight is not None:
+                inflight.add(request)
             return False
+        if inflight is not None and num_computed_tokens + num_new_tokens < request.num_tokens:
+            inflight.add(request)  # still prefilling after this chunk
         self._lookup_recorded.discard(request_id)
         self.running.append(request)
         if request.status == _WAITING:
@@ -779,6 +799,8 @@ class Scheduler:
             requests[request_id].num_computed_tokens += num_tokens
         if self.async_scheduling:
             self.add_output_placeholders(output)
+        if self._inflight is not None:
+            self._inflight.after_schedule(output.num_scheduled_tokens)
         # A new set: the output keeps the old one.
         self.finished_req_ids = set()
 
@@ -1026,6 +1048,8 @@ class Scheduler:
         self._computed_before_preemption.pop(request_id, None)
         self._lookup_recorded.discard(request_id)
         self._discard_in_flight.discard(request_id)
+        if self._inflight is not None:
+            self._inflight.discard(request_id)
         if self.connector is not None and self.connector.request_finished(
             request, self.kv_cache_manager.get_block_ids(request_id)
         ):
@@ -1134,6 +1158,8 @@ class Scheduler:
                     kv.cache_blocks(holder, holder.num_computed_tokens)
                     holder.status = _PREEMPTED if holder.num_preemptions else _WAITING
                 kv.free(holder)
+                if self._inflight is not None:
+                    self._inflight.discard(holder_id)  # back to plain waiting, no blocks
                 holder.num_computed_tokens = 0
                 holder.num_external_computed_tokens = 0
                 self.stats.num_loaded_requests_released += 1
@@ -1166,6 +1192,8 @@ class Scheduler:
     def _preempt(self, request: Request) -> None:
         """Preempt by recompute: free every block and queue the request at the head."""
         self.kv_cache_manager.free(request)
+        if self._inflight is not None:
+            self._inflight.discard(request.request_id)
         self._computed_before_preemption[request.request_id] = request.num_computed_tokens
         request.status = _PREEMPTED
         request.num_computed_tokens = 0

@@ -62,6 +62,15 @@ class Fidelity:
     (``model_executed or scheduler.has_requests()`` in 0.33.0's
     ``EngineCore.step_with_batch_queue``; 0.19.1 returned early only after a
     step that ran tokens). Read by :mod:`kvframe.engine.batch_queue`."""
+    reserve_for_inflight_prefills: bool = False
+    """T16. A request whose prefix a connector loads asynchronously is admitted
+    only if its blocks fit in the free blocks less what the prefills in flight
+    (mid-prefill, or waiting for their own load) still need for their whole
+    sequence (``Scheduler._inflight_prefill_reserved_blocks`` in vLLM 0.33.0;
+    upstream pull request not identified). Without a connector that loads
+    asynchronously it changes nothing. The ``T`` rows of docs/fidelity.md are
+    the offload tier's; the 0.33.0 target still refuses a tier, so this switch
+    is shown on its own (``tests/scheduler/test_inflight_reservation.py``)."""
 
 
 _TARGETS: dict[str, Fidelity] = {
@@ -73,6 +82,7 @@ _TARGETS: dict[str, Fidelity] = {
         uncached_freed_first=True,
         victim_cursor_by_position=True,
         empty_step_keeps_queue=True,
+        reserve_for_inflight_prefills=True,
     ),
 }
 

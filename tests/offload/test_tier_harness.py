@@ -90,6 +90,52 @@ def test_unknown_completion_rule_is_refused() -> None:
         stepping.ScriptedWorker({"kind": "sometimes"})
 
 
+def _jobs(**kw: object) -> stepping.TierView:
+    """A 0.33 view: the connector's transfers as numbered jobs."""
+    jobs = stepping.TierJobs(
+        loads=kw.pop("loads", {}),  # type: ignore[arg-type]
+        stores=kw.pop("stores", {}),  # type: ignore[arg-type]
+        flush=kw.pop("flush", []),  # type: ignore[arg-type]
+    )
+    return _view(jobs=jobs, **kw)
+
+
+def test_job_worker_reports_landed_jobs_by_id_and_never_finished_sending() -> None:
+    worker = stepping.JobWorker({"kind": "next-step"})
+    assert worker.step(0, _jobs(loads={0: "a"}, stores={1: "b"})) == (set(), set())
+    # the load lands at the end of step 1; the store, deferred to step 1, at the end of step 2
+    assert worker.step(1, _jobs()) == (set(), {"a"})
+    assert worker.completed == [0]
+    view = _jobs(finished_req_ids=["b"])
+    assert worker.step(2, view) == (set(), set())  # a store never reports its request
+    assert worker.completed == [1] and view.jobs is not None and view.jobs.completed == [1]
+
+
+def test_job_worker_lands_a_flushed_job_now_even_one_created_this_step() -> None:
+    worker = stepping.JobWorker({"kind": "seeded", "max_delay": 50, "seed": 1})
+    worker.step(0, _jobs(stores={0: "a"}))
+    # job 0 (deferred from step 0) and job 1 (this step's) are both flushed: both land now
+    worker.step(1, _jobs(stores={1: "a", 2: "b"}, flush=[0, 1]))
+    assert worker.completed == [0, 1]
+
+
+def test_job_worker_draws_the_same_delays_as_the_request_worker() -> None:
+    """The two workers land the same transfer at the same step (only the reports differ)."""
+    rule = {"kind": "seeded", "max_delay": 3, "seed": 5}
+    by_request = stepping.ScriptedWorker(rule)
+    by_job = stepping.JobWorker(rule)
+    loads = {"a": _transfer(), "b": _transfer(), "c": _transfer()}
+    by_request.step(0, _view(loads=loads))
+    by_job.step(0, _jobs(loads={i: rid for i, rid in enumerate(loads)}))
+    for step in range(1, 5):
+        assert by_request.step(step, _view())[1] == by_job.step(step, _jobs())[1]
+
+
+def test_job_worker_needs_jobs() -> None:
+    with pytest.raises(RuntimeError, match="needs the connector's jobs"):
+        stepping.JobWorker({}).step(0, _view())
+
+
 def test_block_names_chain_content_not_position() -> None:
     shared = list(range(10, 42))
     a = stepping.block_names(

@@ -56,9 +56,18 @@ def first_difference(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> int:
     return next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
 
 
+TIER_SWITCHES = {
+    # The tier's switches, shown with a scripted connector: the 0.33.0 target
+    # still refuses an offload tier, so no harness workload runs them yet.
+    "reserve_for_inflight_prefills": "tests/scheduler/test_inflight_reservation.py",
+}
+
+
 def test_every_switch_has_a_workload() -> None:
     switches = {f.name for f in attrs.fields(Fidelity)} - {"vllm"} - ENGINE_ONLY
-    assert set(SWITCH_OF.values()) == switches
+    assert set(SWITCH_OF.values()) == switches - set(TIER_SWITCHES)
+    root = Path(__file__).resolve().parents[2]
+    assert all((root / test).is_file() for test in TIER_SWITCHES.values())
     assert set(SWITCH_OF) == set(SWITCH_WORKLOADS)
 
 

@@ -35,7 +35,10 @@ The record of a step (one JSON object per line in the output)::
 With an offload tier (a workload whose config has a ``tier``), the connector's
 worker side is played by :class:`ScriptedWorker`, the same code in both
 drivers, between ``schedule()`` and ``update_from_output()``; its report goes
-into the update as the connector output. The record then also holds::
+into the update as the connector output. (A workload for vLLM 0.33.0 gets
+:class:`JobWorker`, 0.33's job-numbered worker, instead; its records add
+``load_jobs``, ``store_jobs``, ``jobs_to_flush`` and ``completed_jobs``.) The
+record then also holds::
 
     external_hits  {req_id: tokens}  num_external_computed_tokens of each request
                                      admitted (``new``) or given a load this step
@@ -125,6 +128,28 @@ class TierView:
     external_hits: dict[str, int]
     waiting_remote: list[str]
     evicted: list[str]
+    jobs: TierJobs | None = None
+    """vLLM 0.33's connector only: its transfers as jobs (see :class:`JobWorker`)."""
+
+
+@dataclass(slots=True)
+class TierJobs:
+    """vLLM 0.33.0's connector metadata: transfers as numbered jobs.
+
+    0.33's ``OffloadingConnectorScheduler`` numbers every load and store job
+    from one counter, flushes jobs (not requests), and learns of a finished
+    job from the worker's ``OffloadingWorkerMetadata.completed_jobs``; no
+    request is ever reported in ``finished_sending``.
+    """
+
+    loads: dict[int, str]
+    """job id -> request id, this step's load jobs."""
+    stores: dict[int, str]
+    """job id -> request id, this step's store jobs."""
+    flush: list[int]
+    """``jobs_to_flush``: store jobs the worker must finish before the forward pass."""
+    completed: list[int] = field(default_factory=list)
+    """Filled by :class:`JobWorker`: the job ids that landed this step, for the update."""
 
 
 # --------------------------------------------------------------------------
@@ -226,6 +251,66 @@ class ScriptedWorker:
         return sending, recving
 
 
+class JobWorker:
+    """vLLM 0.33.0's ``OffloadingConnectorWorker`` bookkeeping with scripted transfer times.
+
+    The order of one step is 0.33's worker's: ``handle_preemptions`` (this
+    step's flushed store jobs are taken out of the step's stores; every store
+    job deferred so far is submitted; the flushed jobs are waited for, i.e.
+    land now), ``start_kv_transfers`` (this step's loads are submitted),
+    ``prepare_store_kv`` (the other store jobs are deferred to the next step),
+    then ``get_finished``: every job that landed is reported by id (the
+    scheduler's ``completed_jobs``), and a landed load's request in
+    ``finished_recving``. Stores never put a request in ``finished_sending``.
+
+    Landing times follow :class:`ScriptedWorker`'s rules, drawn per (request,
+    load or store, n-th transfer of that kind), so the same transfers land at
+    the same steps whatever the job numbers.
+    """
+
+    def __init__(self, rule: dict[str, Any]) -> None:
+        self._delays = ScriptedWorker(rule)
+        self._due: dict[int, int] = {}
+        self._kind: dict[int, tuple[str, bool]] = {}
+        self._unsubmitted: list[int] = []
+        self.completed: list[int] = []
+        """The job ids that landed in the last step, in id order."""
+
+    def _submit(self, job: int, step: int) -> None:
+        request_id, is_store = self._kind[job]
+        self._due[job] = step + self._delays._delay(request_id, is_store)
+
+    def step(self, step: int, view: TierView) -> tuple[set[str], set[str]]:
+        """Play the worker for one step; return ``(finished_sending, finished_recving)``."""
+        jobs = view.jobs
+        if jobs is None:
+            raise RuntimeError("the 0.33 worker needs the connector's jobs (TierView.jobs)")
+        flush = set(jobs.flush)
+        for job, request_id in jobs.stores.items():
+            self._kind[job] = (request_id, True)
+        for job in sorted(flush & jobs.stores.keys()):
+            self._unsubmitted.append(job)
+        for job in self._unsubmitted:
+            self._submit(job, step)
+        self._unsubmitted.clear()
+        for job in flush:
+            if job in self._due:
+                self._due[job] = min(self._due[job], step)
+        for job, request_id in jobs.loads.items():
+            self._kind[job] = (request_id, False)
+            self._submit(job, step)
+        self._unsubmitted.extend(j for j in jobs.stores if j not in flush)
+        recving: set[str] = set()
+        self.completed = sorted(j for j, due in self._due.items() if due <= step)
+        jobs.completed = list(self.completed)
+        for job in self.completed:
+            del self._due[job]
+            request_id, is_store = self._kind.pop(job)
+            if not is_store:
+                recving.add(request_id)
+        return set(), recving
+
+
 def block_names(spec: RequestSpec, block_size: int) -> list[str]:
     """Content names of every full block the request can ever have.
 
@@ -302,7 +387,10 @@ def run(
         by_step.setdefault(spec["arrival_step"], []).append(spec)
     total = len(workload["requests"])
     tier = workload["config"].get("tier")
-    worker = ScriptedWorker(tier.get("completion", {})) if tier else None
+    worker: ScriptedWorker | JobWorker | None = None
+    if tier:
+        jobs = workload["config"].get("vllm", "0.19.1") != "0.19.1"
+        worker = (JobWorker if jobs else ScriptedWorker)(tier.get("completion", {}))
     num_finished = 0
     step = 0
     while num_finished < total:
@@ -349,6 +437,15 @@ def run(
                 finished_sending=sorted(transfers[0]),
                 finished_recving=sorted(transfers[1]),
             )
+            if isinstance(worker, JobWorker):
+                jobs_view = view.tier.jobs
+                assert jobs_view is not None
+                record.update(
+                    load_jobs={str(j): r for j, r in jobs_view.loads.items()},
+                    store_jobs={str(j): r for j, r in jobs_view.stores.items()},
+                    jobs_to_flush=sorted(jobs_view.flush),
+                    completed_jobs=list(worker.completed),
+                )
         yield record
         step += 1
 

@@ -44,6 +44,13 @@ left the Request, PR #48860); and with Model Runner V2, vLLM's default since
 ``scheduled_new_reqs`` with its whole token list and whole block table, so a
 new request there that has been preempted before is recorded as resumed (its
 whole table, as 0.19.1's resumed requests are recorded).
+
+With a tier under 0.33.0, the connector is 0.33's job-numbered one: the tier
+view carries the step's load and store jobs and ``jobs_to_flush``, the
+worker (``stepping.JobWorker``) reports landed jobs in
+``OffloadingWorkerMetadata.completed_jobs``, the tier is sized with each
+chunk padded to a page (as 0.33.0's ``CPUOffloadingSpec`` pads it), and a
+request's external hit is read off its load job.
 """
 
 from __future__ import annotations
@@ -167,7 +174,9 @@ class VllmAdapter:
             from vllm.v1.kv_cache_interface import KVCacheTensor
 
             factor = tier["block_size_factor"]
-            cpu_bytes = tier["num_cpu_blocks"] * factor * kv_spec.page_size_bytes
+            cpu_bytes = tier["num_cpu_blocks"] * _cpu_bytes_per_chunk(
+                factor * kv_spec.page_size_bytes, self.v033
+            )
             if tier.get("bridge") or bridge:
                 # The same tier with kvframe's plugins in it (plugins/kvframe-vllm);
                 # the bridge scheduler always runs it so (--bridge --tier).
@@ -189,16 +198,24 @@ class VllmAdapter:
                     "block_size": block_size * factor,
                     "store_threshold": tier["store_threshold"],
                 }
+                if "offload_prompt_only" in tier:
+                    # 0.33.0's default is True (PR #43797); a workload may set it
+                    # to see what the change alone does (0.19.1 has no such key).
+                    extra["offload_prompt_only"] = bool(tier["offload_prompt_only"])
             kv_transfer_config = KVTransferConfig(
                 kv_connector="OffloadingConnector",
                 kv_role="kv_both",
                 kv_connector_extra_config=extra,
             )
-            kv_cache_tensors = [
-                KVCacheTensor(
-                    size=kv_spec.page_size_bytes * config["num_gpu_blocks"], shared_by=["layer"]
-                )
-            ]
+            size = kv_spec.page_size_bytes * config["num_gpu_blocks"]
+            if self.v033:
+                # 0.33.0 places layers explicitly: one layer, block-contiguous pages.
+                page = kv_spec.page_size_bytes
+                kv_cache_tensors = [
+                    KVCacheTensor(size=size, layers=["layer"], layer_stride=size, block_stride=page)
+                ]
+            else:
+                kv_cache_tensors = [KVCacheTensor(size=size, shared_by=["layer"])]
         vllm_config = VllmConfig(
             scheduler_config=scheduler_config,
             model_config=model_config,
@@ -237,6 +254,8 @@ class VllmAdapter:
         else:
             self._check_effective_config(config)
         self._tier_factor = 1
+        self._block_size = block_size
+        self._loaded_tokens: dict[str, int] = {}
         self._namer: stepping.BlockNamer | None = None
         self._evicted: list = []
         if tier:
@@ -284,15 +303,25 @@ class VllmAdapter:
         side = getattr(connector, "connector_scheduler", None)
         if side is None:
             raise RuntimeError(f"vLLM built no offloading connector: {connector!r}")
-        self._tier_factor = side.block_size_factor
         manager = side.manager
-        backing = getattr(manager, "_backing", manager)
-        effective = {
-            "block_size_factor": side.block_size_factor,
-            "num_cpu_blocks": backing._num_blocks,
-            "filtered": backing is not manager,
-            "kvframe_policy": type(backing._policy).__module__.startswith("kvframe"),
-        }
+        if self.v033:
+            # 0.33.0: chunks, the reuse filter inside CPUOffloadingManager.
+            self._tier_factor = side.config.blocks_per_chunk
+            effective = {
+                "block_size_factor": side.config.blocks_per_chunk,
+                "num_cpu_blocks": manager._num_chunks,
+                "filtered": manager.counts is not None,
+                "kvframe_policy": type(manager._policy).__module__.startswith("kvframe"),
+            }
+        else:
+            self._tier_factor = side.block_size_factor
+            backing = getattr(manager, "_backing", manager)
+            effective = {
+                "block_size_factor": side.block_size_factor,
+                "num_cpu_blocks": backing._num_blocks,
+                "filtered": backing is not manager,
+                "kvframe_policy": type(backing._policy).__module__.startswith("kvframe"),
+            }
         wanted = {
             "block_size_factor": tier["block_size_factor"],
             "num_cpu_blocks": tier["num_cpu_blocks"],
@@ -303,6 +332,18 @@ class VllmAdapter:
             raise RuntimeError(f"vLLM built another tier (wanted, got): {wanted} {effective}")
         self._namer = stepping.BlockNamer(block_size)
         prepare_store = manager.prepare_store
+
+        if self.v033:
+            from vllm.v1.kv_offload.base import get_offload_block_hash
+
+            def recording_prepare_store(keys: Any, req_context: Any) -> Any:
+                out = prepare_store(keys, req_context)
+                if out is not None:
+                    self._evicted.extend(get_offload_block_hash(k) for k in out.evicted_keys)
+                return out
+
+            manager.prepare_store = recording_prepare_store
+            return
 
         def recording_prepare_store(block_hashes: Any) -> Any:
             out = prepare_store(block_hashes)
@@ -323,23 +364,51 @@ class VllmAdapter:
         def transfer(gpu: Any, cpu: Any) -> stepping.Transfer:
             return {"gpu": [int(b) for b in gpu.block_ids], "cpu": [int(b) for b in cpu.block_ids]}
 
-        loads = {rid: transfer(dst, src) for rid, (src, dst) in meta.reqs_to_load.items()}
-        stores = {rid: transfer(src, dst) for rid, (src, dst) in meta.reqs_to_store.items()}
+        jobs: stepping.TierJobs | None = None
+        if self.v033:
+            # 0.33.0: one job per transfer (one load or one store per request a step).
+            loads = {j.req_id: transfer(j.dst_spec, j.src_spec) for j in meta.load_jobs.values()}
+            stores = {j.req_id: transfer(j.src_spec, j.dst_spec) for j in meta.store_jobs.values()}
+            jobs = stepping.TierJobs(
+                loads={job: j.req_id for job, j in meta.load_jobs.items()},
+                stores={job: j.req_id for job, j in meta.store_jobs.items()},
+                flush=sorted(meta.jobs_to_flush or ()),
+            )
+            flush: list[str] = []
+        else:
+            loads = {rid: transfer(dst, src) for rid, (src, dst) in meta.reqs_to_load.items()}
+            stores = {rid: transfer(src, dst) for rid, (src, dst) in meta.reqs_to_store.items()}
+            flush = sorted(meta.reqs_to_flush or ())
         evicted = [namer.name(h) for h in self._evicted]
         self._evicted.clear()
         return stepping.TierView(
             loads=loads,
             stores=stores,
-            flush=sorted(meta.reqs_to_flush or ()),
+            flush=flush,
             finished_req_ids=sorted(out.finished_req_ids),
-            external_hits={
-                rid: requests[rid].num_external_computed_tokens for rid in [*new, *loads]
-            },
+            external_hits=self._external_hits(requests, new, loads),
             waiting_remote=sorted(
                 rid for rid, r in requests.items() if r.status == self._waiting_for_remote
             ),
             evicted=evicted,
+            jobs=jobs,
         )
+
+    def _external_hits(
+        self, requests: dict[str, Any], new: list[str], loads: dict[str, stepping.Transfer]
+    ) -> dict[str, int]:
+        """``num_external_computed_tokens`` of the requests admitted or given a load.
+
+        0.33.0 dropped the Request field (the first admission's value is in
+        ``prefill_stats``); a load's tokens are its GPU blocks' (whole chunks), and
+        a request admitted after its load landed keeps the load's count, as the
+        0.19.1 field does.
+        """
+        if not self.v033:
+            return {rid: requests[rid].num_external_computed_tokens for rid in [*new, *loads]}
+        for rid, load in loads.items():
+            self._loaded_tokens[rid] = len(load["gpu"]) * self._block_size
+        return {rid: self._loaded_tokens.get(rid, 0) for rid in [*new, *loads]}
 
     # -- SchedulerAdapter ---------------------------------------------------
 
@@ -431,9 +500,20 @@ class VllmAdapter:
         if transfers is not None:
             from vllm.v1.outputs import KVConnectorOutput
 
+            worker_meta = None
+            jobs = view.tier.jobs if view.tier is not None else None
+            if jobs is not None and jobs.completed:
+                from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
+                    OffloadingWorkerMetadata,
+                )
+
+                worker_meta = OffloadingWorkerMetadata(
+                    completed_jobs={job: 1 for job in jobs.completed}
+                )
             kv_connector_output = KVConnectorOutput(
                 finished_sending=_SortedSet(transfers[0]) or None,
                 finished_recving=_SortedSet(transfers[1]) or None,
+                **({"kv_connector_worker_meta": worker_meta} if self.v033 else {}),
             )
         runner_output = self._ModelRunnerOutput(
             req_ids=req_ids,
@@ -461,6 +541,22 @@ def _at_least(version: str, wanted: tuple[int, int]) -> bool:
     """``version`` (``"0.33.0"``, ``"0.19.1+cpu"``) is ``wanted`` (major, minor) or later."""
     major, minor = (int(part) for part in version.split(".")[:2])
     return (major, minor) >= wanted
+
+
+def _cpu_bytes_per_chunk(kv_bytes_per_chunk: int, v033: bool) -> int:
+    """The tier bytes one offloaded chunk takes: 0.33.0 pads each chunk to a page.
+
+    vLLM 0.33.0's ``CPUOffloadingSpec`` divides ``cpu_bytes_to_use`` by the
+    chunk size rounded up to ``BLOCK_SIZE_ALIGNMENT`` (the OS page size), so
+    the harness asks for that many bytes per slot to get exactly
+    ``num_cpu_blocks`` slots, as 0.19.1 gets from the unpadded size.
+    """
+    if not v033:
+        return kv_bytes_per_chunk
+    from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
+
+    align = CPUOffloadingSpec.BLOCK_SIZE_ALIGNMENT
+    return -(-kv_bytes_per_chunk // align) * align
 
 
 def _output_cached_tokens(output: Any) -> int:

@@ -1,0 +1,371 @@
+"""vLLM 0.33.0's ``CPUOffloadingManager``: a tier ledger whose accesses are request-scoped.
+
+vLLM 0.33.0 rewrote the CPU tier's manager (``vllm/v1/kv_offload/cpu/manager.py``)
+around *requests*: every call carries the request's context, a lookup answers
+per key (:class:`LookupResult`), the reuse filter lives inside the manager and
+counts store *offers* (``store_threshold``), and the cache policy hears of a
+request's accesses as they happen (``on_request_access``, ``on_store_miss``)
+and commits them once, when the request finishes (``on_request_finished``,
+vLLM PR #51787, since 0.31). :class:`SlotOffloadManager` stays vLLM 0.19.1's
+manager; this module is 0.33.0's, for the 0.33 fidelity target's tier
+(``docs/fidelity.md``, "The tier under vLLM 0.33.0", items 6, 7, 10-14).
+
+The policy is duck-typed (:class:`RequestScopedPolicy`): vLLM 0.33.0's
+``CachePolicy`` with kvframe's names. The bundled forms are
+``kvframe_lru.RankLRUPolicy`` and ``kvframe_arc.RequestARCPolicy``. A
+request's context is a :class:`RequestAccess`, which also carries the token
+position of each key (the end of its chunk), as vLLM's ``ReqContext`` does.
+
+Semantics, call for call as in 0.33.0 (``tests/offload/manager_differential_v033.py``
+checks them against vLLM 0.33.0 in its reference environment):
+
+* chunks are handed out fresh in increasing order, then from a free list,
+  most recently freed first;
+* ``prepare_store`` first counts the offer in the reuse tracker (keys
+  already tracked are bumped and protected from the tracker's own eviction
+  in this call), splits the offer into new keys and ready resident ones
+  (the request's reuses), filters the new keys by the threshold, tells the
+  policy of the request's new store misses, records the request's accesses,
+  and only then evicts (every offered key protected) and inserts;
+* the policy's ``mark_evictable`` / ``mark_non_evictable`` follow every
+  ``ref_cnt`` change to and from 0.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import OrderedDict
+from collections.abc import Collection, Hashable, Iterable, Sequence
+from typing import Any, Protocol
+
+import attrs
+
+from kvframe.offload.manager import OffloadBlock
+
+__all__ = [
+    "LookupResult",
+    "RequestAccess",
+    "RequestScopedOffloadManager",
+    "RequestScopedPolicy",
+    "RequestStoreResult",
+]
+
+
+class LookupResult(enum.Enum):
+    """One key's answer (vLLM 0.33.0's ``LookupResult``; ``RETRY`` never arises here)."""
+
+    MISS = "miss"
+    HIT = "hit"
+    HIT_PENDING = "hit-pending"
+    """In the tier but still being written: a connector defers the request."""
+
+
+@attrs.define(slots=True, eq=False)
+class RequestAccess:
+    """One request's context for the tier (vLLM 0.33.0's ``ReqContext``).
+
+    ``positions`` maps each key the connector named to the token position that
+    ends its chunk; the policy reads it to order a request's keys head to tail.
+    ``manager_state`` and ``policy_state`` are scratch slots the manager and
+    the policy own (vLLM keeps both in the context's per-type state).
+    """
+
+    request_id: str
+    positions: dict[Hashable, int] = attrs.field(factory=dict)
+    manager_state: Any = None
+    policy_state: Any = None
+
+    def position(self, key: Hashable) -> int | None:
+        return self.positions.get(key)
+
+
+@attrs.define(slots=True, frozen=True)
+class RequestStoreResult:
+    """What ``prepare_store`` kept: ``keys_to_store[i]`` goes to ``slot_ids[i]``."""
+
+    keys_to_store: tuple[Hashable, ...]
+    slot_ids: tuple[int, ...]
+    evicted_keys: tuple[Hashable, ...]
+
+
+class RequestScopedPolicy(Protocol):
+    """vLLM 0.33.0's ``CachePolicy``: organisation and eviction order of a tier's chunks."""
+
+    def get(self, key: Hashable) -> OffloadBlock | None: ...
+
+    def insert(self, key: Hashable, block: OffloadBlock, access: RequestAccess) -> None: ...
+
+    def remove(self, key: Hashable) -> None: ...
+
+    def evict(
+        self, n: int, protected: Collection[Hashable]
+    ) -> list[tuple[Hashable, OffloadBlock]] | None: ...
+
+    def on_store_miss(self, keys: Sequence[Hashable], access: RequestAccess) -> None: ...
+
+    def on_request_access(self, keys: Sequence[Hashable], access: RequestAccess) -> None: ...
+
+    def on_request_finished(
+        self,
+        keys: Sequence[Hashable],
+        insertion_only: Collection[Hashable],
+        reused: Collection[Hashable],
+        access: RequestAccess,
+    ) -> None: ...
+
+    def mark_evictable(self, key: Hashable) -> None: ...
+
+    def mark_non_evictable(self, key: Hashable) -> None: ...
+
+    def clear(self) -> None: ...
+
+
+@attrs.define(slots=True, eq=False)
+class _CacheAccess:
+    """The keys one request has touched, for the policy's commit at its finish."""
+
+    owner: object
+    generation: int
+    keys: list[Hashable] = attrs.field(factory=list)
+    seen: set[Hashable] = attrs.field(factory=set)
+    inserted: set[Hashable] = attrs.field(factory=set)
+    reused: set[Hashable] = attrs.field(factory=set)
+    store_misses: set[Hashable] = attrs.field(factory=set)
+    finished: bool = False
+
+
+class RequestScopedOffloadManager:
+    """A tier of ``num_chunks`` slots, vLLM 0.33.0's ``CPUOffloadingManager`` call for call.
+
+    :param policy: the cache policy, empty; the manager is its only user.
+    :param num_chunks: slots in the tier.
+    :param store_threshold: with 2 or more, a chunk new to the tier is stored
+        only once it has been offered that many times (0 or 1: every offer).
+    :param max_tracker_size: keys the reuse tracker remembers.
+    """
+
+    def __init__(
+        self,
+        policy: RequestScopedPolicy,
+        num_chunks: int,
+        *,
+        store_threshold: int = 0,
+        max_tracker_size: int = 64_000,
+    ) -> None:
+        if num_chunks < 0:
+            raise ValueError(f"num_chunks must be >= 0, not {num_chunks}")
+        if max_tracker_size < 1:
+            raise ValueError(f"max_tracker_size must be >= 1, not {max_tracker_size}")
+        self.policy = policy
+        self.num_chunks = num_chunks
+        self.store_threshold = store_threshold
+        self.max_tracker_size = max_tracker_size
+        self._num_allocated = 0
+        self._free_slots: list[int] = []
+        self._num_evictable = 0
+        self._generation = 0
+        self.counts: OrderedDict[Hashable, int] | None = (
+            OrderedDict() if store_threshold >= 2 else None
+        )
+        """The reuse tracker: offers per key, least recently offered first."""
+
+    # -- helpers ---------------------------------------------------------------
+
+    @property
+    def num_free_chunks(self) -> int:
+        return len(self._free_slots) + self.num_chunks - self._num_allocated
+
+    def _allocate(self, n: int) -> list[OffloadBlock]:
+        fresh = min(n, self.num_chunks - self._num_allocated)
+        blocks = [OffloadBlock(self._num_allocated + i) for i in range(fresh)]
+        self._num_allocated += fresh
+        blocks.extend(OffloadBlock(self._free_slots.pop()) for _ in range(n - fresh))
+        return blocks
+
+    def _record_offers(self, keys: Sequence[Hashable]) -> None:
+        """Count one offer of each key; keys already tracked are not aged out by it."""
+        counts = self.counts
+        assert counts is not None
+        protected: set[Hashable] = set()
+        for key in keys:
+            if key in counts:
+                counts.move_to_end(key)
+                counts[key] += 1
+                protected.add(key)
+        unprotected = len(counts) - len(protected)
+        for key in keys:
+            if key in counts:
+                continue
+            if len(counts) >= self.max_tracker_size:
+                if unprotected == 0:
+                    continue
+                # The oldest entry is unprotected: every protected one was just moved back.
+                counts.popitem(last=False)
+                unprotected -= 1
+            counts[key] = 1
+
+    def _state(self, access: RequestAccess) -> _CacheAccess:
+        state = access.manager_state
+        if (
+            not isinstance(state, _CacheAccess)
+            or state.owner is not self
+            or state.generation != self._generation
+        ):
+            state = _CacheAccess(owner=self, generation=self._generation)
+            access.manager_state = state
+        return state
+
+    def _record_access(
+        self,
+        keys: Iterable[Hashable],
+        access: RequestAccess,
+        reused: Iterable[Hashable] = (),
+    ) -> None:
+        state = self._state(access)
+        new_keys = []
+        for key in keys:
+            if key in state.seen:
+                continue
+            if state.finished:
+                raise RuntimeError(
+                    f"request {access.request_id!r}: a new tier key after its finish"
+                )
+            state.keys.append(key)
+            state.seen.add(key)
+            new_keys.append(key)
+        if new_keys:
+            self.policy.on_request_access(new_keys, access)
+        # Re-reading a chunk this request inserted is not a second access.
+        state.reused.update(key for key in reused if key not in state.inserted)
+
+    # -- the manager -------------------------------------------------------------
+
+    def on_new_request(self, access: RequestAccess) -> None:
+        self._state(access)
+
+    def lookup(self, key: Hashable, access: RequestAccess) -> LookupResult:
+        block = self.policy.get(key)
+        if block is None:
+            return LookupResult.MISS
+        return LookupResult.HIT if block.ref_cnt >= 0 else LookupResult.HIT_PENDING
+
+    def prepare_load(self, keys: Sequence[Hashable], access: RequestAccess) -> tuple[int, ...]:
+        """Pin ``keys`` (all ready) for a load; their slots, in order."""
+        policy = self.policy
+        blocks = []
+        for key in keys:
+            block = policy.get(key)
+            if block is None or block.ref_cnt < 0:
+                raise RuntimeError(f"request {access.request_id!r}: load of a chunk not ready")
+            if block.ref_cnt == 0:
+                policy.mark_non_evictable(key)
+                self._num_evictable -= 1
+            block.ref_cnt += 1
+            blocks.append(block)
+        self._record_access(keys, access, reused=keys)
+        return tuple(block.slot_id for block in blocks)
+
+    def complete_load(self, keys: Iterable[Hashable], access: RequestAccess) -> None:
+        policy = self.policy
+        for key in keys:
+            block = policy.get(key)
+            if block is None or block.ref_cnt <= 0:
+                raise RuntimeError(f"request {access.request_id!r}: a load completed twice")
+            block.ref_cnt -= 1
+            if block.ref_cnt == 0:
+                self._num_evictable += 1
+                policy.mark_evictable(key)
+
+    def prepare_store(
+        self, keys: Iterable[Hashable], access: RequestAccess
+    ) -> RequestStoreResult | None:
+        """Offer ``keys``; ``None`` when the tier cannot make room (nothing changes then)."""
+        keys = list(keys)
+        policy = self.policy
+        counts = self.counts
+        if counts is not None:
+            self._record_offers(keys)
+        to_store: list[Hashable] = []
+        ready: list[Hashable] = []
+        for key in keys:
+            block = policy.get(key)
+            if block is None:
+                to_store.append(key)
+            elif block.ref_cnt >= 0:
+                ready.append(key)
+        if counts is not None:
+            threshold = self.store_threshold
+            to_store = [key for key in to_store if counts.get(key, 0) >= threshold]
+        state = self._state(access)
+        misses = [key for key in to_store if key not in state.store_misses]
+        if misses:
+            policy.on_store_miss(misses, access)
+            state.store_misses.update(misses)
+        recorded = set(to_store)
+        recorded.update(ready)
+        self._record_access([key for key in keys if key in recorded], access, reused=ready)
+        if not to_store:
+            return RequestStoreResult((), (), ())
+        to_evict = len(to_store) - self.num_free_chunks
+        evicted: list[Hashable] = []
+        if to_evict > 0:
+            if to_evict > self._num_evictable:
+                return None
+            victims = policy.evict(to_evict, set(keys))
+            if victims is None:
+                return None
+            self._num_evictable -= len(victims)
+            for key, block in victims:
+                self._free_slots.append(block.slot_id)
+                evicted.append(key)
+        blocks = self._allocate(len(to_store))
+        for key, block in zip(to_store, blocks, strict=True):
+            policy.insert(key, block, access)
+        state.inserted.update(to_store)
+        return RequestStoreResult(
+            tuple(to_store), tuple(block.slot_id for block in blocks), tuple(evicted)
+        )
+
+    def complete_store(
+        self, keys: Iterable[Hashable], access: RequestAccess, success: bool = True
+    ) -> None:
+        """Make stored chunks readable, or (``success=False``) drop them and free their slots."""
+        policy = self.policy
+        for key in keys:
+            block = policy.get(key)
+            if block is None or block.ref_cnt >= 0:
+                continue
+            if success:
+                block.ref_cnt = 0
+                self._num_evictable += 1
+                policy.mark_evictable(key)
+            else:
+                policy.remove(key)
+                self._free_slots.append(block.slot_id)
+
+    def on_request_finished(self, access: RequestAccess) -> None:
+        """Commit the request's accesses to the policy, head to tail (once)."""
+        state = access.manager_state
+        if (
+            not isinstance(state, _CacheAccess)
+            or state.owner is not self
+            or state.generation != self._generation
+            or state.finished
+        ):
+            return
+        state.finished = True
+        keys = state.keys
+        positions = access.positions
+        if all(key in positions for key in keys):
+            keys = sorted(keys, key=positions.__getitem__)
+        self.policy.on_request_finished(
+            keys, state.inserted - state.reused, set(state.reused), access
+        )
+
+    def reset(self) -> None:
+        """Drop every chunk (vLLM's ``reset_cache``); requests' past accesses are forgotten."""
+        self.policy.clear()
+        self._generation += 1
+        self._num_evictable = 0
+        self._free_slots.clear()
+        self._num_allocated = 0
