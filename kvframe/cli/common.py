@@ -152,6 +152,7 @@ ENGINE_FLAGS = (
     "cost_model",
     "step_by_step",
     "vllm",
+    "core",
 )
 
 
@@ -243,6 +244,13 @@ def _add_executor_arguments(engine: Any) -> None:
         metavar="VERSION",
         help="the vLLM release whose scheduling rules to follow: 0.19.1 (default) or 0.33 "
         "(docs/fidelity.md lists what differs)",
+    )
+    engine.add_argument(
+        "--core",
+        choices=("auto", "python", "compiled"),
+        help="which block pool runs: auto (default: the compiled core where scripts/build-core "
+        "built it, else Python; KVFRAME_CORE decides when set), python or compiled "
+        "(same decisions; kvframe run says which ran)",
     )
     engine.add_argument(
         "--step-by-step",

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from kvframe.config import ConfigError, PluginSpec, format_spec, parse_size, parse_spec
+from kvframe.core.compiled import check_core
 from kvframe.core.scheduler_config import SchedulerConfig
 from kvframe.domain.costs import num_gpu_blocks_for
 from kvframe.domain.fidelity import DEFAULT_VLLM, fidelity_for
@@ -154,6 +155,10 @@ class EngineConfig:
     vllm: str = attrs.field(default=DEFAULT_VLLM, converter=lambda v: fidelity_for(v).vllm)
     """The vLLM release whose scheduling rules the core follows (``"0.19.1"``, the
     default, or ``"0.33"`` = ``"0.33.0"``): :mod:`kvframe.domain.fidelity`."""
+    core: str = attrs.field(default="auto", validator=lambda _i, _a, v: check_core(v, "core"))
+    """Which block pool runs: ``auto`` (the compiled core where it is built, else Python;
+    the ``KVFRAME_CORE`` environment variable decides when set), ``python`` or
+    ``compiled`` (:mod:`kvframe.core.compiled`). Same decisions either way."""
     step_by_step: bool = attrs.field(default=False, validator=_is_bool)
     """Run every step through the whole scheduler and executor, never a run of
     plain decode steps in one go (:mod:`kvframe.core.decode_run`). The results
@@ -261,6 +266,7 @@ class EngineConfig:
             hash_seed=self.seed,
             enable_kv_cache_events=enable_kv_cache_events,
             fidelity=self.vllm,
+            core=self.core,
         )
 
     def describe(self) -> dict[str, Any]:
@@ -290,6 +296,7 @@ class EngineConfig:
             "cost_model": self.cost_model,
             "step_by_step": self.step_by_step,
             "vllm": self.vllm,
+            "core": self.core,
         }
 
     # -- from kvframe.toml and flags ----------------------------------------
@@ -444,6 +451,7 @@ _CONVERTERS: Mapping[str, Any] = {
     "cost_model": _str,
     "step_by_step": _bool,
     "vllm": lambda value: fidelity_for(_str(value)).vllm,
+    "core": lambda value: check_core(_str(value), "core"),
 }
 
 _ALIASES: Mapping[str, str] = {
