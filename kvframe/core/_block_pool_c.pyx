@@ -19,6 +19,8 @@ blocks), probed through the C API.
 from cpython.dict cimport PyDict_GetItem, PyDict_SetItem, PyDict_DelItem, PyDict_Size
 from cpython.list cimport PyList_GET_SIZE, PyList_GET_ITEM
 from cpython.ref cimport PyObject
+cdef extern from "Python.h":
+    PyObject* PyDict_SetDefault(object d, object key, object default_value) except NULL
 from libc.stdlib cimport malloc, free
 
 from kvframe.contract.records import AllBlocksCleared, BlockRemoved, BlockStored
@@ -268,9 +270,10 @@ cdef class CompiledBlockPool:
     # --------------------------------------------------------------- caching
 
     cdef void _insert(self, object block_hash, CKVCacheBlock block) except *:
-        cdef PyObject* entry = PyDict_GetItem(self.index, block_hash)
-        if entry == NULL:
-            PyDict_SetItem(self.index, block_hash, block)
+        # One probe in the common case: setdefault returns the block itself when the
+        # hash was not indexed yet.
+        cdef PyObject* entry = PyDict_SetDefault(self.index, block_hash, block)
+        if entry == <PyObject*>block:
             return
         obj = <object>entry
         if type(obj) is dict:
@@ -280,7 +283,13 @@ cdef class CompiledBlockPool:
             self.num_shared += 1
 
     cdef void _pop(self, object block_hash, CKVCacheBlock block) except *:
-        cdef PyObject* entry = PyDict_GetItem(self.index, block_hash)
+        cdef PyObject* entry
+        if self.num_shared == 0:
+            # Every entry is one block, and a block with a hash is indexed under it
+            # (the pool's invariant): one probe.
+            PyDict_DelItem(self.index, block_hash)
+            return
+        entry = PyDict_GetItem(self.index, block_hash)
         if entry == NULL:
             return
         obj = <object>entry
@@ -302,6 +311,16 @@ cdef class CompiledBlockPool:
         Py_ssize_t num_full_blocks,
         int block_size,
     ):
+        self._cache_full(request, blocks, num_cached_blocks, num_full_blocks, block_size)
+
+    cdef void _cache_full(
+        self,
+        object request,
+        object blocks,
+        Py_ssize_t num_cached_blocks,
+        Py_ssize_t num_full_blocks,
+        int block_size,
+    ) except *:
         cdef Py_ssize_t i
         cdef CKVCacheBlock block
         if num_cached_blocks >= num_full_blocks:
@@ -342,6 +361,9 @@ cdef class CompiledBlockPool:
     # ------------------------------------------------------------ allocation
 
     def get_new_blocks(self, int num_blocks):
+        return self._get_new(num_blocks)
+
+    cdef list _get_new(self, int num_blocks):
         cdef int k
         cdef int i
         cdef int following
@@ -452,3 +474,135 @@ cdef class CompiledBlockPool:
         events = self.kv_event_queue
         self.kv_event_queue = []
         return events
+
+
+cdef class CompiledAllocator:
+    """The KV cache manager's per-step allocation paths over a :class:`CompiledBlockPool`.
+
+    :class:`~kvframe.core.kv_cache_manager.KVCacheManager` binds its
+    ``allocate_slots``, ``_cache_blocks`` and ``_set_decode_limit`` to these
+    when it runs on the compiled core: the one-token allocation (a decode
+    crossing or filling a block, half a million calls in a whole-trace replay)
+    runs here end to end, slot arithmetic, new blocks, caching and the decode
+    limit; every other allocation goes to the manager's Python path
+    (``general``), which calls back into the compiled caching. The manager's
+    dicts are shared, not copied: both paths see one state.
+    """
+
+    cdef CompiledBlockPool pool
+    cdef object manager
+    cdef object general
+    cdef dict req_to_blocks
+    cdef dict num_cached_block
+    cdef dict decode_limits
+    cdef object uncomputed
+    cdef int block_size
+    cdef int max_model_len
+    cdef int decode_lookahead
+    cdef bint enable_caching
+
+    def __init__(self, manager, general):
+        self.manager = manager
+        self.general = general
+        self.pool = manager.block_pool
+        self.req_to_blocks = manager.req_to_blocks
+        self.num_cached_block = manager.num_cached_block
+        self.decode_limits = manager.decode_limits
+        self.uncomputed = manager.uncomputed
+        self.block_size = manager.block_size
+        self.max_model_len = manager.max_model_len
+        self.decode_lookahead = manager.decode_lookahead
+        self.enable_caching = manager.enable_caching
+
+    def allocate_slots(
+        self,
+        request,
+        int num_new_tokens,
+        int num_new_computed_tokens=0,
+        new_computed_blocks=(),
+        int num_lookahead_tokens=0,
+        int num_external_computed_tokens=0,
+        bint delay_cache_blocks=False,
+    ):
+        cdef PyObject* table
+        if (
+            num_new_tokens == 1
+            and not num_new_computed_tokens
+            and not num_external_computed_tokens
+            and not delay_cache_blocks
+            and not new_computed_blocks
+            and self.manager.one_token_path
+        ):
+            table = PyDict_GetItem(self.req_to_blocks, request.request_id)
+            if table != NULL:
+                return self._one_token(request, <list>table, num_lookahead_tokens)
+        return self.general(
+            request,
+            num_new_tokens,
+            num_new_computed_tokens,
+            new_computed_blocks,
+            num_lookahead_tokens,
+            num_external_computed_tokens,
+            delay_cache_blocks,
+        )
+
+    cdef object _one_token(self, object request, list req_blocks, int num_lookahead_tokens):
+        cdef long total_computed = request.num_computed_tokens
+        cdef long need
+        cdef long num_new_blocks
+        cdef list new_blocks
+        cdef long num_tokens
+        if total_computed > self.max_model_len:
+            total_computed = self.max_model_len
+        need = total_computed + 1 + num_lookahead_tokens
+        if need > self.max_model_len:
+            need = self.max_model_len
+        num_new_blocks = (need + self.block_size - 1) // self.block_size - len(req_blocks)
+        if num_new_blocks > 0:
+            if num_new_blocks > self.pool.num_free:
+                return None
+            new_blocks = self.pool._get_new(num_new_blocks)
+            req_blocks.extend(new_blocks)
+        else:
+            new_blocks = []
+        if self.enable_caching:
+            num_tokens = request.num_tokens
+            if total_computed + 1 < num_tokens:
+                num_tokens = total_computed + 1
+            self._cache(request, req_blocks, num_tokens)
+        self._decode_limit(request.request_id, len(req_blocks))
+        return new_blocks
+
+    cdef void _cache(self, object request, list req_blocks, long num_tokens) except *:
+        request_id = request.request_id
+        cdef PyObject* entry = PyDict_GetItem(self.num_cached_block, request_id)
+        cdef long num_cached = 0 if entry == NULL else <long><object>entry
+        cdef long num_full = num_tokens // self.block_size
+        if num_cached >= num_full:
+            return
+        if self.uncomputed.blocks:
+            self.uncomputed.forget(req_blocks[num_cached:num_full])
+        self.pool._cache_full(request, req_blocks, num_cached, num_full, self.block_size)
+        self.num_cached_block[request_id] = num_full
+
+    cdef void _decode_limit(self, object request_id, long num_table_blocks) except *:
+        cdef long block_size = self.block_size
+        cdef long limit = num_table_blocks * block_size - 1 - self.decode_lookahead
+        cdef long cached_limit
+        cdef PyObject* entry
+        if self.enable_caching:
+            entry = PyDict_GetItem(self.num_cached_block, request_id)
+            cached_limit = ((0 if entry == NULL else <long><object>entry) + 1) * block_size - 2
+            if cached_limit < limit:
+                limit = cached_limit
+        if limit > self.max_model_len - 2:
+            limit = self.max_model_len - 2
+        self.decode_limits[request_id] = limit
+
+    def cache_blocks_of(self, request, list req_blocks, long num_tokens):
+        """The manager's ``_cache_blocks``."""
+        self._cache(request, req_blocks, num_tokens)
+
+    def set_decode_limit(self, request_id, long num_table_blocks):
+        """The manager's ``_set_decode_limit``."""
+        self._decode_limit(request_id, num_table_blocks)

@@ -124,6 +124,9 @@ class BuiltPool:
     """``"python"`` or ``"compiled"``."""
     note: str = ""
     """Why the core differs from the setting's choice (a GPU eviction policy), or ``""``."""
+    allocator: Any = None
+    """The compiled core's allocation paths for the manager (``CompiledAllocator``,
+    built with the manager and its Python ``allocate_slots``), or ``None``."""
 
 
 def make_block_pool(
@@ -165,7 +168,7 @@ def make_block_pool(
             enable_kv_cache_events,
             uncached_freed_first=uncached_freed_first,
         )
-        return BuiltPool(pool, "compiled")
+        return BuiltPool(pool, "compiled", allocator=_compiled.CompiledAllocator)
     pool = BlockPool(
         num_gpu_blocks,
         enable_caching,

@@ -168,6 +168,14 @@ class KVCacheManager:
         self.one_token_path = True
         """Whether :meth:`allocate_slots` takes its short path for one token of a
         request with a block table (same decisions; tests switch it off to compare)."""
+        if built.allocator is not None:
+            # The compiled core's allocation paths (one-token allocations end to end,
+            # caching and decode limits for every path); instance attributes shadow
+            # the Python methods, which stay the reference.
+            allocator = built.allocator(self, self.allocate_slots)
+            self.allocate_slots = allocator.allocate_slots  # type: ignore[method-assign]
+            self._cache_blocks = allocator.cache_blocks_of  # type: ignore[method-assign]
+            self._set_decode_limit = allocator.set_decode_limit  # type: ignore[method-assign]
 
     # ----------------------------------------------------------------- state
 
