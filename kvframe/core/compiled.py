@@ -87,10 +87,11 @@ def compiled_core_problem() -> str | None:
     return _problem
 
 
-def check_core(core: str, where: str = "core") -> str:
+def check_core(core: str, where: str | None = None) -> str:
     """``core`` if it is one of :data:`CORES`; else a ``ValueError`` naming ``where``."""
     if core not in CORES:
-        raise ValueError(f"{where}: unknown core {core!r}; choose one of {', '.join(CORES)}")
+        prefix = f"{where}: " if where else ""
+        raise ValueError(f"{prefix}unknown core {core!r}; choose one of {', '.join(CORES)}")
     return core
 
 
@@ -100,7 +101,7 @@ def resolve_core(core: str = "auto") -> str:
     :raises ValueError: for an unknown value (in the setting or in ``KVFRAME_CORE``).
     :raises RuntimeError: when ``compiled`` is asked for and the core is not built.
     """
-    check_core(core)
+    check_core(core, "core")
     if core == "auto":
         forced = os.environ.get(CORE_ENV_VAR, "").strip()
         if forced:

@@ -69,7 +69,7 @@ class SchedulerConfig:
     fidelity: Fidelity = attrs.field(default=DEFAULT_VLLM, converter=fidelity_for)
     """The vLLM release whose rules the core follows (a :class:`Fidelity`, or a
     release name such as ``"0.33"``); see ``docs/fidelity.md``."""
-    core: str = attrs.field(default="auto", validator=lambda _i, _a, v: check_core(v))
+    core: str = attrs.field(default="auto", validator=lambda _i, _a, v: check_core(v, "core"))
     """Which block pool runs: ``auto`` (the compiled core where built, else Python;
     ``KVFRAME_CORE`` decides when set), ``python`` or ``compiled``
     (:mod:`kvframe.core.compiled`). The decisions are the same either way."""

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from kvframe.config import ConfigError, PluginSpec, format_spec, parse_size, parse_spec
-from kvframe.core.compiled import check_core
+from kvframe.core.compiled import check_core, resolve_core
 from kvframe.core.scheduler_config import SchedulerConfig
 from kvframe.domain.costs import num_gpu_blocks_for
 from kvframe.domain.fidelity import DEFAULT_VLLM, fidelity_for
@@ -196,6 +196,11 @@ class EngineConfig:
                 "OffloadingConnector only (vLLM 0.33.0 changed what it stores and when it "
                 "touches; docs/fidelity.md); run the tier with vllm 0.19.1"
             )
+        if self.core == "compiled":
+            try:  # fail here, by name, not when the engine builds its block pool
+                resolve_core(self.core)
+            except RuntimeError as error:
+                raise ValueError(f"core=compiled: {error}") from None
         if self.num_gpu_blocks is not None and self.kv_memory is not None:
             raise ValueError(
                 "give num_gpu_blocks or kv_memory, not both "
@@ -451,7 +456,7 @@ _CONVERTERS: Mapping[str, Any] = {
     "cost_model": _str,
     "step_by_step": _bool,
     "vllm": lambda value: fidelity_for(_str(value)).vllm,
-    "core": lambda value: check_core(_str(value), "core"),
+    "core": lambda value: check_core(_str(value)),
 }
 
 _ALIASES: Mapping[str, str] = {
