@@ -25,7 +25,9 @@ says so in the core name it returns.
 
 from __future__ import annotations
 
+import hashlib
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -71,8 +73,32 @@ def _load() -> None:
         from kvframe.core import _block_pool_c  # type: ignore[attr-defined]
     except ImportError as error:  # not built here: the Python core
         _problem = f"kvframe.core._block_pool_c is not built ({error})"
-    else:
+        return
+    _problem = _stale_build()
+    if _problem is None:
         _compiled = _block_pool_c
+
+
+def _stale_build() -> str | None:
+    """Why the built module does not match its source, or ``None``.
+
+    ``setup.py`` writes the source's SHA-1 next to it when it builds the module.
+    Where the source is present (a checkout) and differs from what was built --
+    the checkout moved on without ``scripts/build-core`` -- the module is not
+    used: it could decide differently from the Python core. A wheel ships no
+    source, and nothing is checked.
+    """
+    source = Path(__file__).with_name("_block_pool_c.pyx")
+    if not source.exists():
+        return None
+    built = source.with_suffix(".sha1")
+    digest = hashlib.sha1(source.read_bytes()).hexdigest()
+    if built.exists() and built.read_text().strip() == digest:
+        return None
+    return (
+        "kvframe.core._block_pool_c was built from another version of "
+        "kvframe/core/_block_pool_c.pyx (rebuild it)"
+    )
 
 
 def compiled_core_available() -> bool:

@@ -83,3 +83,19 @@ def test_a_gpu_eviction_policy_runs_on_the_python_pool_and_says_so(
     assert type(manager.block_pool) is PolicyOrderedBlockPool
     assert manager.core == "python"
     assert "eviction policy" in manager.core_note
+
+
+def test_a_module_built_from_another_source_is_refused(
+    tmp_path: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """setup.py records the source's SHA-1; a checkout that moved on must rebuild."""
+    import hashlib
+
+    source = tmp_path / "_block_pool_c.pyx"  # type: ignore[operator]
+    source.write_text("# the source now\n")
+    monkeypatch.setattr(compiled, "__file__", str(tmp_path / "compiled.py"))  # type: ignore[operator]
+    assert "rebuild it" in (compiled._stale_build() or "")  # never built: no digest
+    source.with_suffix(".sha1").write_text("0" * 40 + "\n")
+    assert "another version" in (compiled._stale_build() or "")
+    source.with_suffix(".sha1").write_text(hashlib.sha1(source.read_bytes()).hexdigest())
+    assert compiled._stale_build() is None
