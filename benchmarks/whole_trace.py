@@ -50,7 +50,9 @@ _EXCLUDED = {"wall_clock_seconds", "simulated_requests_per_wall_second"}
 MODES = ("fast", "step", "eager", "tree", "python", "compiled")
 
 
-def _child(trace: str, limit: int, mode: str, offload: str | None) -> None:
+def _child(
+    trace: str, limit: int, mode: str, offload: str | None, gpu_eviction: str | None = None
+) -> None:
     from kvframe.engine import Engine, EngineConfig
     from kvframe.workloads import load_workload
 
@@ -68,6 +70,7 @@ def _child(trace: str, limit: int, mode: str, offload: str | None) -> None:
             offload=offload,
             step_by_step=mode in ("step", "eager"),
             core=mode if mode in ("python", "compiled") else "auto",
+            gpu_eviction=gpu_eviction,
         )
     engine = Engine.from_config(config)
     result = engine.run(workload)
@@ -84,11 +87,20 @@ def _child(trace: str, limit: int, mode: str, offload: str | None) -> None:
     print("ROW " + json.dumps(row))
 
 
-def _run(trace: str, limit: int, mode: str, offload: str | None, tree: str | None) -> dict:
+def _run(
+    trace: str,
+    limit: int,
+    mode: str,
+    offload: str | None,
+    tree: str | None,
+    gpu_eviction: str | None = None,
+) -> dict:
     command = [sys.executable, __file__, "--child", mode, "--trace", trace,
                "--sizes", str(limit)]  # fmt: skip
     if offload:
         command += ["--offload", offload]
+    if gpu_eviction:
+        command += ["--gpu-eviction", gpu_eviction]
     env = dict(os.environ)
     if mode == "tree":
         # That checkout's own bundled plugins too: they are written against its kvframe.
@@ -106,13 +118,16 @@ def main() -> None:
     )
     parser.add_argument("--sizes", default="0", help="request counts, 0 = the whole trace")
     parser.add_argument("--offload", help="an offload tier, e.g. cpu:capacity=8GiB")
+    parser.add_argument(
+        "--gpu-eviction", help="a GPU eviction policy, e.g. lru (runs on the Python pool)"
+    )
     parser.add_argument("--modes", default="fast,step", help=f"of {', '.join(MODES)}")
     parser.add_argument("--tree", help="for mode 'tree': a kvframe checkout to compare with")
     parser.add_argument("--rounds", type=int, default=1, help="repeat the modes, alternating")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        _child(args.trace, int(args.sizes), args.child, args.offload)
+        _child(args.trace, int(args.sizes), args.child, args.offload, args.gpu_eviction)
         return
 
     modes = args.modes.split(",")
@@ -122,6 +137,7 @@ def main() -> None:
     if "tree" in modes and not (args.tree and os.path.isdir(os.path.join(args.tree, "kvframe"))):
         parser.error("mode 'tree' needs --tree DIR, a checkout with a kvframe/ package")
     print(f"trace {args.trace}, tier {args.offload or 'none'}, "
+          f"GPU eviction {args.gpu_eviction or 'vLLM free queue'}, "
           f"load average {os.getloadavg()[0]:.1f} at start")  # fmt: skip
     header = (
         f"{'requests':>9}{'mode':>9}{'wall s':>9}{'cpu s':>9}{'peak MB':>9}"
@@ -135,7 +151,9 @@ def main() -> None:
         for _ in range(args.rounds):
             rows = {}
             for mode in modes:
-                row = rows[mode] = _run(args.trace, size, mode, args.offload, args.tree)
+                row = rows[mode] = _run(
+                    args.trace, size, mode, args.offload, args.tree, args.gpu_eviction
+                )
                 all_rows.append(row)
                 base = rows.get(base_mode)
                 cpu_ratio = f"{row['cpu_seconds'] / base['cpu_seconds']:.2f}" if base else ""
