@@ -507,3 +507,21 @@ def test_a_bad_core_setting_names_the_key(
     Path("kvframe.toml").write_text('core = "fast"\n')
     assert run_cli("run", str(conversation_trace), "--limit", "1") == 2
     assert "key 'core': bad value for core: unknown core 'fast'" in capsys.readouterr().err
+
+
+def test_both_cores_write_the_same_trace_event_for_event(
+    conversation_trace: str, capsys: pytest.CaptureFixture[str]
+):
+    """The jsonl tracer sees every step, snapshot and KV event (stored, removed): the
+    compiled core must produce the Python core's file byte for byte."""
+    from kvframe.core.compiled import compiled_core_available
+
+    if not compiled_core_available():
+        pytest.skip("the compiled core is not built (scripts/build-core)")
+    base = ["run", str(conversation_trace), "--limit", "60", "--num-gpu-blocks", "1500"]
+    for core in ("python", "compiled"):
+        argv = [*base, "--core", core, "--tracer", f"jsonl:path={core}.jsonl", "--out", core]
+        assert run_cli(*argv) == 0, capsys.readouterr().err
+    python = Path("python.jsonl").read_bytes()
+    assert b'"event":"block_removed"' in python and b'"event":"block_stored"' in python
+    assert Path("compiled.jsonl").read_bytes() == python
