@@ -1,6 +1,7 @@
 """Cost of the KV-cache core's hot operations, against plain-Python baselines and vLLM.
 
     .venv/bin/python benchmarks/core_ops.py [--quick] [--vllm-python PATH | --no-vllm]
+    .venv/bin/python benchmarks/core_ops.py --core compiled --no-vllm   # the compiled core
 
 Each pool operation runs on pools of 1k, 16k and 256k blocks. Per-block cost
 must not depend on the pool size algorithmically -- nothing scans the pool.
@@ -33,6 +34,11 @@ ids in the same random order).
   but salted per process, so unusable).
 
 Times are the best of several repeats, in nanoseconds per block.
+
+``--core compiled`` times the compiled block pool (``scripts/build-core``;
+:mod:`kvframe.core.compiled`) in the ``kvframe`` column instead of the Python
+one, against the same baselines; ``popleft_n+append_n`` is the Python free
+queue either way (the compiled queue is internal to its pool).
 """
 
 from __future__ import annotations
@@ -100,13 +106,16 @@ class HashedStub:
 class KvframeImpl:
     name = "kvframe"
 
-    def __init__(self) -> None:
+    def __init__(self, core: str = "python") -> None:
         from kvframe.core import block_pool
 
         self.block_pool = block_pool
+        self.core = core
 
     def pool(self, num_blocks: int, caching: bool = True) -> Any:
-        return self.block_pool.BlockPool(num_blocks, enable_caching=caching)
+        from kvframe.core.compiled import make_block_pool
+
+        return make_block_pool(self.core, num_blocks, enable_caching=caching).pool
 
     def cache(self, pool: Any, stub: HashedStub, blocks: list[Any], start: int, end: int) -> None:
         pool.cache_full_blocks(stub, blocks, start, end, BLOCK_SIZE)
@@ -122,7 +131,7 @@ class KvframeImpl:
         from kvframe.domain.request import Request
 
         hasher = make_block_hasher(BLOCK_SIZE)
-        manager = KVCacheManager(num_blocks, BLOCK_SIZE, max_model_len=1 << 30)
+        manager = KVCacheManager(num_blocks, BLOCK_SIZE, max_model_len=1 << 30, core=self.core)
         filler_tokens = [7] * ((num_blocks - 2 - HIT_BLOCKS) * BLOCK_SIZE)
         prompt_tokens = list(range(HIT_BLOCKS * BLOCK_SIZE + 1))
         for rid, tokens in (("fill", filler_tokens), ("prompt", prompt_tokens)):
@@ -352,7 +361,7 @@ def bench_hashing(repeats: int, number: int) -> dict[str, float]:
     request = Request("h", tokens, 1)
 
     def kvframe_op() -> None:
-        request.block_hashes = []
+        request._block_hashes = []  # block_hashes is a read-only property now
         hasher(request)
 
     def digest_loop(new: Callable[..., Any], **kwargs: Any) -> Callable[[], object]:
@@ -434,6 +443,9 @@ def main() -> None:
     parser.add_argument("--vllm-python", help="interpreter of the vLLM reference environment")
     parser.add_argument("--no-vllm", action="store_true", help="skip the vLLM column")
     parser.add_argument("--side", choices=["vllm"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--core", choices=["python", "compiled"], default="python", help="kvframe's block pool"
+    )
     args = parser.parse_args()
     repeats, number = (3, 100) if args.quick else (9, 200)
 
@@ -442,7 +454,7 @@ def main() -> None:
         return
 
     sys.path.insert(0, str(REPO))
-    ours = measure(KvframeImpl(), repeats, number, slow_baselines=True)
+    ours = measure(KvframeImpl(args.core), repeats, number, slow_baselines=True)
     hashing = bench_hashing(repeats, max(5, number // 20))
     theirs: dict[str, dict[str, float]] = {}
     vllm_python = None if args.no_vllm else find_vllm_python(args.vllm_python)
@@ -458,7 +470,7 @@ def main() -> None:
             print(f"(vLLM side failed: {done.stderr.strip().splitlines()[-1:]})\n")
 
     ns = 1e9
-    print(f"ns per block, best of {repeats}; ratios are kvframe / other\n")
+    print(f"ns per block, best of {repeats}, {args.core} core; ratios are kvframe / other\n")
     head = (
         f"{'operation':<24}{'blocks':>8}{'kvframe':>9}{'vllm':>8}{'kv/vllm':>9}"
         f"{'baseline':>10}{'kv/base':>9}  baseline"

@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.slow
 
-SOURCES = ("kvframe", "plugins", "scripts", "pyproject.toml", "README.md", "NOTICE")
+SOURCES = ("kvframe", "plugins", "scripts", "pyproject.toml", "setup.py", "README.md", "NOTICE")
 
 
 def _run(argv: list[str], cwd: Path) -> str:
@@ -39,7 +39,9 @@ def _run(argv: list[str], cwd: Path) -> str:
 
 
 def test_bootstrap_installs_the_main_job_and_says_what_it_did(tmp_path: Path) -> None:
-    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "dist", "tests")
+    ignore = shutil.ignore_patterns(
+        "__pycache__", "*.egg-info", "build", "dist", "tests", "*.so", "_block_pool_c.[cs]*"
+    )
     for name in SOURCES:
         source = REPO / name
         if source.is_dir():

@@ -388,6 +388,21 @@ def describe_configuration(
     return lines
 
 
+def describe_core(metadata: Mapping[str, Any]) -> str:
+    """Which core ran the block pool (the summary's ``metadata.core``), and why when it
+    is not the one the setting asked for."""
+    core = metadata.get("core", "?")
+    setting = metadata.get("engine", {}).get("core", "auto")
+    line = f"core: {core} block pool (setting {setting}"
+    if core == "python" and setting == "auto":
+        line += "; scripts/build-core builds the compiled one"
+    line += ")"
+    note = metadata.get("core_note")
+    if note:
+        line += f": {note}"
+    return line
+
+
 def describe_clock(clock: str, engine: Mapping[str, Any]) -> str:
     """Which clock the run's times are on: the cost model's (virtual) or measured.
 
@@ -431,6 +446,7 @@ def _report(
         metadata.get("engine", {}), config_source, metadata.get("clock", "virtual")
     ):
         ctx.print(line)
+    ctx.print(describe_core(metadata))
     notes = _notes(summary)
     if notes:
         ctx.print("")

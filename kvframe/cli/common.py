@@ -153,6 +153,7 @@ ENGINE_FLAGS = (
     "step_by_step",
     "vllm",
     "async_scheduling",
+    "core",
 )
 
 
@@ -251,6 +252,13 @@ def _add_executor_arguments(engine: Any) -> None:
         default=None,
         help="schedule step N+1 before step N's tokens are back, as vLLM's AsyncScheduler "
         "and batch queue do (vLLM's default; kvframe's default: off; sim executor, no tier)",
+    )
+    engine.add_argument(
+        "--core",
+        choices=("auto", "python", "compiled"),
+        help="which block pool runs: auto (default: the compiled core where scripts/build-core "
+        "built it, else Python; KVFRAME_CORE decides when set), python or compiled "
+        "(same decisions; kvframe run says which ran)",
     )
     engine.add_argument(
         "--step-by-step",

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from kvframe.core.block_pool import BlockPool, KVCacheBlock
+from kvframe.core.block_pool import KVCacheBlock
+from kvframe.core.compiled import make_block_pool
 from kvframe.core.uncomputed import UncomputedBlocks
 
 if TYPE_CHECKING:
@@ -94,6 +95,8 @@ class KVCacheManager:
             :attr:`decode_limits` are computed for it.
         uncached_freed_first: the free-queue rule of vLLM 0.33 (see
             :class:`~kvframe.core.block_pool.BlockPool`).
+        core: ``auto``, ``python`` or ``compiled``: which block pool
+            (:mod:`kvframe.core.compiled`); :attr:`core` is the one used.
 
     Invariants (per request with an entry):
 
@@ -121,6 +124,7 @@ class KVCacheManager:
         decode_lookahead: int = 0,
         uncached_freed_first: bool = False,
         rollback_uncomputed_blocks: bool = False,
+        core: str = "auto",
     ) -> None:
         if block_size <= 0:
             raise ValueError(f"block_size must be positive, got {block_size}")
@@ -128,13 +132,21 @@ class KVCacheManager:
         self.max_model_len = max_model_len
         self.enable_caching = enable_caching
         self.use_eagle = use_eagle
-        self.block_pool = BlockPool(
+        built = make_block_pool(
+            core,
             num_gpu_blocks,
             enable_caching=enable_caching,
             enable_kv_cache_events=enable_kv_cache_events,
             eviction_policy=eviction_policy,
             uncached_freed_first=uncached_freed_first,
         )
+        self.block_pool = built.pool
+        self.core = built.core
+        """The core the block pool runs on: ``"python"`` or ``"compiled"``."""
+        self.core_note = built.note
+        """Why :attr:`core` is not the one asked for (a GPU eviction policy), or ``""``."""
+        # The compiled pool frees a block table tail first without a reversed iterator.
+        self._free_reversed = getattr(self.block_pool, "free_table_reversed", None)
         # Only a policy-ordered pool learns from lookups; the default skips the call.
         self._reports_lookups = enable_caching and eviction_policy is not None
         self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
@@ -156,6 +168,14 @@ class KVCacheManager:
         self.one_token_path = True
         """Whether :meth:`allocate_slots` takes its short path for one token of a
         request with a block table (same decisions; tests switch it off to compare)."""
+        if built.allocator is not None:
+            # The compiled core's allocation paths (one-token allocations end to end,
+            # caching and decode limits for every path); instance attributes shadow
+            # the Python methods, which stay the reference.
+            allocator = built.allocator(self, self.allocate_slots)
+            self.allocate_slots = allocator.allocate_slots  # type: ignore[method-assign]
+            self._cache_blocks = allocator.cache_blocks_of  # type: ignore[method-assign]
+            self._set_decode_limit = allocator.set_decode_limit  # type: ignore[method-assign]
 
     # ----------------------------------------------------------------- state
 
@@ -538,7 +558,10 @@ class KVCacheManager:
         self.decode_limits.pop(request.request_id, None)
         if blocks:
             pool = self.block_pool
-            pool.free_blocks(reversed(blocks))
+            if self._free_reversed is not None:
+                self._free_reversed(blocks)
+            else:
+                pool.free_blocks(reversed(blocks))
             if pool.report_release is not None:  # a policy that ranks by chain position
                 pool.report_release(blocks, request.num_tokens, self.block_size)
 

@@ -1298,6 +1298,7 @@ def _kv_cache_manager(
         decode_lookahead=config.num_lookahead_tokens,
         uncached_freed_first=config.fidelity.uncached_freed_first,
         rollback_uncomputed_blocks=config.rollback_uncomputed_blocks,
+        core=config.core,
     )
 
 

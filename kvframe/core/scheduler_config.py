@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import attrs
 
+from kvframe.core.compiled import check_core
 from kvframe.domain.fidelity import DEFAULT_VLLM, Fidelity, fidelity_for
 
 
@@ -76,6 +77,10 @@ class SchedulerConfig:
     fidelity: Fidelity = attrs.field(default=DEFAULT_VLLM, converter=fidelity_for)
     """The vLLM release whose rules the core follows (a :class:`Fidelity`, or a
     release name such as ``"0.33"``); see ``docs/fidelity.md``."""
+    core: str = attrs.field(default="auto", validator=lambda _i, _a, v: check_core(v, "core"))
+    """Which block pool runs: ``auto`` (the compiled core where built, else Python;
+    ``KVFRAME_CORE`` decides when set), ``python`` or ``compiled``
+    (:mod:`kvframe.core.compiled`). The decisions are the same either way."""
 
     @property
     def use_eagle(self) -> bool:

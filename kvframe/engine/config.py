@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from kvframe.config import ConfigError, PluginSpec, format_spec, parse_size, parse_spec
+from kvframe.core.compiled import check_core, resolve_core
 from kvframe.core.scheduler_config import SchedulerConfig
 from kvframe.domain.costs import num_gpu_blocks_for
 from kvframe.domain.fidelity import DEFAULT_VLLM, fidelity_for
@@ -159,6 +160,10 @@ class EngineConfig:
     0.19.1 and 0.33.0): step N+1 is scheduled before step N's tokens come back, in
     the engine core's batch-queue order (:mod:`kvframe.engine.batch_queue`). Off
     by default here: kvframe's seeded figures are synchronous runs."""
+    core: str = attrs.field(default="auto", validator=lambda _i, _a, v: check_core(v, "core"))
+    """Which block pool runs: ``auto`` (the compiled core where it is built, else Python;
+    the ``KVFRAME_CORE`` environment variable decides when set), ``python`` or
+    ``compiled`` (:mod:`kvframe.core.compiled`). Same decisions either way."""
     step_by_step: bool = attrs.field(default=False, validator=_is_bool)
     """Run every step through the whole scheduler and executor, never a run of
     plain decode steps in one go (:mod:`kvframe.core.decode_run`). The results
@@ -207,6 +212,11 @@ class EngineConfig:
                 f"async_scheduling runs with the sim executor only, not {self.executor!r}: "
                 "a real model needs the token in flight, which only the worker has"
             )
+        if self.core == "compiled":
+            try:  # fail here, by name, not when the engine builds its block pool
+                resolve_core(self.core)
+            except RuntimeError as error:
+                raise ValueError(f"core=compiled: {error}") from None
         if self.num_gpu_blocks is not None and self.kv_memory is not None:
             raise ValueError(
                 "give num_gpu_blocks or kv_memory, not both "
@@ -278,6 +288,7 @@ class EngineConfig:
             enable_kv_cache_events=enable_kv_cache_events,
             fidelity=self.vllm,
             async_scheduling=self.async_scheduling,
+            core=self.core,
         )
 
     def describe(self) -> dict[str, Any]:
@@ -308,6 +319,7 @@ class EngineConfig:
             "step_by_step": self.step_by_step,
             "vllm": self.vllm,
             "async_scheduling": self.async_scheduling,
+            "core": self.core,
         }
 
     # -- from kvframe.toml and flags ----------------------------------------
@@ -463,6 +475,7 @@ _CONVERTERS: Mapping[str, Any] = {
     "step_by_step": _bool,
     "vllm": lambda value: fidelity_for(_str(value)).vllm,
     "async_scheduling": _bool,
+    "core": lambda value: check_core(_str(value)),
 }
 
 _ALIASES: Mapping[str, str] = {

@@ -651,6 +651,8 @@ class Engine:
                 "num_requests": self._num_total,
             },
             "engine": self.config.describe(),
+            "core": self.scheduler.kv_cache_manager.core,
+            "core_note": self.scheduler.kv_cache_manager.core_note,
             "scheduling_policy": self.policy_name,
             "preset": self.preset.describe(),
         }

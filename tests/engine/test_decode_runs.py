@@ -39,11 +39,8 @@ def _state(engine: Engine, result: Any) -> dict[str, Any]:
     scheduler = engine.scheduler
     kv = scheduler.kv_cache_manager
     pool = kv.block_pool
-    free_order = []
-    block = pool.free_block_queue.head.next_free_block
-    while block is not None and block is not pool.free_block_queue.tail:
-        free_order.append(block.block_id)
-        block = block.next_free_block
+    # get_all_free_blocks walks the links on either core (Python or compiled).
+    free_order = [block.block_id for block in pool.free_block_queue.get_all_free_blocks()]
     return {
         "summary": summary,
         "scheduler_stats": repr(scheduler.stats),

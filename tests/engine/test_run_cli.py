@@ -472,3 +472,56 @@ def test_gen_rate_inf_writes_a_standard_json_header(capsys: pytest.CaptureFixtur
     header, *records = capsys.readouterr().out.splitlines()
     assert json.loads(header, parse_constant=strict)["params"]["rate"] is None
     assert [json.loads(r)["arrival"] for r in records] == [0.0, 0.0, 0.0]
+
+
+def test_run_says_which_core_ran_and_both_cores_agree(
+    conversation_trace: str, capsys: pytest.CaptureFixture[str]
+):
+    from kvframe.core.compiled import compiled_core_available
+
+    base = ["run", str(conversation_trace), "--limit", "40", "--num-gpu-blocks", "3000"]
+    assert run_cli(*base, "--core", "python", "--out", "py") == 0
+    assert "core: python block pool (setting python)" in capsys.readouterr().out
+    python = json.loads(Path("py/metrics.json").read_text())
+    assert (python["metadata"]["core"], python["metadata"]["engine"]["core"]) == (
+        "python",
+        "python",
+    )
+    if not compiled_core_available():
+        pytest.skip("the compiled core is not built (scripts/build-core)")
+    assert run_cli(*base, "--core", "compiled", "--out", "c") == 0
+    assert "core: compiled block pool (setting compiled)" in capsys.readouterr().out
+    built = json.loads(Path("c/metrics.json").read_text())
+    assert built["metadata"]["core"] == "compiled"
+
+    def decisions(metrics: dict) -> dict:
+        return {k: v for k, v in metrics["counters"].items() if "wall" not in k}
+
+    assert decisions(built) == decisions(python)
+    assert Path("c/requests.csv").read_text() == Path("py/requests.csv").read_text()
+
+
+def test_a_bad_core_setting_names_the_key(
+    conversation_trace: str, capsys: pytest.CaptureFixture[str]
+):
+    Path("kvframe.toml").write_text('core = "fast"\n')
+    assert run_cli("run", str(conversation_trace), "--limit", "1") == 2
+    assert "key 'core': bad value for core: unknown core 'fast'" in capsys.readouterr().err
+
+
+def test_both_cores_write_the_same_trace_event_for_event(
+    conversation_trace: str, capsys: pytest.CaptureFixture[str]
+):
+    """The jsonl tracer sees every step, snapshot and KV event (stored, removed): the
+    compiled core must produce the Python core's file byte for byte."""
+    from kvframe.core.compiled import compiled_core_available
+
+    if not compiled_core_available():
+        pytest.skip("the compiled core is not built (scripts/build-core)")
+    base = ["run", str(conversation_trace), "--limit", "60", "--num-gpu-blocks", "1500"]
+    for core in ("python", "compiled"):
+        argv = [*base, "--core", core, "--tracer", f"jsonl:path={core}.jsonl", "--out", core]
+        assert run_cli(*argv) == 0, capsys.readouterr().err
+    python = Path("python.jsonl").read_bytes()
+    assert b'"event":"block_removed"' in python and b'"event":"block_stored"' in python
+    assert Path("compiled.jsonl").read_bytes() == python
