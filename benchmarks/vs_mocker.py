@@ -9,6 +9,7 @@
     .venv/bin/python benchmarks/vs_mocker.py --core python,compiled
     .venv/bin/python benchmarks/vs_mocker.py --limit 2000 --rounds 1
     .venv/bin/python benchmarks/vs_mocker.py --block-size 512 --usable-blocks 868
+    .venv/bin/python benchmarks/vs_mocker.py --tree /tmp/kvframe-before  # + an older kvframe
 
 The mocker ("DynoSim", PyPI ``ai-dynamo-runtime``) is a Rust simulator of
 vLLM-like engines; ``dynamo._core.run_mocker_trace_replay`` replays a
@@ -55,6 +56,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
+
+from whole_trace import tree_env  # this folder is on sys.path when run as a script
 
 MOCKER_PYTHON_ENV = "KVFRAME_MOCKER_PYTHON"
 INSTALL_HINT = (
@@ -178,7 +181,10 @@ def _run_mocker(python: str, trace_path: Path, args: argparse.Namespace) -> dict
 
 
 def _run_kvframe(
-    core: str | None, args: argparse.Namespace, trace_keys: list[tuple[int, int, int]]
+    core: str | None,
+    args: argparse.Namespace,
+    trace_keys: list[tuple[int, int, int]],
+    tree: str | None = None,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="vs-mocker-") as out_dir:
         command = [
@@ -193,7 +199,7 @@ def _run_kvframe(
             command += ["--limit", str(args.limit)]
         if core is not None:
             command += ["--core", core]
-        figures, _ = _measure(command)
+        figures, _ = _measure(command, tree_env(tree) if tree else None)
         return {**figures, **_kvframe_row(Path(out_dir), trace_keys)}
 
 
@@ -283,6 +289,10 @@ def main() -> None:
         default=os.environ.get(MOCKER_PYTHON_ENV),
         help=f"interpreter with ai-dynamo-runtime installed (default: ${MOCKER_PYTHON_ENV})",
     )
+    parser.add_argument(
+        "--tree",
+        help="also run kvframe from this checkout (e.g. a git worktree of an older commit)",
+    )
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--usable-blocks", type=int, default=27_770)
     parser.add_argument("--max-num-batched-tokens", type=int, default=8192)
@@ -308,6 +318,10 @@ def main() -> None:
             print(f"note: `kvframe run` has no --core option in this checkout (pure Python "
                   f"core only); --core {args.core} ignored, kvframe runs once a round")  # fmt: skip
     labels = ["mocker"] + [f"kvframe ({c})" if c else "kvframe" for c in cores]
+    if args.tree:
+        if not os.path.isdir(os.path.join(args.tree, "kvframe")):
+            parser.error(f"--tree {args.tree}: not a checkout with a kvframe/ package")
+        labels.append("kvframe (--tree)")
 
     with tempfile.TemporaryDirectory(prefix="vs-mocker-trace-") as folder:
         trace_path, keys = _plain_trace(args.trace, args.limit, Path(folder))
@@ -329,6 +343,8 @@ def main() -> None:
             for label in order:
                 if label == "mocker":
                     results[label] = _run_mocker(args.mocker_python, trace_path, args)
+                elif label == "kvframe (--tree)":
+                    results[label] = _run_kvframe(None, args, keys, args.tree)
                 else:
                     results[label] = _run_kvframe(cores[labels.index(label) - 1], args, keys)
             base = results["mocker"]
@@ -366,7 +382,7 @@ def main() -> None:
             f"{row['simulated_seconds']:>10.0f}"
             f"{f'{same_hits}/{matched}':>14}{f'{same_preempt}/{matched}':>15}"
         )
-    if len(cores) > 1:
+    if len(labels) > 2:
         first = rows[labels[1]][-1]
         for label in labels[2:]:
             same = rows[label][-1]["requests"] == first["requests"]

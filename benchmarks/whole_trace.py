@@ -73,16 +73,21 @@ def _child(trace: str, limit: int, mode: str, offload: str | None) -> None:
     print("ROW " + json.dumps(row))
 
 
+def tree_env(tree: str) -> dict[str, str]:
+    """The environment that makes a child import kvframe from the checkout ``tree``,
+    with that checkout's own bundled plugins (written against its kvframe)."""
+    env = dict(os.environ)
+    plugins = sorted(str(p) for p in Path(tree, "plugins").glob("*/") if p.is_dir())
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [tree, *plugins, env.get("PYTHONPATH")]))
+    return env
+
+
 def _run(trace: str, limit: int, mode: str, offload: str | None, tree: str | None) -> dict:
     command = [sys.executable, __file__, "--child", mode, "--trace", trace,
                "--sizes", str(limit)]  # fmt: skip
     if offload:
         command += ["--offload", offload]
-    env = dict(os.environ)
-    if mode == "tree":
-        # That checkout's own bundled plugins too: they are written against its kvframe.
-        plugins = sorted(str(p) for p in Path(tree, "plugins").glob("*/") if p.is_dir())  # type: ignore[arg-type]
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [tree, *plugins, env.get("PYTHONPATH")]))
+    env = tree_env(tree) if mode == "tree" else dict(os.environ)  # type: ignore[arg-type]
     out = subprocess.run(command, capture_output=True, text=True, check=True, env=env).stdout
     line = next(line for line in out.splitlines() if line.startswith("ROW "))
     return json.loads(line[4:])
