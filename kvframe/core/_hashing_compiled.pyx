@@ -127,7 +127,7 @@ cdef void _blake2b16_parts(
         out[i] = <uint8_t>(h[i >> 3] >> (8 * (i & 7)))
 
 
-def blake2b16(bytes message):
+def blake2b16(bytes message not None):
     """``hashlib.blake2b(message, digest_size=16).digest()``."""
     cdef uint8_t out[DIGEST]
     _blake2b16_parts(NULL, 0, <const uint8_t*>PyBytes_AS_STRING(message),
@@ -172,14 +172,14 @@ cdef class BlockChain:
     cdef bytes _header
     cdef Py_ssize_t _step
 
-    def __init__(self, Py_ssize_t block_size, bytes header):
+    def __init__(self, Py_ssize_t block_size, bytes header not None):
         if block_size <= 0:
             raise ValueError(f"block_size must be positive, got {block_size}")
         self.block_size = block_size
         self._header = header
         self._step = 4 * block_size
 
-    def __call__(self, bytes parent, bytes data, append):
+    def __call__(self, bytes parent not None, bytes data not None, append):
         # A bound list.append (the hasher's own lists) is appended to in C.
         target = getattr(append, "__self__", None)
         if type(target) is not list or getattr(append, "__name__", None) != "append":
@@ -188,7 +188,8 @@ cdef class BlockChain:
                            PyBytes_GET_SIZE(data), self._step, target, append)
 
 
-def hash_chunks(memo, tuple chunks, bytes parent, BlockChain chain, list new_hashes):
+def hash_chunks(memo, tuple chunks not None, bytes parent not None, BlockChain chain not None,
+                list new_hashes not None):
     """:func:`kvframe.core.hashing._hash_chunks` in C: every whole chunk's hashes
     after ``parent``, from ``memo`` (a :class:`~kvframe.core.hashing.ChunkMemo`)
     where it has them, hashed and remembered otherwise; returns the last hash.
@@ -215,6 +216,8 @@ def hash_chunks(memo, tuple chunks, bytes parent, BlockChain chain, list new_has
             memo.misses += 1
             before = len(new_hashes)
             data = chunk_bytes(chunk_id)
+            if data is None:
+                raise TypeError(f"chunk_bytes({chunk_id!r}) returned None, not bytes")
             parent = _chain_into(parent, chain._header, <const uint8_t*>PyBytes_AS_STRING(data),
                                  PyBytes_GET_SIZE(data), chain._step, new_hashes, None)
             _keep(memo, key, b"".join(new_hashes[before:]))
