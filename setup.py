@@ -1,10 +1,12 @@
 """Build hook for kvframe's optional compiled core (metadata lives in pyproject.toml).
 
-The core (kvframe/core/_block_pool_c.pyx, Cython) is built only where Cython is
-importable at build time, and ``optional=True`` turns a failing compiler into a
-warning: without either, kvframe installs as pure Python and runs the Python core,
-which is the reference (kvframe.core.compiled). ``scripts/build-core`` builds it in
-place for an editable checkout.
+The compiled modules (Cython, each next to the Python module it speeds up:
+``kvframe/core/_block_pool_c.pyx`` for the block pool, ``_hashing_compiled.pyx``
+for the block hasher) are built only where Cython is importable at build time,
+and ``optional=True`` turns a failing compiler into a warning: without either,
+kvframe installs as pure Python and runs the Python modules, which are the
+reference (kvframe.core.compiled). ``scripts/build-core`` builds them in place
+for an editable checkout.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ from typing import Any
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-SOURCE = Path("kvframe/core/_block_pool_c.pyx")
-DIGEST = SOURCE.with_suffix(".sha1")
+SOURCES = {
+    "kvframe.core._block_pool_c": Path("kvframe/core/_block_pool_c.pyx"),
+    "kvframe.core._hashing_compiled": Path("kvframe/core/_hashing_compiled.pyx"),
+}
 
 
 class BuildCore(build_ext):
-    """Writes the source's SHA-1 next to it once the module is built, and only then.
+    """Writes each source's SHA-1 next to it once its module is built, and only then.
 
     kvframe.core.compiled refuses a module whose recorded digest is not the
     source's (a checkout that moved on without scripts/build-core), which could
@@ -30,9 +34,11 @@ class BuildCore(build_ext):
     """
 
     def build_extension(self, ext: Any) -> None:
-        DIGEST.unlink(missing_ok=True)
+        source = SOURCES[ext.name]
+        digest = source.with_suffix(".sha1")
+        digest.unlink(missing_ok=True)
         super().build_extension(ext)
-        DIGEST.write_text(hashlib.sha1(SOURCE.read_bytes()).hexdigest() + "\n")
+        digest.write_text(hashlib.sha1(source.read_bytes()).hexdigest() + "\n")
 
 
 def _extensions() -> list[Extension]:
@@ -40,13 +46,14 @@ def _extensions() -> list[Extension]:
         from Cython.Build import cythonize
     except ImportError:  # no Cython: the pure-Python core only
         return []
-    extension = Extension(
-        "kvframe.core._block_pool_c",
-        [str(SOURCE)],
-        optional=True,
-        extra_compile_args=["-O2"],
-    )
-    return cythonize([extension], language_level=3, quiet=True)  # type: ignore[no-any-return]
+    extensions = [
+        Extension(name, [str(source)], optional=True, extra_compile_args=["-O2"])
+        for name, source in SOURCES.items()
+    ]
+    built = cythonize(extensions, language_level=3, quiet=True)
+    for ext in built:  # cythonize drops `optional`; a failed compile must not fail the install
+        ext.optional = True
+    return built  # type: ignore[no-any-return]
 
 
 setup(ext_modules=_extensions(), cmdclass={"build_ext": BuildCore})

@@ -87,6 +87,15 @@ def _child(
     print("ROW " + json.dumps(row))
 
 
+def tree_env(tree: str) -> dict[str, str]:
+    """The environment that makes a child import kvframe from the checkout ``tree``,
+    with that checkout's own bundled plugins (written against its kvframe)."""
+    env = dict(os.environ)
+    plugins = sorted(str(p) for p in Path(tree, "plugins").glob("*/") if p.is_dir())
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [tree, *plugins, env.get("PYTHONPATH")]))
+    return env
+
+
 def _run(
     trace: str,
     limit: int,
@@ -101,11 +110,7 @@ def _run(
         command += ["--offload", offload]
     if gpu_eviction:
         command += ["--gpu-eviction", gpu_eviction]
-    env = dict(os.environ)
-    if mode == "tree":
-        # That checkout's own bundled plugins too: they are written against its kvframe.
-        plugins = sorted(str(p) for p in Path(tree, "plugins").glob("*/") if p.is_dir())  # type: ignore[arg-type]
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [tree, *plugins, env.get("PYTHONPATH")]))
+    env = tree_env(tree) if mode == "tree" else dict(os.environ)  # type: ignore[arg-type]
     out = subprocess.run(command, capture_output=True, text=True, check=True, env=env).stdout
     line = next(line for line in out.splitlines() if line.startswith("ROW "))
     return json.loads(line[4:])

@@ -397,6 +397,9 @@ def describe_core(metadata: Mapping[str, Any]) -> str:
     if core == "python" and setting == "auto":
         line += "; scripts/build-core builds the compiled one"
     line += ")"
+    hasher = metadata.get("hasher")
+    if hasher:
+        line += f", {hasher} block hasher"
     note = metadata.get("core_note")
     if note:
         line += f": {note}"

@@ -523,6 +523,7 @@ cdef class CompiledAllocator:
         int num_lookahead_tokens=0,
         int num_external_computed_tokens=0,
         bint delay_cache_blocks=False,
+        int reserved_blocks=0,
     ):
         cdef PyObject* table
         if (
@@ -531,6 +532,7 @@ cdef class CompiledAllocator:
             and not num_external_computed_tokens
             and not delay_cache_blocks
             and not new_computed_blocks
+            and not reserved_blocks
             and self.manager.one_token_path
         ):
             table = PyDict_GetItem(self.req_to_blocks, request.request_id)
@@ -544,6 +546,7 @@ cdef class CompiledAllocator:
             num_lookahead_tokens,
             num_external_computed_tokens,
             delay_cache_blocks,
+            reserved_blocks,
         )
 
     cdef object _one_token(self, object request, list req_blocks, int num_lookahead_tokens):

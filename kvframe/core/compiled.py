@@ -25,14 +25,13 @@ says so in the core name it returns.
 
 from __future__ import annotations
 
-import hashlib
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from kvframe.core.block_pool import BlockPool
+from kvframe.core.build_digest import stale_build
 
 if TYPE_CHECKING:
     from kvframe.contract.bases import EvictionPolicy
@@ -74,31 +73,9 @@ def _load() -> None:
     except ImportError as error:  # not built here: the Python core
         _problem = f"kvframe.core._block_pool_c is not built ({error})"
         return
-    _problem = _stale_build()
+    _problem = stale_build("_block_pool_c")
     if _problem is None:
         _compiled = _block_pool_c
-
-
-def _stale_build() -> str | None:
-    """Why the built module does not match its source, or ``None``.
-
-    ``setup.py`` writes the source's SHA-1 next to it when it builds the module.
-    Where the source is present (a checkout) and differs from what was built --
-    the checkout moved on without ``scripts/build-core`` -- the module is not
-    used: it could decide differently from the Python core. A wheel ships no
-    source, and nothing is checked.
-    """
-    source = Path(__file__).with_name("_block_pool_c.pyx")
-    if not source.exists():
-        return None
-    built = source.with_suffix(".sha1")
-    digest = hashlib.sha1(source.read_bytes()).hexdigest()
-    if built.exists() and built.read_text().strip() == digest:
-        return None
-    return (
-        "kvframe.core._block_pool_c was built from another version of "
-        "kvframe/core/_block_pool_c.pyx (rebuild it)"
-    )
 
 
 def compiled_core_available() -> bool:

@@ -41,6 +41,14 @@ token encoding done once::
 A 16-byte digest also keeps the hash-index keys small.
 About half of the per-block cost is the Python loop itself, so a faster digest
 would buy little. ``benchmarks/core_ops.py`` re-measures the chosen path.
+
+Compiled core. The block chain and the chunk-memo loop have an optional
+Cython version, :mod:`kvframe.core._hashing_compiled` (built by ``setup.py``
+when Cython and a C compiler are present): the same messages through a
+BLAKE2b written in C, one C loop per run of blocks. This module stays the
+reference and the fallback; ``make_block_hasher(core=...)`` picks one
+(``"auto"``: compiled when built) and the hasher's ``core`` attribute says
+which it got. Results are identical (``tests/core/test_hashing_compiled.py``).
 """
 
 from __future__ import annotations
@@ -50,17 +58,27 @@ from collections.abc import Callable, Hashable, Sequence
 from hashlib import blake2b
 from typing import TYPE_CHECKING, Any
 
+from kvframe.core.build_digest import stale_build
 from kvframe.domain.tokens import encode_tokens
+
+try:  # the optional compiled core; pure Python below is the reference
+    from kvframe.core import _hashing_compiled as _compiled
+except ImportError:  # not built (no compiler or no Cython): Python only
+    _compiled = None
+if _compiled is not None and stale_build("_hashing_compiled") is not None:
+    _compiled = None  # built from an older source: it could hash differently
 
 if TYPE_CHECKING:
     from kvframe.domain.request import Request
     from kvframe.domain.tokens import BlockHash, ChunkIds
 
 __all__ = [
+    "CORES",
     "DIGEST_SIZE",
     "ChunkMemo",
     "ExtraKeysFn",
     "cache_salt_extra_keys",
+    "compiled_hashing_available",
     "encode_extra_keys",
     "hash_block_tokens",
     "make_block_hasher",
@@ -69,6 +87,9 @@ __all__ = [
 
 DIGEST_SIZE = 16
 """Bytes in a block hash."""
+
+CORES = ("auto", "python", "compiled")
+"""``make_block_hasher(core=...)`` values: ``auto`` is compiled when built, else Python."""
 
 ExtraKeysFn = Callable[["Request", int, int], "tuple[Any, ...] | None"]
 """``f(request, start_token, end_token)`` -> extra keys of that block, or ``None``."""
@@ -226,6 +247,7 @@ def make_block_hasher(
     seed: int = 0,
     extra_keys_fn: ExtraKeysFn | None = cache_salt_extra_keys,
     chunk_memo_capacity: int = 65_536,
+    core: str = "auto",
 ) -> Callable[[Request], list[BlockHash]]:
     """Build the function a :class:`~kvframe.domain.request.Request` uses to hash its blocks.
 
@@ -251,15 +273,25 @@ def make_block_hasher(
     no memo). Only the work changes: the hashes are the ones the chain computes.
     The default holds at most ~95 MB (131,072 chunks); the whole Mooncake
     conversation trace hits 38% of its chunks with it.
+
+    ``core``: ``"python"``, ``"compiled"`` (:mod:`kvframe.core._hashing_compiled`;
+    an error when it is not built) or ``"auto"`` (compiled when built). Only
+    the speed differs; the hasher's ``core`` attribute names the one used.
     """
     if block_size <= 0:
         raise ValueError(f"block_size must be positive, got {block_size}")
     if chunk_memo_capacity < 0:
         raise ValueError(f"chunk_memo_capacity must be >= 0, got {chunk_memo_capacity}")
+    compiled = _compiled_core(core)
     root = root_hash(seed)
     header = _COUNT.pack(block_size)
     salt_only = extra_keys_fn is cache_salt_extra_keys
-    chain = _block_chain(block_size)
+    if compiled is None:
+        chain = _block_chain(block_size)
+        hash_chunks = _hash_chunks
+    else:
+        chain = compiled.BlockChain(block_size, header)
+        hash_chunks = compiled.hash_chunks
     memos: dict[Hashable, ChunkMemo] = {}
 
     def hasher(request: Request) -> list[BlockHash]:
@@ -285,7 +317,7 @@ def make_block_hasher(
                 memo = memos.get(chunks[0])
                 if memo is None:
                     memo = memos[chunks[0]] = ChunkMemo(chunk_memo_capacity)
-                parent = _hash_chunks(memo, chunks, parent, chain, new_hashes)
+                parent = hash_chunks(memo, chunks, parent, chain, new_hashes)
                 start += chunks[1] * len(chunks[2])
                 if start >= end:
                     return new_hashes
@@ -303,7 +335,27 @@ def make_block_hasher(
     hasher.chunk_memos = memos  # type: ignore[attr-defined]
     # Read by Request: a token that fills no block needs no call at all.
     hasher.block_size = block_size  # type: ignore[attr-defined]
+    hasher.core = "python" if compiled is None else "compiled"  # type: ignore[attr-defined]
     return hasher
+
+
+def compiled_hashing_available() -> bool:
+    """Whether the compiled block hasher is built and importable."""
+    return _compiled is not None
+
+
+def _compiled_core(core: str) -> Any:
+    """The compiled module for ``core``, or ``None`` for pure Python."""
+    if core not in CORES:
+        raise ValueError(f"make_block_hasher: core must be one of {', '.join(CORES)}, got {core!r}")
+    if core == "python":
+        return None
+    if core == "compiled" and _compiled is None:
+        raise ValueError(
+            "make_block_hasher: core='compiled' but kvframe.core._hashing_compiled is not "
+            "built (pip install cython, then `python setup.py build_ext --inplace`)"
+        )
+    return _compiled
 
 
 def _block_chain(

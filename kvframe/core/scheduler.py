@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from kvframe.core.compiled import resolve_core
 from kvframe.core.decode_run import DecodeRun
 from kvframe.core.hashing import make_block_hasher
 from kvframe.core.inflight import InflightPrefills
@@ -126,7 +127,13 @@ class Scheduler:
         # Hashes are needed whenever something looks blocks up by hash: the GPU
         # prefix cache or an offload tier behind the connector.
         self.block_hasher = (
-            make_block_hasher(config.block_size, config.hash_seed)
+            make_block_hasher(
+                config.block_size,
+                config.hash_seed,
+                # The core setting covers the hasher too: python forces Python, and
+                # otherwise the compiled hasher runs where it is built.
+                core="python" if resolve_core(config.core) == "python" else "auto",
+            )
             if config.enable_prefix_caching or connector is not None
             else None
         )

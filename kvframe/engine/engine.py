@@ -653,6 +653,8 @@ class Engine:
             "engine": self.config.describe(),
             "core": self.scheduler.kv_cache_manager.core,
             "core_note": self.scheduler.kv_cache_manager.core_note,
+            # python or compiled (kvframe.core.hashing); None: nothing hashed.
+            "hasher": getattr(self.scheduler.block_hasher, "core", None),
             "scheduling_policy": self.policy_name,
             "preset": self.preset.describe(),
         }

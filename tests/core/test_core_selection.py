@@ -85,17 +85,20 @@ def test_a_gpu_eviction_policy_runs_on_the_python_pool_and_says_so(
     assert "eviction policy" in manager.core_note
 
 
+@pytest.mark.parametrize("stem", ["_block_pool_c", "_hashing_compiled"])
 def test_a_module_built_from_another_source_is_refused(
-    tmp_path: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+    tmp_path: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, stem: str
 ) -> None:
-    """setup.py records the source's SHA-1; a checkout that moved on must rebuild."""
+    """setup.py records each source's SHA-1; a checkout that moved on must rebuild."""
     import hashlib
 
-    source = tmp_path / "_block_pool_c.pyx"  # type: ignore[operator]
+    from kvframe.core import build_digest
+
+    source = tmp_path / f"{stem}.pyx"  # type: ignore[operator]
     source.write_text("# the source now\n")
-    monkeypatch.setattr(compiled, "__file__", str(tmp_path / "compiled.py"))  # type: ignore[operator]
-    assert "rebuild it" in (compiled._stale_build() or "")  # never built: no digest
+    monkeypatch.setattr(build_digest, "__file__", str(tmp_path / "build_digest.py"))  # type: ignore[operator]
+    assert "rebuild it" in (build_digest.stale_build(stem) or "")  # never built: no digest
     source.with_suffix(".sha1").write_text("0" * 40 + "\n")
-    assert "another version" in (compiled._stale_build() or "")
+    assert "another version" in (build_digest.stale_build(stem) or "")
     source.with_suffix(".sha1").write_text(hashlib.sha1(source.read_bytes()).hexdigest())
-    assert compiled._stale_build() is None
+    assert build_digest.stale_build(stem) is None

@@ -189,3 +189,15 @@ def test_custom_extra_keys_function() -> None:
 def test_invalid_block_size() -> None:
     with pytest.raises(ValueError):
         make_block_hasher(0)
+
+
+def test_block_hasher_falls_back_to_python_without_the_compiled_core(monkeypatch) -> None:
+    """No compiled module (a machine without a compiler): auto is Python, compiled an error."""
+    from kvframe.core import hashing
+
+    monkeypatch.setattr(hashing, "_compiled", None)
+    assert not hashing.compiled_hashing_available()
+    assert hashing.make_block_hasher(16).core == "python"
+    assert hashing.make_block_hasher(16, core="python").core == "python"
+    with pytest.raises(ValueError, match="not built"):
+        hashing.make_block_hasher(16, core="compiled")
