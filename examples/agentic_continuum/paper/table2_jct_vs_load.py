@@ -22,7 +22,9 @@ from pathlib import Path
 
 PAPER_TIERS = ("none", "cpu:capacity=200GB", "lmcache:capacity=200GB")
 """The tiers the targets are checked on: none, and both at the paper's 200 GB per H100."""
-SCHEDULERS = ("fcfs", "continuum", "continuum:ttl=fixed")
+SCHEDULERS = ("fcfs", "continuum", "continuum:ttl=fixed", "continuum:ttl=none")
+"""FCFS, Continuum, and the paper's Fig. 16 ablations: the preview's fixed 2 s pin,
+and program-level FCFS without pins (``ttl=none``)."""
 # Two-sided 95% Student-t quantiles by degrees of freedom.
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
@@ -113,11 +115,14 @@ def _pm(stats: tuple[float, float]) -> str:
 
 def table(runs: Runs) -> str:
     """The Markdown table: one row per tier and load."""
-    lines = [
-        "| tier | jobs/s | fcfs re-prefilled tokens/job | fcfs mean | continuum mean | fcfs p90 "
-        "| continuum p90 | continuum / fcfs, per seed | `ttl=fixed` / fcfs, per seed |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
-    ]
+    ablations = [s for s in SCHEDULERS[2:] if any(k[1] == s for k in runs)]
+    header = [
+        "tier", "jobs/s", "fcfs re-prefilled tokens/job", "fcfs mean", "continuum mean",
+        "fcfs p90", "continuum p90", "continuum / fcfs, per seed",
+        *(f"`{s.partition(':')[2]}` / fcfs, per seed" for s in ablations),
+    ]  # fmt: skip
+    align = ["---", *["---:"] * 6, *["---"] * (1 + len(ablations))]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |"]
     for tier in tiers(runs):
         for rate in sorted({k[2] for k in runs if k[0] == tier}):
             prefilled = runs.get((tier, "fcfs", rate, "reprefilled_tokens_per_job_mean"), {})
@@ -126,7 +131,7 @@ def table(runs: Runs) -> str:
                 for scheduler in SCHEDULERS[:2]:
                     seeds = runs.get((tier, scheduler, rate, metric))
                     cells.append(_pm(interval(list(seeds.values()))) if seeds else "-")
-            for scheduler in SCHEDULERS[1:]:
+            for scheduler in ("continuum", *ablations):
                 r = ratios(runs, tier, scheduler, rate)
                 cells.append(" ".join(f"{x:.2f}" for x in r) if r else "-")
             lines.append(f"| {tier_name(tier)} | {rate:g} | " + " | ".join(cells) + " |")
