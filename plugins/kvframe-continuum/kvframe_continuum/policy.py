@@ -122,7 +122,7 @@ class TTLDecision:
     tool: str | None
     ttl: float
     source: str
-    """``"tool"``, ``"global"``, ``"exponential"``, ``"cold-start"`` or ``"fixed"``."""
+    """``"tool"``, ``"global"``, ``"exponential"``, ``"cold-start"``, ``"fixed"`` or ``"none"``."""
     queue_delay: float
     eta: float
     reload: float
@@ -172,9 +172,10 @@ class ContinuumPolicy(kvframe.SchedulingPolicy):
 
     Options (``--scheduler continuum:key=value,...``):
 
-    :param ttl: ``"dynamic"`` (the paper's rule) or ``"fixed"`` (the preview
+    :param ttl: ``"dynamic"`` (the paper's rule), ``"fixed"`` (the preview
         implementation: pin for ``fixed_ttl`` unless the tool's running mean
-        duration exceeds it).
+        duration exceeds it) or ``"none"`` (never pin: program-level FCFS
+        alone, the paper's Fig. 16 ablation).
     :param fixed_ttl: seconds, for ``ttl=fixed``.
     :param min_samples: ``K``: a tool's own durations are used once it has this
         many in its window, the global distribution before.
@@ -202,7 +203,7 @@ class ContinuumPolicy(kvframe.SchedulingPolicy):
     def __init__(
         self,
         *,
-        ttl: Literal["dynamic", "fixed"] = "dynamic",
+        ttl: Literal["dynamic", "fixed", "none"] = "dynamic",
         fixed_ttl: float = 2.0,
         min_samples: int = 100,
         duration_window: int = 1000,
@@ -216,7 +217,10 @@ class ContinuumPolicy(kvframe.SchedulingPolicy):
         queued_grace: float = 30.0,
         preset: str | None = None,
     ) -> None:
-        _check(ttl in ("dynamic", "fixed"), f"ttl must be 'dynamic' or 'fixed', got {ttl!r}")
+        _check(
+            ttl in ("dynamic", "fixed", "none"),
+            f"ttl must be 'dynamic', 'fixed' or 'none', got {ttl!r}",
+        )
         _check(fixed_ttl >= 0, f"fixed_ttl must be >= 0, got {fixed_ttl}")
         _check(min_samples >= 1, f"min_samples must be >= 1, got {min_samples}")
         _check(duration_window >= 1, f"duration_window must be >= 1, got {duration_window}")
@@ -682,6 +686,10 @@ class ContinuumPolicy(kvframe.SchedulingPolicy):
 
     def _choose_ttl(self, request: Request) -> float:
         tool = request.tool_name
+        if self.ttl_mode == "none":
+            # Program-level FCFS without pins: the queue order alone.
+            self.last_decision = TTLDecision(request.request_id, tool, 0.0, "none", 0.0, 0.0, 0.0)
+            return 0.0
         if self.ttl_mode == "fixed":
             mean = self.durations.running_mean(tool)
             ttl = self.fixed_ttl if mean is None or mean <= self.fixed_ttl else 0.0

@@ -412,6 +412,23 @@ def test_fixed_mode_pins_for_two_seconds_unless_the_tool_is_slow_on_average():
     assert finish_turn(policy, s, "C", "grep", now=1.0).deadline == 3.0
 
 
+def test_ttl_none_never_pins_and_the_next_turn_recomputes_or_hits_the_free_cache():
+    """Program-level FCFS alone (the paper's Fig. 16 ablation): no turn is retained."""
+    policy = ContinuumPolicy(ttl="none")
+    s = make_scheduler(policy)
+    for job in ("A", "B"):
+        assert finish_turn(policy, s, job, "grep", now=0.0) is None
+        assert policy.last_decision.source == "none" and policy.last_decision.ttl == 0.0
+    assert not s.retained and policy.job_pin("A") is None
+    assert (policy.stats.num_pinned, policy.stats.num_not_pinned) == (0, 2)
+    # The freed blocks stay in the prefix cache: the next turn still hits them
+    # when nothing evicted them (what is lost is the guarantee, not the cache).
+    add(s, "A-t1", context_tokens("A", 16), job="A", turn=1, last=True)
+    output, _ = step(s, 1.0)
+    assert output.first_admissions[0].local_hit_tokens == 8
+    assert s.kv_cache_manager.num_free_blocks == usable(s)
+
+
 def test_options_are_validated_and_reachable_by_config_string():
     from kvframe.host.registry import get_registry
 
@@ -421,9 +438,13 @@ def test_options_are_validated_and_reachable_by_config_string():
         ContinuumPolicy(min_samples=0)
     with pytest.raises(ValueError):
         ContinuumPolicy(preset="no-such-preset")
+    with pytest.raises(ValueError, match="'dynamic', 'fixed' or 'none'"):
+        ContinuumPolicy(ttl="off")  # type: ignore[arg-type]
     policy = get_registry().create("scheduling", "continuum:ttl=fixed,max_ttl=10,min_samples=50")
     assert isinstance(policy, ContinuumPolicy)
     assert (policy.ttl_mode, policy.max_ttl, policy.durations.min_samples) == ("fixed", 10.0, 50)
+    # "none" is a choice of ttl here, not a null: the program-FCFS ablation.
+    assert get_registry().create("scheduling", "continuum:ttl=none").ttl_mode == "none"
 
 
 # ---------------------------------------------------------------- engine seams

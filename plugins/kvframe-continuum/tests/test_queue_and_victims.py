@@ -93,6 +93,27 @@ def test_jobs_are_served_by_first_arrival_not_by_turn_arrival():
     assert queue.peek_request() is b0 and len(queue) == 2
 
 
+def test_ttl_none_is_job_level_fcfs_with_no_pinned_class():
+    """Without pins every queued turn is class 2 (0 if preempted), by its job's first arrival."""
+    policy, context = make_policy(ttl="none")
+    queue = policy.create_queue()
+    a0, b0 = turn("A", 0, 0.0), turn("B", 0, 1.0)
+    for request in (a0, b0):
+        policy.on_arrival(request)
+    context.now = 2.0
+    assert policy.on_finish(b0) is None  # B's turn 0 finishes first...
+    assert policy.on_finish(a0) is None  # ...then A's: neither is pinned
+    policy.on_step_start(2.0)
+    b1, a1 = turn("B", 1, 3.0), turn("A", 1, 4.0)
+    for request in (b1, a1):
+        policy.on_arrival(request)
+        queue.add_request(request)
+    # A arrived first as a program: its later turn goes ahead of B's earlier one.
+    assert ids(queue) == ["A-t1", "B-t1"]
+    assert {queue.rank_of(r)[0] for r in (a1, b1)} == {2}
+    assert not context.retained and not policy.reclaim_retained(1)
+
+
 def test_preempted_first_then_pinned_jobs_then_the_rest():
     policy, context = make_policy()
     pin(policy, context, turn("P", 0, 9.0))  # job P holds a pin, started last
