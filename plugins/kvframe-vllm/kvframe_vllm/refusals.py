@@ -56,7 +56,6 @@ class UnsupportedByKvframe(ValueError):
 def _config_checks(vllm_config: VllmConfig) -> list[tuple[bool, str]]:
     """(refused?, what and the flag that fixes it), for everything the config shows."""
     model = vllm_config.model_config
-    scheduler = vllm_config.scheduler_config
     parallel = vllm_config.parallel_config
     observability = vllm_config.observability_config
     return [
@@ -65,10 +64,6 @@ def _config_checks(vllm_config: VllmConfig) -> list[tuple[bool, str]]:
             "speculative decoding (drop --speculative-config)",
         ),
         (vllm_config.lora_config is not None, "LoRA adapters (drop --enable-lora)"),
-        (
-            bool(scheduler.async_scheduling),
-            "asynchronous scheduling, vLLM's default (pass --no-async-scheduling)",
-        ),
         (
             parallel.pipeline_parallel_size > 1,
             "pipeline parallelism (--pipeline-parallel-size 1)",
