@@ -37,8 +37,9 @@ vLLM interpreter can be found.
 ``--scheduling async`` (or ``both``) runs vLLM's ``AsyncScheduler`` against
 kvframe's asynchronous-scheduling mode, driven in the engine core's batch-queue
 order (``stepping.run_async``: step N+1 scheduled before step N's output is
-applied); the async runs are named ``<workload>-async``. Not with ``--tier`` or
-``--bridge`` (the bridge refuses async scheduling).
+applied); the async runs are named ``<workload>-async``. With ``--bridge`` the
+bridge runs under the same loop against vLLM's ``AsyncScheduler`` (fcfs,
+priority) and kvframe's async mode (continuum). Not with ``--tier``.
 
 ``--vllm-version`` picks the release compared against, 0.19.1 (the default)
 or 0.33.0: the workloads carry it (``config["vllm"]``), kvframe's driver runs
@@ -667,10 +668,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     scheduling = SCHEDULING_MODES[args.scheduling]
-    if "async" in scheduling and (args.tier or args.bridge):
+    if "async" in scheduling and args.tier:
         parser.error(
-            "asynchronous scheduling is compared without a tier and without the bridge: "
-            "--scheduling async/both excludes --tier and --bridge"
+            "asynchronous scheduling is compared without a tier: "
+            "--scheduling async/both excludes --tier"
         )
 
     tier_matrix: dict[str, Sequence[Any]] | None = None

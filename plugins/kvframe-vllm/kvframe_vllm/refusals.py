@@ -56,9 +56,9 @@ class UnsupportedByKvframe(ValueError):
 def _config_checks(vllm_config: VllmConfig) -> list[tuple[bool, str]]:
     """(refused?, what and the flag that fixes it), for everything the config shows."""
     model = vllm_config.model_config
-    scheduler = vllm_config.scheduler_config
     parallel = vllm_config.parallel_config
     observability = vllm_config.observability_config
+    scheduler = vllm_config.scheduler_config
     # Imported here: both import vLLM, and the refusals are only checked inside vLLM.
     from kvframe_vllm import compat, tier
 
@@ -71,10 +71,6 @@ def _config_checks(vllm_config: VllmConfig) -> list[tuple[bool, str]]:
             "speculative decoding (drop --speculative-config)",
         ),
         (vllm_config.lora_config is not None, "LoRA adapters (drop --enable-lora)"),
-        (
-            bool(scheduler.async_scheduling),
-            "asynchronous scheduling, vLLM's default (pass --no-async-scheduling)",
-        ),
         (
             parallel.pipeline_parallel_size > 1,
             "pipeline parallelism (--pipeline-parallel-size 1)",

@@ -32,6 +32,11 @@ The price is a translation at the boundary, once per step, in this module:
   tokens, cached-token counts) because vLLM's engine and output processor
   read them.
 
+Asynchronous scheduling (vLLM's default, ``--no-async-scheduling`` to turn it
+off) is kvframe's core in its async mode, which makes the decisions of vLLM
+0.19.1's ``AsyncScheduler``: output placeholders, the one-step lag, and a
+reset with running requests dropping each one's next token.
+
 Features kvframe does not model are refused (:mod:`kvframe_vllm.refusals`;
 KV connectors other than the OffloadingConnector, which the bridge drives
 through :mod:`kvframe_vllm.tier`, included):
@@ -166,6 +171,9 @@ def _kvframe_config(vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> 
         reserve_full_sequence=sched.scheduler_reserve_full_isl,
         enable_kv_cache_events=_kv_events_enabled(vllm_config),
         fidelity=compat.fidelity_target() or "0.19.1",
+        # vLLM's AsyncScheduler (its default): kvframe's core adds the output
+        # placeholders itself and takes each step's tokens one step late.
+        async_scheduling=bool(sched.async_scheduling),
     )
 
 
@@ -246,6 +254,8 @@ class KvframeScheduler(SchedulerInterface):
         self._pending: dict[int, Any] = {}
         """id(vLLM SchedulerOutput) -> kvframe's output of the same step."""
         self._prev_step_scheduled: set[str] = set()
+        self._drop_next_token: set[str] = set()
+        """Async: requests whose next sampled token is dropped (vLLM 0.19.1's reset)."""
         self._pause_state = PauseState.UNPAUSED
 
     # -- requests in -------------------------------------------------------------
@@ -311,6 +321,7 @@ class KvframeScheduler(SchedulerInterface):
         is only ever set with ``--prefill-schedule-interval`` > 1, which is refused."""
         timestamp = time.monotonic()
         pause = self._pause_state
+        in_flight = self._placeholders() if self.core.async_scheduling else None
         out = self.core.schedule(
             self.clock(),
             # vLLM 0.19.1: PAUSED_ALL schedules with no token budget, and only
@@ -357,6 +368,8 @@ class KvframeScheduler(SchedulerInterface):
             vllm_out.kv_connector_metadata = self.tier.build_vllm_meta(vllm_out)
         # vLLM's engine and output processor read these off its own requests.
         self._sync_requests()
+        if in_flight is not None:
+            self._mark_prefill_chunks(out.num_scheduled_tokens, in_flight)
         self.events.step(
             timestamp,
             preempted=[requests[rid] for rid in out.preempted_req_ids if rid in requests],
@@ -376,6 +389,7 @@ class KvframeScheduler(SchedulerInterface):
             request.status = _TO_VLLM_STATUS[kv_request.status]
             request.num_computed_tokens = kv_request.num_computed_tokens
             request.num_preemptions = kv_request.num_preemptions
+            request.num_output_placeholders = kv_request.num_output_placeholders
             request.num_external_computed_tokens = kv_request.num_external_computed_tokens
             if not compat.INTERFACE_033 and kv_request.num_cached_tokens >= 0:
                 request.num_cached_tokens = kv_request.num_cached_tokens
@@ -434,6 +448,27 @@ class KvframeScheduler(SchedulerInterface):
             num_output_tokens=num_output,
         )
 
+    def _placeholders(self) -> dict[str, int]:
+        """Asynchronous scheduling: the tokens in flight per running request, before a step."""
+        return {
+            r.request_id: r.num_output_placeholders
+            for r in self.core.running
+            if r.num_output_placeholders
+        }
+
+    def _mark_prefill_chunks(
+        self, num_scheduled_tokens: dict[str, int], in_flight: dict[str, int]
+    ) -> None:
+        """Set vLLM's ``is_prefill_chunk`` on the step's requests as vLLM 0.19.1 does:
+        before the step's own placeholder, a request whose computed tokens fall
+        short of its tokens plus those in flight samples nothing this step."""
+        kv_requests = self.core.requests
+        for rid in num_scheduled_tokens:
+            kv_request = kv_requests[rid]
+            self.requests[rid].is_prefill_chunk = kv_request.num_computed_tokens < (
+                kv_request.num_tokens + in_flight.get(rid, 0)
+            )
+
     def update_from_output(
         self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
     ) -> dict[int, EngineCoreOutputs]:
@@ -448,6 +483,11 @@ class KvframeScheduler(SchedulerInterface):
             for rid in scheduler_output.num_scheduled_tokens
             if rid in index and sampled_lists and sampled_lists[index[rid]]
         }
+        if self._drop_next_token:
+            dropped = self._drop_next_token.intersection(sampled)
+            self._drop_next_token -= dropped
+            for rid in dropped:
+                del sampled[rid]
         # vLLM's requests first: appending hashes their filled blocks, which
         # kvframe's requests then take (VllmBlockHashes).
         for rid, new_token_ids in sampled.items():
@@ -482,6 +522,7 @@ class KvframeScheduler(SchedulerInterface):
                 request.stop_reason = None if stop_reason == eos else stop_reason
                 finish_reason = request.get_finished_reason()
                 del self.requests[rid]
+                self._drop_next_token.discard(rid)
                 if self.kv_events is not None:
                     self.kv_events.released(done)
                 if self.finished_req_ids_dict is not None:
@@ -570,6 +611,7 @@ class KvframeScheduler(SchedulerInterface):
             request = self.requests.pop(kv_request.request_id, None)
             if request is None:
                 continue
+            self._drop_next_token.discard(request.request_id)
             if self.kv_events is not None:
                 self.kv_events.released(kv_request)
             request.status = finished_status
@@ -645,6 +687,8 @@ class KvframeScheduler(SchedulerInterface):
         queue in their old order and recompute their KV.
         """
         if reset_running_requests:
+            if self.core.async_scheduling:
+                self._discard_in_flight_tokens()
             preempted = self.core.preempt_all_running()
             self._sync_requests()
             self.events.preempted(self.requests[r.request_id] for r in preempted)
@@ -661,6 +705,20 @@ class KvframeScheduler(SchedulerInterface):
             log.warning("kvframe_vllm.reset_connector_without_connector")
             return False
         return reset
+
+    def _discard_in_flight_tokens(self) -> None:
+        """Asynchronous scheduling: each running request about to be preempted by a
+        reset drops the next token it samples, as vLLM 0.19.1 does
+        (``discard_latest_async_tokens``: the token in flight was computed from
+        the KV the reset frees).
+
+        The bridge drops it from the runner's output before vLLM's request or
+        kvframe's core sees it, rather than through the core's
+        ``discard_in_flight``: vLLM 0.19.1 flags every running request, so one
+        whose step in flight was a partial prefill chunk (no token) drops the
+        next token it samples after resuming, where the core would drop nothing.
+        """
+        self._drop_next_token.update(r.request_id for r in self.core.running)
 
     def reset_encoder_cache(self) -> None:
         return None  # no encoder inputs (multimodal models are refused)

@@ -26,8 +26,12 @@ whenever a request's scheduled tokens reach the end of its known tokens, as a
 model runner does. Timestamps are the only thing not compared (event types
 are).
 
-``async_scheduling`` is a parameter so that the same scenarios can run
-asynchronously once the bridge models it; today the bridge refuses it.
+With ``--async-scheduling`` (vLLM's default) the engine builds vLLM's
+``AsyncScheduler`` (or the bridge in kvframe's async mode) and steps with its
+batch queue (``step_with_batch_queue``, two batches): the fake executor then
+samples in ``sample_tokens`` and its futures are not done until the engine
+waits on them, as a GPU still running the step would be, so step N+1 is
+scheduled before step N's tokens are applied.
 """
 
 from __future__ import annotations
@@ -80,6 +84,7 @@ def make_executor_class() -> type:
             self.known: dict[str, int] = {}  # tokens the "model runner" knows of
             self.outputs: dict[str, int] = {}  # tokens sampled so far
             self.seen: list[Any] = []
+            self._sampled: Any = None  # execute_model -> sample_tokens (async)
 
         def get_kv_cache_specs(self) -> list[dict[str, Any]]:
             return [{"layer": self.spec}]
@@ -105,7 +110,30 @@ def make_executor_class() -> type:
         def reset_encoder_cache(self) -> None:
             return None
 
+        @property
+        def max_concurrent_batches(self) -> int:
+            # vLLM's UniProcExecutor: a batch queue of two with async scheduling.
+            return 2 if self.scheduler_config.async_scheduling else 1
+
+        def sample_tokens(self, grammar_output: Any, non_block: bool = False) -> Any:
+            output, self._sampled = self._sampled, None
+            return _InFlight(output) if non_block else output
+
         def execute_model(self, scheduler_output: Any, non_block: bool = False) -> Any:
+            output = self._run(scheduler_output)
+            if self.scheduler_config.async_scheduling and non_block:
+                if not scheduler_output.total_num_scheduled_tokens:
+                    return _InFlight(output)  # the engine waits on this one
+                # The engine calls sample_tokens for the tokens (its async path).
+                self._sampled = output
+                return _InFlight(None)
+            if not non_block:
+                return output
+            future: Future = Future()
+            future.set_result(output)
+            return future
+
+        def _run(self, scheduler_output: Any) -> Any:
             self.seen.append(scheduler_output)
             for rid in scheduler_output.finished_req_ids:
                 self.known.pop(rid, None)
@@ -130,18 +158,27 @@ def make_executor_class() -> type:
                     sampled.append([token(rid, position)])
                 else:
                     sampled.append([])
-            output = ModelRunnerOutput(
+            return ModelRunnerOutput(
                 req_ids=req_ids,
                 req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
                 sampled_token_ids=sampled,
             )
-            if not non_block:
-                return output
-            future: Future = Future()
-            future.set_result(output)
-            return future
 
     return FakeExecutor
+
+
+class _InFlight(Future):
+    """A step's output that is not done until the engine waits for it (a GPU still
+    running the step), so vLLM's batch queue keeps a second batch in flight."""
+
+    def __init__(self, output: Any) -> None:
+        super().__init__()
+        self._output = output
+
+    def result(self, timeout: float | None = None) -> Any:
+        if not self.done():
+            self.set_result(self._output)
+        return super().result(timeout)
 
 
 class Harness:
@@ -234,7 +271,7 @@ class Harness:
         for _ in range(times):
             seen = self.engine.model_executor.seen
             before = len(seen)
-            outputs, executed = self.engine.step()
+            outputs, executed = self.engine.step_fn()
             sched = _scheduler_output(seen[-1]) if len(seen) > before else None
             events = [_event(e) for batch in self.published for e in batch.events]
             self.published.clear()
@@ -243,7 +280,7 @@ class Harness:
     def run(self, limit: int = 200) -> None:
         """Step until the engine has no work (what EngineCoreProc's loop waits for)."""
         for _ in range(limit):
-            if not self.engine.scheduler.has_requests():
+            if not self.engine.scheduler.has_requests() and not self.engine.batch_queue:
                 return
             self.step()
         raise RuntimeError("scenario did not finish")
@@ -366,9 +403,9 @@ def _scheduler_output(out: Any) -> dict[str, Any]:
     }
 
 
-def _outputs(outputs: dict[int, Any]) -> dict[str, Any]:
+def _outputs(outputs: dict[int, Any] | None) -> dict[str, Any]:
     result = {}
-    for client, eco in sorted(outputs.items()):
+    for client, eco in sorted((outputs or {}).items()):
         stats = eco.scheduler_stats
         result[str(client)] = {
             "outputs": [
@@ -480,6 +517,23 @@ def _pause(mode: str, clear: bool) -> Any:
     return scenario
 
 
+def reset_mid_prefill(h: Harness) -> None:
+    """Resets with running requests while a prefill chunk and a decode are in flight.
+
+    Under async scheduling vLLM 0.19.1 drops each preempted request's next
+    token (``discard_latest_async_tokens``): the decoding request's token in
+    flight, and for the request whose step in flight was a partial prefill
+    chunk (no token) the first token it samples after resuming."""
+    h.add("dec", _prompt(51, 30, shared=32), max_tokens=10, arrival=0.0)
+    h.step(2)
+    h.add("chunk", _prompt(52, 150), max_tokens=5, arrival=1.0)
+    h.step()  # chunk's first 64-token slice (dec's decode beside it)
+    h.reset(True)
+    h.step(2)
+    h.reset(True)  # again, right after resuming
+    h.run()
+
+
 def priority(h: Harness) -> None:
     """--scheduling-policy priority: the heap order and the priority victim."""
     h.add("lo", _prompt(21, 130), max_tokens=60, arrival=0.0, priority=5)
@@ -525,6 +579,7 @@ SCENARIOS: dict[str, tuple[Any, str]] = {
     "aborts": (aborts, "fcfs"),
     "priority": (priority, "priority"),
     "duplicate": (duplicate, "fcfs"),
+    "reset-mid-prefill": (reset_mid_prefill, "fcfs"),
     **{
         f"pause-{mode}-{'clear' if clear else 'keepcache'}": (_pause(mode, clear), "fcfs")
         for mode in ("abort", "wait", "keep")

@@ -83,6 +83,11 @@ def build(argv: list[str]) -> dict[str, Any]:
     return {
         "stopped_at": None,
         "engine_args_async_scheduling": engine_args.async_scheduling,
+        "async_scheduling": bool(vllm_config.scheduler_config.async_scheduling),
+        "core_async_scheduling": getattr(
+            getattr(scheduler, "core", None), "async_scheduling", None
+        ),
+        "batch_queue_size": engine.batch_queue_size,
         "scheduler": type(scheduler).__name__,
         "policy": getattr(getattr(scheduler, "policy", None), "name", None),
     }
@@ -122,7 +127,7 @@ def main() -> None:
     results = {
         "command": command,
         "as_written": build(list(command)),
-        "without_no_async": build([a for a in command if a != "--no-async-scheduling"]),
+        "with_no_async": build([*command, "--no-async-scheduling"]),
         "with_lora": build([*command, "--enable-lora"]),
         "bad_policy": build(bad_policy),
     }

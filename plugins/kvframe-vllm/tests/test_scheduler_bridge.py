@@ -9,7 +9,10 @@ differential workload, 40 requests each:
   ``EngineCoreOutputs`` step by step (scheduled tokens, new / resumed /
   preempted / finished ids, block ids, prefix hits, new tokens, finish reasons);
 * under ``continuum`` (vLLM has none), the bridge must make the decisions of
-  kvframe's own scheduler with ``continuum``, step by step.
+  kvframe's own scheduler with ``continuum``, step by step;
+* each again with asynchronous scheduling (``<workload>-async``: vLLM's
+  ``AsyncScheduler`` / kvframe's async mode against the bridge in the
+  engine's batch-queue order).
 
 A second module run under the vLLM interpreter (``bridge_refusals.py``) checks
 what the bridge refuses and how a client's agent fields arrive. Everything
@@ -70,17 +73,20 @@ def comparison(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> d
         out_dir=tmp_path_factory.mktemp("bridge-differential"),
         blocks=True,
         bridge=True,
+        scheduling=("sync", "async"),
     )
     return {r.workload: r for r in results}
 
 
+@pytest.mark.parametrize("mode", ["", "-async"])
 @pytest.mark.parametrize("policy", [*POLICIES, *BRIDGE_POLICIES])
 @pytest.mark.parametrize("workload", list(WORKLOADS))
 def test_the_bridge_schedules_like_its_reference(
-    comparison: dict[str, Any], workload: str, policy: str
+    comparison: dict[str, Any], workload: str, policy: str, mode: str
 ) -> None:
-    """fcfs / priority: like vLLM's Scheduler; continuum: like kvframe's own scheduler."""
-    result = comparison[f"{workload}-{policy}"]
+    """fcfs / priority: like vLLM's Scheduler (AsyncScheduler with ``-async``);
+    continuum: like kvframe's own scheduler (in its async mode)."""
+    result = comparison[f"{workload}-{policy}{mode}"]
     assert result.vllm["steps"] > 0, "the reference driver produced no records"
     assert result.ok, compare.format_details(result)
 
@@ -120,8 +126,7 @@ def test_engine_features_kvframe_does_not_model_are_refused_at_start_up(
 ) -> None:
     assert refusals["lora"]["type"] == "UnsupportedByKvframe"
     assert "LoRA" in refusals["lora"]["message"]
-    assert "asynchronous scheduling" in refusals["async"]["message"]
-    assert "--no-async-scheduling" in refusals["async"]["message"]
+    assert refusals["async"] is None  # served: kvframe's core models AsyncScheduler
     assert "--decode-context-parallel-size 1" in refusals["dcp"]["message"]
     assert "--prefill-context-parallel-size 1" in refusals["pcp"]["message"]
     assert refusals["kv_events"] is None  # served: events go through vLLM's publisher

@@ -6,8 +6,9 @@ command as written and goes the way ``vllm serve`` goes: vLLM's argument
 parser, ``AsyncEngineArgs.create_engine_config`` (with the bridge's general
 plugin loaded), vLLM's ``EngineCore`` constructor building the scheduler --
 with async scheduling resolving as on a GPU. The model name becomes the local
-config-only model folder (no weights, no network here). Variants check that
-what the bridge refuses stops vLLM while it builds its config, before any
+config-only model folder (no weights, no network here); async scheduling is
+on, vLLM's default, and ``--no-async-scheduling`` added still builds. Variants
+check that what the bridge refuses stops vLLM while it builds its config, before any
 engine (and so before weights would load), naming the flag. Skips without the
 vLLM reference interpreter.
 """
@@ -63,15 +64,26 @@ def test_the_docs_command_builds_the_bridge_scheduler(checked: dict[str, Any]) -
     assert built["stopped_at"] is None, built
     assert built["scheduler"] == "KvframeScheduler"
     assert built["policy"] == "continuum"
-    assert built["engine_args_async_scheduling"] is False
+    # vLLM 0.19.1's default, resolved as on a GPU: the bridge schedules
+    # asynchronously and the engine steps with its batch queue.
+    assert "--no-async-scheduling" not in checked["command"]
+    assert built["engine_args_async_scheduling"] is None
+    assert built["async_scheduling"] is True
+    assert built["core_async_scheduling"] is True
+    assert built["batch_queue_size"] == 2
+
+
+def test_no_async_scheduling_keeps_working(checked: dict[str, Any]) -> None:
+    built = checked["with_no_async"]
+    assert built["stopped_at"] is None, built
+    assert built["scheduler"] == "KvframeScheduler"
+    assert built["async_scheduling"] is False
+    assert built["core_async_scheduling"] is False
+    assert built["batch_queue_size"] == 1
 
 
 def test_refusals_stop_vllm_while_it_builds_its_config(checked: dict[str, Any]) -> None:
     """Before the engine core (and its weights): each names the flag that fixes it."""
-    no_flag = checked["without_no_async"]
-    assert no_flag["stopped_at"] == "create_engine_config"
-    assert no_flag["type"] == "UnsupportedByKvframe"
-    assert "--no-async-scheduling" in no_flag["message"]
     lora = checked["with_lora"]
     assert lora["stopped_at"] == "create_engine_config"
     assert "--enable-lora" in lora["message"]
