@@ -142,7 +142,8 @@ def outcome(fn: Any) -> dict[str, str] | None:
 
 
 def main() -> None:
-    from vllm.config import KVEventsConfig, LoRAConfig
+    import kvframe_vllm
+    from vllm.config import KVEventsConfig, KVTransferConfig, LoRAConfig
 
     results = {
         "lora": outcome(lambda: build(lora_config=LoRAConfig())),
@@ -160,6 +161,16 @@ def main() -> None:
         ),
         "kv_events": outcome(
             lambda: build(kv_events_config=KVEventsConfig(enable_kv_cache_events=True))
+        ),
+        "async_tier": outcome(
+            lambda: build(
+                async_scheduling=True,
+                kv_transfer_config=KVTransferConfig(
+                    kv_connector="OffloadingConnector",
+                    kv_role="kv_both",
+                    kv_connector_extra_config=kvframe_vllm.extra_config(cpu_bytes_to_use=1 << 20),
+                ),
+            )
         ),
     }
     results["tier_lmcache"] = outcome(
