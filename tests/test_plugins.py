@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import types
 from collections import OrderedDict
 from collections.abc import Callable
@@ -797,3 +798,16 @@ def test_installed_plugin_problems_are_logged_once_per_process(
             assert PluginRegistry().entries()[0].status == "broken"
     assert [log["event"] for log in logs] == ["plugin_load_failed"]
     assert "has no attribute 'Missing'" in logs[0]["error"]
+
+
+def test_a_failed_entry_point_scan_fails_again_instead_of_finding_no_plugins(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """importlib_metadata missing (seen in a vLLM environment): each lookup names it."""
+    from kvframe.host.registry import PluginRegistry
+
+    monkeypatch.setitem(sys.modules, "importlib_metadata", None)  # import raises
+    registry = PluginRegistry()
+    for _ in range(2):
+        with pytest.raises(ImportError, match="importlib_metadata"):
+            registry.names("scheduling")

@@ -334,12 +334,16 @@ class PluginRegistry:
     def _ensure_scanned(self) -> None:
         if self._scanned:
             return
-        self._scanned = True
         entry_points = self._pending_entry_points
         if entry_points is None:
             import importlib_metadata  # the slow part of start-up; only when asked
 
             entry_points = list(importlib_metadata.entry_points(group=ENTRY_POINT_GROUP))
+        # Marked only now: had listing the entry points failed (importlib_metadata
+        # missing or broken), every later lookup must fail with that error again,
+        # not report "no plugins installed". Marked before loading them, so a plugin
+        # that asks the registry while it loads does not start a second scan.
+        self._scanned = True
         entry_points.sort(key=lambda ep: (_dist_name(ep) or "", ep.name))
         for ep in entry_points:
             self._load_entry_point(ep)
