@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Serve a model with vLLM 0.19.1 making its scheduling decisions with kvframe's
-# Continuum policy, and its CPU offload tier evicting with kvframe's ARC.
+# Serve a model with vLLM (0.19.1 or 0.33.0) making its scheduling decisions with
+# kvframe's Continuum policy (serve_with_tier.sh adds a CPU offload tier).
 # Needs a GPU and a vLLM environment with kvframe and the plugins installed
 # (docs/vllm.md, "Installing into a vLLM environment"). Async scheduling, vLLM's
 # default on a GPU, is on: the bridge makes vLLM's AsyncScheduler decisions

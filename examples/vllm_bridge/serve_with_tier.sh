@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Serve with vLLM's own scheduler and a CPU offload tier whose eviction policy
 # is a kvframe plugin (here the third-party S3-FIFO example) behind kvframe's
-# reuse filter. (The kvframe scheduler refuses KV connectors: the two halves of
-# the bridge are used one at a time.)
+# reuse filter (vLLM 0.19.1). Both halves of the bridge together, the kvframe
+# scheduler driving vLLM's OffloadingConnector, is docs/vllm.md's "A scheduling
+# policy and a CPU tier together" (add --scheduler-cls and --no-async-scheduling).
 #   examples/vllm_bridge/serve_with_tier.sh [MODEL]
 set -euo pipefail
 MODEL=${1:-Qwen/Qwen2.5-0.5B-Instruct}
