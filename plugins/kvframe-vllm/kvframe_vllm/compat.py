@@ -21,6 +21,23 @@ per-step code calls a plain function and never tests a version string:
   puts it in every ``EngineCoreOutput``; 0.33 keeps a ``PrefillStats`` on the
   request, set at first admission, and hands it out once, with the request's
   first output (vLLM PR #48860);
+* **scheduler stats**: 0.19.1's ``SchedulerStats`` has ``encoder_cache_usage``;
+  0.33 dropped it and lists requests per KV-fetch stage (all at 0: the bridge
+  fetches no KV; its deferred-waiting count keeps its default, 0);
+* **resetting a connector that is not there**
+  (``reset_prefix_cache(reset_connector=True)`` with no KV connector, which
+  0.33's pause and sleep always ask for): 0.19.1 warns and reports failure,
+  0.33 treats it as a no-op success;
+* **requests preempted by a reset** (``reset_prefix_cache`` with running
+  requests): 0.33 lists them in the next step's ``preempted_req_ids``
+  (its ``reset_preempted_req_ids``), 0.19.1 only the step's own preemptions;
+* **prefix-cache lookup counters** (``SchedulerStats.prefix_cache_stats``):
+  0.19.1 counts every lookup, 0.33 one per admission (first admission, or
+  re-admission after a preemption);
+* **tokens in flight when a reset preempts a running request** (async
+  scheduling): 0.19.1 drops the request's next sampled token, whatever its
+  step in flight was; 0.33 drops exactly its tokens in flight (none when that
+  step was a partial prefill chunk);
 * **finish_requests** returns ``(request id, client index)`` pairs in 0.19.1,
   the vLLM ``Request`` objects in 0.33.
 
@@ -48,7 +65,12 @@ __all__ = [
     "cached_tokens_output",
     "fidelity_target",
     "finish_result",
+    "lookups_counted_at_admission",
     "record_first_admission",
+    "reset_preemptions_reported",
+    "reset_without_connector_succeeds",
+    "stale_tokens_dropped",
+    "stats_fields",
     "uses_v2_model_runner",
 ]
 
@@ -128,6 +150,39 @@ def cached_tokens_output(request: Request, cached_tokens: Callable[[str], int]) 
     if stats is not None:
         stats.finalize(cached_tokens(request.request_id))
     return {"prefill_stats": stats}
+
+
+def lookups_counted_at_admission() -> bool:
+    """Whether the prefix-cache stats count a lookup per admission (0.33), not per call."""
+    return INTERFACE_033
+
+
+def reset_preemptions_reported() -> bool:
+    """Whether the next step's ``preempted_req_ids`` lists a reset's preemptions (0.33)."""
+    return INTERFACE_033
+
+
+def reset_without_connector_succeeds() -> bool:
+    """Whether ``reset_connector`` with no KV connector leaves the reset's result as is
+    (0.33) rather than failing it (0.19.1)."""
+    return INTERFACE_033
+
+
+def stale_tokens_dropped(in_flight: int) -> int:
+    """How many next sampled tokens a request drops when a reset preempts it with
+    ``in_flight`` tokens in flight (async scheduling): 1 always (0.19.1), exactly
+    ``in_flight`` (0.33)."""
+    return in_flight if INTERFACE_033 else 1
+
+
+def stats_fields() -> dict[str, Any]:
+    """The ``SchedulerStats`` keywords only one release has: 0.19.1's encoder usage,
+    0.33's per-stage KV-fetch counts (every stage listed, at 0: nothing is fetched)."""
+    if INTERFACE_033:
+        from vllm.v1.metrics.stats import KV_FETCH_STAGES
+
+        return {"num_kv_fetch_reqs_by_stage": dict.fromkeys(KV_FETCH_STAGES, 0)}
+    return {"encoder_cache_usage": 0.0}
 
 
 def finish_result(requests: Sequence[Request]) -> list[Any]:

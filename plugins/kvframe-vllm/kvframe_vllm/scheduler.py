@@ -61,7 +61,6 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import structlog
-from vllm import envs
 from vllm.distributed.kv_events import EventPublisherFactory, KVEventBatch
 from vllm.v1.core.sched.interface import PauseState, SchedulerInterface
 from vllm.v1.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
@@ -86,7 +85,7 @@ from kvframe_vllm.refusals import (
     refuse_kv_cache_layout,
     request_refusal,
 )
-from kvframe_vllm.stats import RequestEvents, scheduler_stats
+from kvframe_vllm.stats import AdmissionLookups, RequestEvents, scheduler_stats
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -243,9 +242,11 @@ class KvframeScheduler(SchedulerInterface):
             else None
         )
         self.events = RequestEvents(log_stats)
-        # vLLM 0.19.1's Model Runner V2 takes resumed requests as new ones, with
-        # their whole token list (``prefill_token_ids``).
-        self.use_v2_model_runner = bool(envs.VLLM_USE_V2_MODEL_RUNNER)
+        self.admissions = (
+            AdmissionLookups(self.core) if compat.lookups_counted_at_admission() else None
+        )
+        """vLLM 0.33's prefix-cache counters (one lookup per admission); 0.19.1's are
+        kvframe's ``KVCacheManager`` counters."""
         self.perf_metrics: Any = None
         if log_stats and vllm_config.observability_config.enable_mfu_metrics:
             from vllm.v1.metrics.perf import ModelMetrics
@@ -254,8 +255,11 @@ class KvframeScheduler(SchedulerInterface):
         self._pending: dict[int, Any] = {}
         """id(vLLM SchedulerOutput) -> kvframe's output of the same step."""
         self._prev_step_scheduled: set[str] = set()
-        self._drop_next_token: set[str] = set()
-        """Async: requests whose next sampled token is dropped (vLLM 0.19.1's reset)."""
+        self._drop_next_token: dict[str, int] = {}
+        """Async: requests whose next sampled tokens a reset drops, and how many."""
+        self._reset_preempted: set[str] = set()
+        """Requests a reset preempted since the last step: vLLM 0.33 lists them in the
+        next step's ``preempted_req_ids`` (0.19.1 lists only the step's own)."""
         self._pause_state = PauseState.UNPAUSED
 
     # -- requests in -------------------------------------------------------------
@@ -356,7 +360,7 @@ class KvframeScheduler(SchedulerInterface):
             scheduled_encoder_inputs={},
             # Cascade attention is an optimisation hint; 0 turns it off.
             num_common_prefix_blocks=[0],
-            preempted_req_ids=set(out.preempted_req_ids),
+            preempted_req_ids={*self._reset_preempted, *out.preempted_req_ids},
             finished_req_ids=set(out.finished_req_ids),
             free_encoder_mm_hashes=[],
         )
@@ -376,6 +380,9 @@ class KvframeScheduler(SchedulerInterface):
             admitted=[*admitted, *resumed],
         )
         self._prev_step_scheduled = set(out.num_scheduled_tokens)
+        self._reset_preempted = set()
+        if self.admissions is not None:
+            self.admissions.step(self.core, len(out.first_admissions), len(out.recomputed_tokens))
         self._pending[id(vllm_out)] = out
         return vllm_out
 
@@ -484,10 +491,13 @@ class KvframeScheduler(SchedulerInterface):
             if rid in index and sampled_lists and sampled_lists[index[rid]]
         }
         if self._drop_next_token:
-            dropped = self._drop_next_token.intersection(sampled)
-            self._drop_next_token -= dropped
-            for rid in dropped:
+            drop = self._drop_next_token
+            for rid in drop.keys() & sampled.keys():
                 del sampled[rid]
+                if drop[rid] > 1:
+                    drop[rid] -= 1
+                else:
+                    del drop[rid]
         # vLLM's requests first: appending hashes their filled blocks, which
         # kvframe's requests then take (VllmBlockHashes).
         for rid, new_token_ids in sampled.items():
@@ -522,7 +532,7 @@ class KvframeScheduler(SchedulerInterface):
                 request.stop_reason = None if stop_reason == eos else stop_reason
                 finish_reason = request.get_finished_reason()
                 del self.requests[rid]
-                self._drop_next_token.discard(rid)
+                self._drop_next_token.pop(rid, None)
                 if self.kv_events is not None:
                     self.kv_events.released(done)
                 if self.finished_req_ids_dict is not None:
@@ -611,7 +621,7 @@ class KvframeScheduler(SchedulerInterface):
             request = self.requests.pop(kv_request.request_id, None)
             if request is None:
                 continue
-            self._drop_next_token.discard(request.request_id)
+            self._drop_next_token.pop(request.request_id, None)
             if self.kv_events is not None:
                 self.kv_events.released(kv_request)
             request.status = finished_status
@@ -692,6 +702,8 @@ class KvframeScheduler(SchedulerInterface):
             preempted = self.core.preempt_all_running()
             self._sync_requests()
             self.events.preempted(self.requests[r.request_id] for r in preempted)
+            if compat.reset_preemptions_reported():
+                self._reset_preempted.update(r.request_id for r in preempted)
             # Resumed in the same step they were preempted: send them whole.
             self._prev_step_scheduled.clear()
         reset = self.core.reset_prefix_cache()
@@ -701,24 +713,33 @@ class KvframeScheduler(SchedulerInterface):
                 "preempted (a retained request holds blocks?)"
             )
         if reset_connector:
-            # vLLM with no connector warns and reports failure.
+            # With no connector vLLM 0.19.1 warns and reports failure; 0.33 treats
+            # it as a no-op success (its pause and sleep always ask for it).
+            if compat.reset_without_connector_succeeds() and self.connector is None:
+                return reset
             log.warning("kvframe_vllm.reset_connector_without_connector")
             return False
         return reset
 
     def _discard_in_flight_tokens(self) -> None:
-        """Asynchronous scheduling: each running request about to be preempted by a
-        reset drops the next token it samples, as vLLM 0.19.1 does
-        (``discard_latest_async_tokens``: the token in flight was computed from
-        the KV the reset frees).
+        """Asynchronous scheduling: the running requests about to be preempted by a
+        reset drop tokens they sample next, as vLLM does (the tokens in flight
+        were computed from the KV the reset frees).
 
-        The bridge drops it from the runner's output before vLLM's request or
-        kvframe's core sees it, rather than through the core's
-        ``discard_in_flight``: vLLM 0.19.1 flags every running request, so one
-        whose step in flight was a partial prefill chunk (no token) drops the
-        next token it samples after resuming, where the core would drop nothing.
+        vLLM 0.19.1 (``discard_latest_async_tokens``) flags every running request
+        and drops its next sampled token: one whose step in flight was a partial
+        prefill chunk (no token) drops the first token it samples after
+        resuming. vLLM 0.33 (``drop_stale_output``) drops exactly the tokens in
+        flight (``num_stale_output_tokens``, its output placeholders): a request
+        with none in flight drops nothing. The bridge drops them from the
+        runner's output before vLLM's request or kvframe's core sees them (vLLM's
+        request takes the tokens first), rather than through the core's
+        ``discard_in_flight``, which would leave vLLM's request with the token.
         """
-        self._drop_next_token.update(r.request_id for r in self.core.running)
+        for request in self.core.running:
+            count = compat.stale_tokens_dropped(request.num_output_placeholders)
+            if count:
+                self._drop_next_token[request.request_id] = count
 
     def reset_encoder_cache(self) -> None:
         return None  # no encoder inputs (multimodal models are refused)
@@ -732,7 +753,12 @@ class KvframeScheduler(SchedulerInterface):
     ) -> SchedulerStats | None:
         if not self.log_stats:
             return None
-        return scheduler_stats(self.core, cudagraph_stats=cudagraph_stats, perf_stats=perf_stats)
+        return scheduler_stats(
+            self.core,
+            admissions=self.admissions,
+            cudagraph_stats=cudagraph_stats,
+            perf_stats=perf_stats,
+        )
 
     def shutdown(self) -> None:
         self.kv_event_publisher.shutdown()

@@ -1,8 +1,8 @@
-"""vLLM 0.19.1's real ``EngineCore`` with a fake executor, under either scheduler.
+"""vLLM's real ``EngineCore`` (0.19.1 or 0.33.0) with a fake executor, under either scheduler.
 
 Run under the vLLM interpreter (``test_engine_core.py`` does)::
 
-    python engine_core_harness.py vllm|bridge OUT.json [--v2] [--async-scheduling]
+    python engine_core_harness.py vllm|bridge OUT.json [--v2|--v1] [--async-scheduling]
 
 and it writes one JSON object to ``OUT.json``: for every scenario, the record
 of every engine call -- each step's ``SchedulerOutput`` as the executor
@@ -58,6 +58,10 @@ NUM_BLOCKS = 20
 """Small enough that the long scenarios preempt."""
 BUDGET = 64
 """Tokens per step: long prompts are chunked."""
+MAX_MODEL_LEN = (NUM_BLOCKS - 1) * BLOCK_SIZE
+"""What the pool holds (vLLM 0.33 checks one such request fits in the
+``num_gpu_blocks_override`` pool less its null block); the longest scenario
+request (150 + 60 tokens) stays below it, so no request is cut by it."""
 
 
 def token(request_id: str, position: int) -> int:
@@ -99,10 +103,21 @@ def make_executor_class() -> type:
             return None
 
         def collective_rpc(self, method: Any, *args: Any, **kwargs: Any) -> Any:
+            # vLLM 0.33's start-up calls a few worker RPCs 0.19.1 did not: the KV
+            # layouts the attention backends support (one worker: one list), the
+            # resolved layout, and the device sync a completed pause waits on.
+            # Nothing else is expected.
+            if method == "get_supported_kv_cache_layouts":
+                return [["LBNHC"]]
+            if method in ("set_kv_cache_layout", "synchronize_device"):
+                return [None]
             raise NotImplementedError(f"fake executor: collective_rpc({method!r})")
 
         def check_health(self) -> None:
             return None
+
+        def compile_or_warm_up_model(self) -> None:
+            return None  # no model (vLLM 0.33 calls it at start-up)
 
         def reset_mm_cache(self) -> None:
             return None
@@ -198,7 +213,7 @@ class Harness:
         scheduler_config = SchedulerConfig(
             max_num_seqs=6,
             max_num_batched_tokens=BUDGET,
-            max_model_len=1024,
+            max_model_len=MAX_MODEL_LEN,
             is_encoder_decoder=False,
             enable_chunked_prefill=True,
             policy=policy,
@@ -209,7 +224,7 @@ class Harness:
             scheduler_config=scheduler_config,
             model_config=ModelConfig(
                 model=str(MODEL_DIR),
-                max_model_len=1024,
+                max_model_len=MAX_MODEL_LEN,
                 skip_tokenizer_init=True,
                 dtype="float16",
                 seed=0,
@@ -415,7 +430,7 @@ def _outputs(outputs: dict[int, Any] | None) -> dict[str, Any]:
                     None if o.finish_reason is None else int(o.finish_reason),
                     o.stop_reason,
                     [int(e.type) for e in o.events or ()],
-                    o.num_cached_tokens,
+                    _prefix_hits(o),
                 ]
                 for o in eco.outputs
             ],
@@ -427,13 +442,31 @@ def _outputs(outputs: dict[int, Any] | None) -> dict[str, Any]:
     return result
 
 
+def _prefix_hits(output: Any) -> Any:
+    """A request's prefix hits as its output carries them: vLLM 0.19.1's
+    ``num_cached_tokens`` on every output, 0.33's ``PrefillStats`` (every field)
+    on the first one only."""
+    if not hasattr(output, "prefill_stats"):
+        return output.num_cached_tokens
+    p = output.prefill_stats
+    if p is None:
+        return None
+    return [
+        p.num_prompt_tokens,
+        p.num_computed_tokens,
+        p.num_cached_tokens,
+        p.num_local_cached_tokens,
+        p.num_external_cached_tokens,
+        p.num_cache_creation_tokens,
+    ]
+
+
 def _stats(stats: Any) -> dict[str, Any]:
     p = stats.prefix_cache_stats
-    return {
+    record = {
         "running": stats.num_running_reqs,
         "waiting": stats.num_waiting_reqs,
         "kv_usage": round(stats.kv_cache_usage, 9),
-        "encoder_usage": stats.encoder_cache_usage,
         "prefix": [
             p.reset,
             p.requests,
@@ -449,6 +482,31 @@ def _stats(stats: Any) -> dict[str, Any]:
         "step_counter": stats.step_counter,
         "wave": stats.current_wave,
     }
+    if hasattr(stats, "encoder_cache_usage"):  # vLLM 0.19.1
+        record["encoder_usage"] = stats.encoder_cache_usage
+    if hasattr(stats, "num_skipped_waiting_reqs"):  # vLLM 0.33.0's added fields
+        record["skipped_waiting"] = stats.num_skipped_waiting_reqs
+        record["kv_fetch_by_stage"] = dict(sorted(stats.num_kv_fetch_reqs_by_stage.items()))
+        record["prefix_hits_by_source"] = {str(k): v for k, v in p.hits_by_source.items()}
+        record["lora"] = [
+            dict(sorted(stats.waiting_lora_adapters.items())),
+            dict(sorted(stats.running_lora_adapters.items())),
+        ]
+        record["kv_connector"] = stats.kv_connector_stats
+        record["ec_connector"] = stats.ec_connector_stats
+        details = stats.iteration_details  # elapsed_ms is a timing: not compared
+        record["iteration"] = (
+            None
+            if details is None
+            else [
+                details.iteration_index,
+                details.num_ctx_requests,
+                details.num_ctx_tokens,
+                details.num_generation_requests,
+                details.num_generation_tokens,
+            ]
+        )
+    return record
 
 
 def _prompt(seed: int, length: int, shared: int = 0) -> list[int]:
@@ -592,8 +650,11 @@ def main(argv: list[str]) -> None:
     scheduler = argv[0]
     if "--v2" in argv:
         # Model Runner V2 (resumed requests sent as new ones with their tokens);
-        # read by vLLM's scheduler and the bridge when they are built.
+        # read by vLLM's scheduler and the bridge when they are built. vLLM
+        # 0.19.1's default is V1, 0.33.0's V2 (``--v1`` for the V1 runner there).
         os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1"
+    if "--v1" in argv:
+        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
     async_scheduling = "--async-scheduling" in argv
     results: dict[str, Any] = {}
     for name, (scenario, policy) in SCENARIOS.items():

@@ -39,7 +39,7 @@ def docs_command() -> list[str]:
     for block in re.findall(r"```(?:bash|console)\n(.*?)```", DOCS.read_text(), re.S):
         command = block.replace("\\\n", " ")
         if "vllm serve" in command and "--scheduler-cls" in command:
-            return shlex.split(command)
+            return shlex.split(command, comments=True)  # the block opens with a comment
     raise SystemExit("docs/vllm.md has no `vllm serve ... --scheduler-cls` command")
 
 

@@ -1,4 +1,4 @@
-"""The bridge inside vLLM 0.19.1's real ``EngineCore``, against vLLM's own ``Scheduler``.
+"""The bridge inside vLLM's real ``EngineCore``, against vLLM's own ``Scheduler``.
 
 ``engine_core_harness.py`` runs the same scenarios -- aborts at every phase,
 pause in each mode with and without clearing the cache then resume, resets
@@ -11,7 +11,9 @@ equal: each ``SchedulerOutput`` the executor saw, each ``EngineCoreOutputs``
 finished sets, ``SchedulerStats`` with prefix-cache counters), the KV-cache
 events published in the step (``--kv-events-config``: vLLM's hashes, token
 ids, extra keys), and what the pause / reset / abort / count calls returned.
-Skips without the vLLM reference interpreter.
+Run on vLLM 0.19.1 (``$KVFRAME_VLLM_PYTHON``) and 0.33.0
+(``$KVFRAME_VLLM033_PYTHON``), each with async scheduling off and on; each
+release's tests skip without its reference interpreter.
 """
 
 from __future__ import annotations
@@ -54,10 +56,10 @@ def _run(python: Path, scheduler: str, out: Path, *flags: str) -> dict[str, Any]
     return json.loads(out.read_text())
 
 
-def _python() -> Path:
-    python = compare.find_vllm_python()
+def _python(version: str = "0.19.1") -> Path:
+    python = compare.find_vllm_python(version=version)
     if python is None:
-        pytest.skip("no vLLM reference interpreter (see docs/vllm.md)")
+        pytest.skip(f"no vLLM {version} reference interpreter (see docs/vllm.md)")
     probe = subprocess.run(
         [str(python), "-c", "import vllm.v1.engine.core, kvframe_vllm"],
         capture_output=True,
@@ -98,6 +100,23 @@ def runs_async(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any]
     )
 
 
+@pytest.fixture(scope="module")
+def runs_033(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Any, Any]]:
+    """vLLM 0.33.0 (``$KVFRAME_VLLM033_PYTHON``): its ``Scheduler`` / ``AsyncScheduler``
+    against the bridge, per mode: ``sync`` and ``async`` with 0.33's default Model
+    Runner V2, ``sync-v1`` with the V1 runner (``VLLM_USE_V2_MODEL_RUNNER=0``)."""
+    python = _python("0.33.0")
+    out = tmp_path_factory.mktemp("engine-core-033")
+    modes = {"sync": (), "async": ("--async-scheduling",), "sync-v1": ("--v1",)}
+    return {
+        mode: (
+            _run(python, "vllm", out / f"vllm-{mode}.json", *flags),
+            _run(python, "bridge", out / f"bridge-{mode}.json", *flags),
+        )
+        for mode, flags in modes.items()
+    }
+
+
 SAME = [
     "aborts",
     "priority",
@@ -133,6 +152,57 @@ def test_the_engine_records_are_async_schedulers(runs_async: Any, scenario: str)
     ours, theirs = bridge[scenario]["log"], vllm[scenario]["log"]
     for index, (mine, ref) in enumerate(zip(ours, theirs, strict=True)):
         assert mine == ref, f"{scenario} (async): record {index} differs"
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", "sync-v1"])
+@pytest.mark.parametrize("scenario", SAME)
+def test_the_engine_records_are_vllm_033s(runs_033: Any, mode: str, scenario: str) -> None:
+    """vLLM 0.33.0: records per admission prefix stats, ``PrefillStats`` on first
+    outputs, reset preemptions in the next step's ``preempted_req_ids`` and, under
+    async scheduling, a reset drops exactly the tokens in flight."""
+    vllm, bridge = runs_033[mode]
+    expected = "AsyncScheduler" if mode == "async" else "Scheduler"
+    assert vllm[scenario]["scheduler"] == expected
+    assert bridge[scenario]["scheduler"] == "KvframeScheduler"
+    ours, theirs = bridge[scenario]["log"], vllm[scenario]["log"]
+    for index, (mine, ref) in enumerate(zip(ours, theirs, strict=True)):
+        assert mine == ref, f"{scenario} (0.33.0, {mode}): record {index} differs"
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", "sync-v1"])
+def test_refused_and_duplicate_requests_under_vllm_033(runs_033: Any, mode: str) -> None:
+    chosen = copy.deepcopy(runs_033[mode])
+    test_a_refused_request_finishes_with_an_error_and_the_engine_serves_on(chosen)
+    test_a_duplicate_id_kills_vllms_engine_not_the_bridges(chosen)
+
+
+def test_vllm_033_scenarios_reach_what_they_claim(runs_033: Any) -> None:
+    """Under 0.33.0 too: preemptions, every event kind, prefix hits, the runners'
+    difference (V2 resends resumed requests as new ones), and a reset under async
+    scheduling dropping the in-flight decode token but not the chunk's first one."""
+    test_the_scenarios_reach_what_they_claim(runs_033["sync"])
+    for mode in ("sync", "sync-v1"):
+        steps = _steps(runs_033[mode][0]["priority"]["log"])
+        resumed_cached = sum(1 for s in steps for row in s[1]["cached"] if row[3])
+        assert (resumed_cached == 0) == (mode == "sync"), mode
+    sync_chunk = _tokens(runs_033["sync"][0]["reset-mid-prefill"]["log"], "chunk")
+    async_chunk = _tokens(runs_033["async"][0]["reset-mid-prefill"]["log"], "chunk")
+    assert len(sync_chunk) == len(async_chunk) == 5
+    assert async_chunk == sync_chunk  # position 0 kept: the chunk had no token in flight
+    sync_dec = _tokens(runs_033["sync"][0]["reset-mid-prefill"]["log"], "dec")
+    async_dec = _tokens(runs_033["async"][0]["reset-mid-prefill"]["log"], "dec")
+    assert async_dec != sync_dec and len(async_dec) == len(sync_dec) == 10
+
+
+def _tokens(log: list[Any], rid: str) -> list[int]:
+    return [
+        t
+        for s in _steps(log)
+        for c in s[2].values()
+        for o in c["outputs"]
+        if o[0] == rid
+        for t in o[1]
+    ]
 
 
 def test_async_scheduling_runs_a_step_ahead(runs: Any, runs_async: Any) -> None:
