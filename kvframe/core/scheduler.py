@@ -174,9 +174,6 @@ class Scheduler:
         # counted (an async load is admitted twice: when the load starts and
         # when it is promoted). Cleared when the request enters RUNNING.
         self._lookup_recorded: set[str] = set()
-        # Asynchronous scheduling: requests whose output in flight is to be dropped
-        # when it arrives (discard_in_flight).
-        self._discard_in_flight: set[str] = set()
         self._now = 0.0
         # The read-only tier view policies see (SchedulerContext.offload): only
         # kvframe's OffloadingConnector offers one; other connectors give None.
@@ -845,8 +842,6 @@ class Scheduler:
         # case inline; a call there costs ~35 ns each (~0.15 s of the trace's ~17 s,
         # benchmarks/whole_trace.py). Everything off that case is a method.
         sampled = model_output.sampled_token_ids
-        if self._discard_in_flight:
-            sampled = self._without_discarded(scheduler_output, sampled)
         spec_tokens = scheduler_output.scheduled_spec_decode_tokens
         requests = self.requests
         max_model_len = self.max_model_len
@@ -926,33 +921,6 @@ class Scheduler:
         if running:
             self._resolve_placeholders(request, len(generated))
         return stopped
-
-    def discard_in_flight(self, request: Request) -> None:
-        """Asynchronous scheduling: drop the tokens of ``request``'s step in flight when
-        they arrive, instead of appending them.
-
-        For a host that preempts running requests outside a step, such as vLLM's
-        ``reset_prefix_cache(reset_running_requests=True)`` (pause and sleep):
-        there vLLM 0.19.1 sets ``discard_latest_async_tokens`` and 0.33.0 preempts
-        with ``drop_stale_output=True``, so the token computed from the freed KV
-        never reaches the request. Call it *before* preempting the request: only
-        a request with a token in flight (an output placeholder) is marked, and
-        the mark is used up by the next output that includes the request (0.33.0
-        drops exactly the stale share; 0.19.1 drops the next output that carries
-        a token, the same one since a step with a placeholder samples). No-op
-        under synchronous scheduling, where nothing is in flight between steps.
-        """
-        if self.async_scheduling and request.num_output_placeholders:
-            self._discard_in_flight.add(request.request_id)
-
-    def _without_discarded(
-        self, scheduler_output: SchedulerOutput, sampled: Mapping[str, list[int]]
-    ) -> dict[str, list[int]]:
-        """The sampled tokens less those of requests marked by :meth:`discard_in_flight`
-        whose step this output is (the marks are used up)."""
-        dropped = self._discard_in_flight.intersection(scheduler_output.num_scheduled_tokens)
-        self._discard_in_flight -= dropped
-        return {rid: tokens for rid, tokens in sampled.items() if rid not in dropped}
 
     def _resolve_placeholders(self, request: Request, num_tokens: int) -> None:
         """Asynchronous scheduling: ``num_tokens`` in-flight tokens of a running request
@@ -1054,7 +1022,6 @@ class Scheduler:
         del self.requests[request_id]
         self._computed_before_preemption.pop(request_id, None)
         self._lookup_recorded.discard(request_id)
-        self._discard_in_flight.discard(request_id)
         if self._inflight is not None:
             self._inflight.discard(request_id)
         if self.connector is not None and self.connector.request_finished(

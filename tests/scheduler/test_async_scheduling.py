@@ -251,36 +251,3 @@ def test_sync_mode_is_unchanged_by_the_switch_machinery() -> None:
         step(scheduler)
         assert request.num_output_placeholders == 0
     assert request.num_output_tokens == 3
-
-
-def test_a_discarded_in_flight_token_never_reaches_the_request() -> None:
-    """vLLM's reset with running requests under async scheduling: the request is
-    preempted outside a step and its token in flight is dropped when it arrives."""
-    scheduler = make_scheduler(async_scheduling=True)
-    request = add(scheduler, "a", 6, max_tokens=5)
-    first = lagged(scheduler)  # the prompt; token 1 in flight
-    scheduler.update_from_output(*first)  # token 1 arrives (applied before step 2 here)
-    in_flight = lagged(scheduler)  # token 2 in flight
-    assert request.num_output_placeholders == 1
-    scheduler.discard_in_flight(request)
-    scheduler.running.remove(request)
-    scheduler._preempt(request)  # what a host's preempt-all does
-    scheduler.update_from_output(*in_flight)
-    assert request.output_token_ids == [SAMPLED_TOKEN]  # token 2 dropped
-    assert not scheduler._discard_in_flight
-    # Re-admitted, it recomputes and samples again; nothing more is dropped.
-    outputs = run_lagged(scheduler)
-    assert outputs
-    assert request.num_output_tokens == 5 and request.is_finished()
-
-
-def test_only_a_request_with_a_token_in_flight_is_marked() -> None:
-    scheduler = make_scheduler(async_scheduling=True)
-    request = add(scheduler, "a", 6, max_tokens=5)
-    scheduler.discard_in_flight(request)  # waiting, nothing in flight
-    assert not scheduler._discard_in_flight
-    sync = make_scheduler()
-    other = add(sync, "b", 6, max_tokens=5)
-    step(sync)
-    sync.discard_in_flight(other)  # synchronous: nothing is ever in flight
-    assert not sync._discard_in_flight

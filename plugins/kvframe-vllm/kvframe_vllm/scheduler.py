@@ -732,9 +732,9 @@ class KvframeScheduler(SchedulerInterface):
         resuming. vLLM 0.33 (``drop_stale_output``) drops exactly the tokens in
         flight (``num_stale_output_tokens``, its output placeholders): a request
         with none in flight drops nothing. The bridge drops them from the
-        runner's output before vLLM's request or kvframe's core sees them (vLLM's
-        request takes the tokens first), rather than through the core's
-        ``discard_in_flight``, which would leave vLLM's request with the token.
+        runner's output before vLLM's request or kvframe's core sees them: vLLM's
+        request takes the tokens first, so dropping them in the core alone would
+        leave vLLM's request with the token.
         """
         for request in self.core.running:
             count = compat.stale_tokens_dropped(request.num_output_placeholders)
