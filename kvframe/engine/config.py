@@ -195,12 +195,6 @@ class EngineConfig:
             raise ValueError(
                 "eviction and reuse_filter configure an offload tier, but offload is not set"
             )
-        if self.offload is not None and self.vllm != DEFAULT_VLLM:
-            raise ValueError(
-                f"vllm={self.vllm}: the offload tier follows vLLM {DEFAULT_VLLM}'s "
-                "OffloadingConnector only (vLLM 0.33.0 changed what it stores and when it "
-                "touches; docs/fidelity.md); run the tier with vllm 0.19.1"
-            )
         if self.async_scheduling and self.offload is not None:
             raise ValueError(
                 "async_scheduling with an offload tier is not modelled (its connector's "

@@ -22,10 +22,12 @@ workload x eviction policy x ``block_size_factor`` x ``store_threshold`` x
 completion rule, under fcfs unless ``--policy`` says otherwise, with vLLM's
 OffloadingConnector on one side and kvframe's on the other, the worker played
 by ``stepping.ScriptedWorker`` for both. Against vLLM 0.33.0 (``--tier
---vllm-version 0.33.0 --vllm-only``) only vLLM's side runs, its worker played
-by ``stepping.JobWorker`` (0.33.0's connector numbers its transfers as jobs);
-kvframe's tier does not model 0.33.0's connector yet (docs/fidelity.md, "The
-tier under vLLM 0.33.0").
+--vllm-version 0.33.0``) the connectors are 0.33.0's, whose transfers are
+numbered jobs: vLLM's own on one side, kvframe's ``JobOffloadingConnector``
+over its ``RequestScopedOffloadManager`` on the other, the worker played by
+``stepping.JobWorker`` for both (docs/fidelity.md, "The tier under vLLM
+0.33.0"). The bridge's tier follows 0.19.1 only (``--bridge --tier
+--vllm-version 0.33.0`` needs ``--vllm-only``).
 
 Generates the workloads (``workloads.py``), runs ``vllm_driver.py`` under the
 vLLM reference virtualenv and ``kvframe_driver.py`` under this interpreter —
@@ -697,10 +699,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.switches and (args.tier or args.bridge or args.names):
         parser.error("--switches runs its own workloads: no --tier, --bridge or --workload")
-    if args.tier and args.vllm_version != "0.19.1" and not args.vllm_only:
+    if args.tier and args.bridge and args.vllm_version != "0.19.1" and not args.vllm_only:
         parser.error(
-            "kvframe's tier follows vLLM 0.19.1 only: --tier with --vllm-version "
-            f"{args.vllm_version} runs vLLM's side alone (--vllm-only)"
+            "the bridge's tier follows vLLM 0.19.1 only: --bridge --tier with "
+            f"--vllm-version {args.vllm_version} runs vLLM's side alone (--vllm-only)"
         )
     vllm_python = find_vllm_python(args.vllm_python, args.vllm_version)
     if vllm_python is None:

@@ -49,8 +49,11 @@ With a tier under 0.33.0, the connector is 0.33's job-numbered one: the tier
 view carries the step's load and store jobs and ``jobs_to_flush``, the
 worker (``stepping.JobWorker``) reports landed jobs in
 ``OffloadingWorkerMetadata.completed_jobs``, the tier is sized with each
-chunk padded to a page (as 0.33.0's ``CPUOffloadingSpec`` pads it), and a
-request's external hit is read off its load job.
+chunk padded to a page (as 0.33.0's ``CPUOffloadingSpec`` pads it), a
+request's external hit is read off its load job, and the scheduler's
+``finished_req_ids`` is handed to the connector as a set that iterates in
+sorted order (the connector numbers finished requests' last store jobs in
+that order; kvframe walks them sorted).
 """
 
 from __future__ import annotations
@@ -439,6 +442,11 @@ class VllmAdapter:
         return self.scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
 
     def schedule(self) -> stepping.StepView:
+        if self._namer is not None and self.v033:
+            # 0.33.0's connector walks finished_req_ids (a set, in hash-seed order)
+            # to offer their last stores, numbering jobs in that order; kvframe
+            # walks them sorted, so hand vLLM a set that iterates sorted.
+            self.scheduler.finished_req_ids = _SortedSet(self.scheduler.finished_req_ids)
         out = self.scheduler.schedule()
         if self.bridge:
             self._step += 1
