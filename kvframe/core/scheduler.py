@@ -74,6 +74,12 @@ class PolicyContractError(RuntimeError):
     """A scheduling policy returned something the contract does not allow."""
 
 
+def _holds_kv(request: Request) -> bool:
+    """Whether a waiting request holds KV blocks: a load in flight or landed, or
+    computed tokens kept (vLLM 0.33.0's ``Scheduler._holds_kv_blocks``)."""
+    return request.num_computed_tokens > 0 or request.status == _WAITING_FOR_REMOTE_KVS
+
+
 @attrs.define(slots=True)
 class SchedulerStats:
     """Counters the scheduler keeps across steps (names follow vLLM's metrics).
@@ -142,6 +148,8 @@ class Scheduler:
         self._threshold_needs_company = config.fidelity.threshold_needs_company
         self._self_preemption_continues = config.fidelity.self_preemption_continues
         self._victim_cursor_by_position = config.fidelity.victim_cursor_by_position
+        # T-Q: set-aside requests holding no blocks rejoin waiting (0.33's kv_holding_waiting).
+        self._kv_holding_queue = config.fidelity.kv_holding_queue
         # vLLM's AsyncScheduler (kvframe.engine.batch_queue drives it), read once.
         self.async_scheduling = config.async_scheduling
         # T16: the in-flight prefills an async load must leave room for (None: 0.19.1).
@@ -528,6 +536,9 @@ class Scheduler:
         # never peeks the same blocked request twice; they rejoin skipped-waiting
         # (ahead of older skipped requests) after the loop.
         step_skipped: RequestQueue | None = None  # created when first needed
+        # Switch T-Q (vLLM 0.33.0): those of them holding no blocks go back to the
+        # front of ``waiting`` instead; ``skipped_waiting`` keeps the ones holding KV.
+        step_waiting: RequestQueue | None = None
         # The tier's answer for a request retried after a reclaim freed blocks:
         # vLLM asks the connector once per request per step, and asking again
         # would touch the tier and count the reuse filter's sightings twice.
@@ -549,7 +560,10 @@ class Scheduler:
                 # Its load is still in flight, or the policy refused it (asked again
                 # next step): set aside for this step.
                 queue.pop_request()
-                step_skipped = self._set_aside(request, step_skipped)
+                if self._kv_holding_queue and not _holds_kv(request):
+                    step_waiting = self._set_aside(request, step_waiting)
+                else:
+                    step_skipped = self._set_aside(request, step_skipped)
                 continue
 
             found = self._lookup_prefix(request, retry)
@@ -557,7 +571,10 @@ class Scheduler:
                 # The tier cannot answer yet: ask again next step without
                 # blocking the requests behind this one.
                 queue.pop_request()
-                step_skipped = self._set_aside(request, step_skipped)
+                if self._kv_holding_queue and not _holds_kv(request):
+                    step_waiting = self._set_aside(request, step_waiting)
+                else:
+                    step_skipped = self._set_aside(request, step_skipped)
                 continue
             _, num_local_tokens, num_external_tokens, load_kv_async = found
             num_computed_tokens = (
@@ -583,6 +600,8 @@ class Scheduler:
 
         if step_skipped is not None and step_skipped:
             self.skipped_waiting.prepend_requests(step_skipped)
+        if step_waiting is not None and step_waiting:
+            self.waiting.prepend_requests(step_waiting)
 
     def _admission_allowed(self, request: Request) -> bool:
         """The policy's :meth:`~kvframe.SchedulingPolicy.may_admit`, held to ``True``/``False``."""
@@ -1181,6 +1200,9 @@ class Scheduler:
         self.waiting.prepend_request(request)
 
     def _select_queue(self) -> RequestQueue:
+        if self._kv_holding_queue:
+            # vLLM 0.33.0 drains the requests holding KV first, under every policy.
+            return self.skipped_waiting if self.skipped_waiting else self.waiting
         queue = self.policy.select_queue(self.waiting, self.skipped_waiting)
         if (queue is not self.waiting and queue is not self.skipped_waiting) or not queue:
             raise PolicyContractError(

@@ -69,8 +69,19 @@ class Fidelity:
     sequence (``Scheduler._inflight_prefill_reserved_blocks`` in vLLM 0.33.0;
     upstream pull request not identified). Without a connector that loads
     asynchronously it changes nothing. The ``T`` rows of docs/fidelity.md are
-    the offload tier's; the 0.33.0 target still refuses a tier, so this switch
-    is shown on its own (``tests/scheduler/test_inflight_reservation.py``)."""
+    the offload tier's; kvframe's own 0.33.0 tier is not modelled, so this switch
+    is shown on its own (``tests/scheduler/test_inflight_reservation.py``) and
+    through the vLLM bridge with vLLM 0.33.0's connector."""
+    kv_holding_queue: bool = False
+    """T-Q. A waiting request set aside in an admission pass that holds no KV
+    blocks (a connector lookup answering "ask again", a policy's ``may_admit``
+    refusal) goes back to the front of the waiting queue; only requests holding
+    blocks (an asynchronous load in flight or landed) wait in the skipped-waiting
+    queue, which is drained first under every policy (vLLM 0.33.0's
+    ``kv_holding_waiting`` and ``Scheduler._holds_kv_blocks``; 0.19.1's
+    ``skipped_waiting`` held both kinds, and under ``priority`` its head competed
+    with the waiting queue's; upstream pull request not identified). Without a
+    connector or a refusing policy nothing is set aside, so it changes nothing."""
 
 
 _TARGETS: dict[str, Fidelity] = {
@@ -83,6 +94,7 @@ _TARGETS: dict[str, Fidelity] = {
         victim_cursor_by_position=True,
         empty_step_keeps_queue=True,
         reserve_for_inflight_prefills=True,
+        kv_holding_queue=True,
     ),
 }
 

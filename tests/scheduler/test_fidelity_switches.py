@@ -57,9 +57,11 @@ def first_difference(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> int:
 
 
 TIER_SWITCHES = {
-    # The tier's switches, shown with a scripted connector: the 0.33.0 target
-    # still refuses an offload tier, so no harness workload runs them yet.
+    # The tier's switches, shown with a scripted connector: kvframe's own 0.33.0
+    # tier is not modelled, so only the bridge's harness runs (vLLM's connector)
+    # reach them (compare.py --bridge --tier --vllm-version 0.33.0).
     "reserve_for_inflight_prefills": "tests/scheduler/test_inflight_reservation.py",
+    "kv_holding_queue": "tests/scheduler/test_kv_holding_queue.py",
 }
 
 
