@@ -55,6 +55,7 @@ VARIANTS = {
 }
 POLICIES = ("fcfs", "priority")
 
+# slow: 28 runs of two vLLM 0.33.0 drivers, ~2.5 min on two loaded cores (2026-11-26).
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 
