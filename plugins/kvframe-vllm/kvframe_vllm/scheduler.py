@@ -719,9 +719,13 @@ class KvframeScheduler(SchedulerInterface):
                 "preempted (a retained request holds blocks?)"
             )
         if reset_connector:
+            if self.connector is not None:
+                # vLLM's reset_connector_cache: the connector's own reset (the tier's
+                # cache), asked whatever the local reset gave; only False fails it.
+                return self.connector.reset_cache() is not False and reset
             # With no connector vLLM 0.19.1 warns and reports failure; 0.33 treats
             # it as a no-op success (its pause and sleep always ask for it).
-            if compat.reset_without_connector_succeeds() and self.connector is None:
+            if compat.reset_without_connector_succeeds():
                 return reset
             log.warning("kvframe_vllm.reset_connector_without_connector")
             return False

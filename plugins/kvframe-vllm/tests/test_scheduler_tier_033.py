@@ -168,3 +168,11 @@ def test_what_033_does_not_match_is_refused_naming_the_fix(refusals: dict[str, A
     assert "sync_load_budget_bytes" in refusals["sync_loads"]["message"]
     assert "'ExampleConnector'" in refusals["other_connector"]["message"]
     assert "--no-async-scheduling" in refusals["async"]["message"]
+
+
+def test_a_cache_reset_resets_the_tier_as_vllm_does(refusals: dict[str, Any]) -> None:
+    """vLLM 0.33's pause and sleep clear the cache with ``reset_connector=True``: the
+    connector's ``reset_cache`` runs and the reset succeeds (the bridge used to report
+    failure whenever a connector was configured, without resetting it)."""
+    assert refusals["reset"] == {"result": True, "calls": ["reset_cache"], "without": True}
+    assert refusals["reset"] == refusals["reset_vllm"]  # vLLM 0.33.0's own Scheduler

@@ -22,8 +22,14 @@ sys.path.insert(0, str(HARNESS))
 BLOCK = 16
 
 
-def build(extra: dict[str, Any], connector: str = "OffloadingConnector", **changes: Any) -> Any:
-    """The bridge with a CPU tier of 32 chunks and ``extra`` in the connector's extra config."""
+def build(
+    extra: dict[str, Any],
+    connector: str = "OffloadingConnector",
+    scheduler_cls: Any = None,
+    **changes: Any,
+) -> Any:
+    """The bridge (or ``scheduler_cls``, vLLM's own) with a CPU tier of 32 chunks and
+    ``extra`` in the connector's extra config."""
     import torch
     from kvframe_vllm.scheduler import KvframeScheduler
     from vllm.config import (
@@ -74,6 +80,17 @@ def build(extra: dict[str, Any], connector: str = "OffloadingConnector", **chang
         ],
         kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)],
     )
+    if scheduler_cls is not None:
+        from vllm.v1.structured_output import StructuredOutputManager
+
+        vllm_config.cache_config.num_gpu_blocks = 64  # what the engine sets after profiling
+        return scheduler_cls(
+            vllm_config=vllm_config,
+            kv_cache_config=kv_cache_config,
+            structured_output_manager=StructuredOutputManager(vllm_config),
+            block_size=BLOCK,
+            hash_block_size=BLOCK,
+        )
     return KvframeScheduler(
         vllm_config, kv_cache_config, None, block_size=BLOCK, hash_block_size=BLOCK
     )
@@ -98,8 +115,28 @@ def built(extra: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def reset_with_tier(scheduler_cls: Any = None) -> dict[str, Any]:
+    """``reset_prefix_cache(reset_connector=True)`` with the tier: vLLM resets the
+    connector's cache (``reset_cache``) and reports the two results together."""
+    scheduler = build({"eviction_policy": "lru"}, scheduler_cls=scheduler_cls)
+    calls: list[str] = []
+    reset_cache = scheduler.connector.reset_cache
+
+    def counting() -> Any:
+        calls.append("reset_cache")
+        return reset_cache()
+
+    scheduler.connector.reset_cache = counting
+    return {
+        "result": scheduler.reset_prefix_cache(reset_connector=True),
+        "calls": calls,
+        "without": scheduler.reset_prefix_cache(),
+    }
+
+
 def main() -> None:
     import kvframe_vllm
+    from vllm.v1.core.sched.scheduler import Scheduler
 
     kvframe_spec = kvframe_vllm.extra_config(cpu_bytes_to_use=1 << 20)
     kvframe_spec.pop("cpu_bytes_to_use")
@@ -113,6 +150,8 @@ def main() -> None:
         "sync_loads": outcome(lambda: build({"sync_load_budget_bytes": 1 << 20})),
         "other_connector": outcome(lambda: build({}, connector="ExampleConnector")),
         "async": outcome(lambda: build({}, async_scheduling=True)),
+        "reset": reset_with_tier(),
+        "reset_vllm": reset_with_tier(Scheduler),
     }
     print(json.dumps(results))
 
