@@ -80,7 +80,8 @@ class Fidelity:
     queue, which is drained first under every policy (vLLM 0.33.0's
     ``kv_holding_waiting`` and ``Scheduler._holds_kv_blocks``; 0.19.1's
     ``skipped_waiting`` held both kinds, and under ``priority`` its head competed
-    with the waiting queue's; upstream pull request not identified). Without a
+    with the waiting queue's; upstream pull request not identified). A policy's
+    ``select_queue`` is therefore not asked under this switch. Without a
     connector or a refusing policy nothing is set aside, so it changes nothing."""
 
 
