@@ -729,10 +729,11 @@ class KvframeScheduler(SchedulerInterface):
             # Resumed in the same step they were preempted: send them whole.
             self._prev_step_scheduled.clear()
         reset = self.core.reset_prefix_cache()
-        if reset_running_requests and not reset and not self.core.sessions:
+        if reset_running_requests and not reset:
             raise RuntimeError(
                 "kvframe could not reset the prefix cache with every running request "
-                "preempted (a retained request holds blocks?)"
+                "preempted: a streaming-input session waiting for input, or a retained "
+                "request, holds blocks (vLLM raises here too)"
             )
         if reset_connector:
             # With no connector vLLM 0.19.1 warns and reports failure; 0.33 treats

@@ -671,6 +671,7 @@ def streaming(h: Harness) -> None:
     h.log.append(["counts", h.counts()])
     h.run()  # until only sessions waiting for input are left
     h.log.append(["idle", h.counts()])
+    h.reset(True)  # the waiting sessions' blocks stay held: vLLM raises RuntimeError
     h.add("o3", _prompt(66, 30, shared=32), max_tokens=5, arrival=5.0)
     chunk("s", 67, 24, 4, 6.0)  # s waits for input: resumes in its place
     h.abort("t")  # t waits for input: aborted
