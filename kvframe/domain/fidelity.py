@@ -111,7 +111,8 @@ class Fidelity:
     the new chunk's ``max_tokens``; a session waiting for input holds a
     sequence slot (``max_num_seqs``); a session resumed from its queued chunk
     when it stops rejoins the queue of requests holding blocks (kvframe's
-    skipped-waiting queue), not the waiting queue. 0.19.1 keeps the output
+    skipped-waiting queue, 0.33.0's block-holding queue under T20), not the
+    waiting queue. 0.19.1 keeps the output
     tokens up to ``num_computed_tokens``, the first chunk's ``max_tokens``,
     the tokens in flight, and requeues such a session at the back of the
     waiting queue (``Scheduler._update_request_as_session`` in both)."""
