@@ -28,6 +28,7 @@ checked step by step by ``tools/differential``.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from operator import attrgetter
 from types import MappingProxyType
@@ -50,6 +51,7 @@ from kvframe.core.scheduler_output import (
     PrefixHit,
     SchedulerOutput,
 )
+from kvframe.core.sessions import InputChunk, Sessions
 from kvframe.core.step import StepPlan
 from kvframe.domain.queues import RequestQueue
 from kvframe.domain.request import Request, RequestStatus
@@ -67,6 +69,7 @@ _WAITING = RequestStatus.WAITING
 _PREEMPTED = RequestStatus.PREEMPTED
 _RUNNING = RequestStatus.RUNNING
 _WAITING_FOR_REMOTE_KVS = RequestStatus.WAITING_FOR_REMOTE_KVS
+_WAITING_FOR_INPUT = RequestStatus.WAITING_FOR_STREAMING_REQ
 _block_id = attrgetter("block_id")
 
 
@@ -166,6 +169,13 @@ class Scheduler:
         self.skipped_waiting: RequestQueue = policy.create_queue()
         self.running: list[Request] = []
         self.finished_req_ids: set[str] = set()
+        self.sessions = Sessions()
+        """Streaming-input sessions (:mod:`kvframe.core.sessions`)."""
+        self.session_stops: dict[str, RequestStatus] = {}
+        """The sessions that stopped in the last ``update_from_output`` and go on
+        (resumed with a queued chunk, or waiting for input), with the status their
+        stop had: a host reports it as the finish reason of that turn."""
+        self._sessions_from_frontier = config.fidelity.sessions_resume_from_frontier
         self.retained = RetentionTable()
         self.stats = SchedulerStats()
         # Finished requests whose blocks wait for an outbound store to land, and
@@ -209,11 +219,36 @@ class Scheduler:
         if request.block_hasher is None and self.block_hasher is not None:
             request.set_block_hasher(self.block_hasher)
         self.policy.on_arrival(request)
+        if request.resumable:
+            self.sessions.queues[request_id] = deque()
         if request.status == _WAITING_FOR_REMOTE_KVS:
             self.skipped_waiting.add_request(request)
         else:
             self.waiting.add_request(request)
         self.requests[request_id] = request
+
+    def add_input(self, request_id: str, chunk: InputChunk | None) -> None:
+        """The next input chunk of session ``request_id``; ``None`` closes the session.
+
+        vLLM's ``add_request`` for an id it already serves: a session waiting for
+        input resumes with the chunk at once, in its place in the queue (or, for
+        ``None``, is finished as aborted); a session still running queues the
+        chunk, taken when it next stops. Raises ``ValueError`` for an id that is
+        not a live streaming-input session (vLLM asserts: "duplicate request id").
+        """
+        request = self.requests.get(request_id)
+        queue = self.sessions.queues.get(request_id)
+        if request is None or queue is None:
+            raise ValueError(
+                f"request id {request_id!r}: input for a request that is not a live "
+                "streaming-input session (duplicate request id)"
+            )
+        if request.status != _WAITING_FOR_INPUT:
+            queue.append(chunk)
+        elif chunk is not None:
+            self._resume_session(request, chunk)
+        else:
+            self.finish_requests(request_id, RequestStatus.FINISHED_ABORTED)
 
     def finish_requests(
         self,
@@ -252,6 +287,8 @@ class Scheduler:
             if request.status == _RUNNING:
                 running_to_remove.add(request)
             else:
+                if request.status == _WAITING_FOR_INPUT:
+                    self.sessions.num_waiting_for_input -= 1
                 waiting_to_remove.append(request)
         if running_to_remove:
             self.running = [r for r in self.running if r not in running_to_remove]
@@ -267,6 +304,8 @@ class Scheduler:
                 and request.request_id not in self._finished_recving
             )
             self._finished_recving.discard(request.request_id)
+            if request.resumable:
+                self.sessions.forget(request.request_id)
             request.status = finished_status
             if finished_status == RequestStatus.FINISHED_ABORTED:
                 self.stats.num_aborted += 1
@@ -284,15 +323,16 @@ class Scheduler:
         return len(self.running), len(self.waiting) + len(self.skipped_waiting)
 
     def get_num_unfinished_requests(self) -> int:
-        return len(self.requests)
+        """Requests with work to do: sessions waiting for input are not counted."""
+        return len(self.requests) - self.sessions.num_waiting_for_input
 
     def has_unfinished_requests(self) -> bool:
-        return bool(self.requests)
+        return self.get_num_unfinished_requests() > 0
 
     def has_requests(self) -> bool:
         """Unfinished requests, or finished ones the next output must still report
         (vLLM's ``has_requests``: the batch queue schedules while this holds)."""
-        return bool(self.requests) or bool(self.finished_req_ids)
+        return self.get_num_unfinished_requests() > 0 or bool(self.finished_req_ids)
 
     # ------------------------------------------------------------------
     # One step
@@ -363,6 +403,7 @@ class Scheduler:
             or not self._decode_runs_allowed
             or self.connector is not None
             or self.retained
+            or self.sessions
             or self.skipped_waiting
             or len(running) > self.config.max_num_batched_tokens
         ):
@@ -540,19 +581,28 @@ class Scheduler:
         # vLLM asks the connector once per request per step, and asking again
         # would touch the tier and count the reuse filter's sightings twice.
         retry: tuple[Request, int, int, bool] | None = None
+        # Switch S: sessions waiting for input hold sequence slots (vLLM 0.33.0).
+        max_running = self.max_num_running_reqs - (
+            self.sessions.num_waiting_for_input if self._sessions_from_frontier else 0
+        )
 
         while (self.waiting or self.skipped_waiting) and step.token_budget > 0:
-            if len(self.running) == self.max_num_running_reqs:
+            if len(self.running) >= max_running:
                 break
             queue = self._select_queue()
             request = queue.peek_request()
 
             if (
-                request.status == _WAITING_FOR_REMOTE_KVS and not self._promote_loaded(request)
-            ) or (
-                self._may_admit is not None
-                and request.num_computed_tokens == 0
-                and not self._admission_allowed(request)
+                (request.status == _WAITING_FOR_REMOTE_KVS and not self._promote_loaded(request))
+                or (
+                    # A session waiting for its next input chunk.
+                    request.status == _WAITING_FOR_INPUT
+                )
+                or (
+                    self._may_admit is not None
+                    and request.num_computed_tokens == 0
+                    and not self._admission_allowed(request)
+                )
             ):
                 # Its load is still in flight, or the policy refused it (asked again
                 # next step): set aside for this step.
@@ -861,6 +911,11 @@ class Scheduler:
         # case inline; a call there costs ~35 ns each (~0.15 s of the trace's ~17 s,
         # benchmarks/whole_trace.py). Everything off that case is a method.
         sampled = model_output.sampled_token_ids
+        if self.sessions.stale_outputs:
+            sampled = dict(sampled)
+            self.sessions.drop_stale(sampled)
+        if self.session_stops:
+            self.session_stops = {}
         spec_tokens = scheduler_output.scheduled_spec_decode_tokens
         requests = self.requests
         max_model_len = self.max_model_len
@@ -914,7 +969,7 @@ class Scheduler:
                     stopped_waiting.add(request)
 
         if finished:
-            self._remove_finished(finished, stopped_running, stopped_waiting)
+            finished = self._remove_finished(finished, stopped_running, stopped_waiting)
         if model_output.kv_connector_output is not None:
             self._update_from_kv_transfers(model_output.kv_connector_output)
         if prefill_chunks is not None:
@@ -939,6 +994,12 @@ class Scheduler:
         stopped = self._append_and_check_stop(request, generated)
         if running:
             self._resolve_placeholders(request, len(generated))
+        elif request.num_output_placeholders:
+            # vLLM 0.19.1: a session that stopped with a token in flight keeps its
+            # placeholder until the token arrives (nothing is cached then).
+            request.num_output_placeholders = max(
+                0, request.num_output_placeholders - len(generated)
+            )
         return stopped
 
     def _resolve_placeholders(self, request: Request, num_tokens: int) -> None:
@@ -973,14 +1034,78 @@ class Scheduler:
         finished: list[Request],
         stopped_running: set[Request],
         stopped_waiting: set[Request],
-    ) -> None:
-        """Take the step's finished requests out of the queues, then free or retain them."""
+    ) -> list[Request]:
+        """Take the step's stopped requests out of the queues, then free or retain them;
+        a streaming-input session goes on instead (:meth:`_stop_session`). Returns
+        the requests that finished."""
         if stopped_running:
             self.running = [r for r in self.running if r not in stopped_running]
         if stopped_waiting:
             self.waiting.remove_requests(stopped_waiting)
-        for request in finished:
+        done = finished
+        if self.sessions:
+            done = [r for r in finished if not (r.resumable and self._stop_session(r))]
+        for request in done:
             self._on_finished(request, allow_retention=True)
+        return done
+
+    def _stop_session(self, request: Request) -> bool:
+        """A streaming-input session stopped: whether it goes on (``False``: the
+        closing chunk was queued, it finishes as any request).
+
+        It keeps its blocks and takes its next queued chunk at once, or waits for
+        input in the skipped-waiting queue (vLLM's ``_handle_stopped_request``).
+        """
+        request_id = request.request_id
+        queue = self.sessions.queues[request_id]
+        if self._sessions_from_frontier:
+            # Switch S: drop the work in flight; its outputs are discarded on arrival.
+            placeholders = request.num_output_placeholders
+            request.num_computed_tokens -= placeholders
+            if placeholders:
+                self.sessions.stale_outputs[request_id] = placeholders
+            request.num_output_placeholders = 0
+            request.spec_token_ids = []
+        if queue and queue[0] is None:
+            self.sessions.forget(request_id)
+            return False
+        self.session_stops[request_id] = request.status
+        if queue:
+            self._resume_session(request, queue.popleft())  # type: ignore[arg-type]
+            # Switch S: it holds blocks, so it joins the queue of those that do.
+            (self.skipped_waiting if self._sessions_from_frontier else self.waiting).add_request(
+                request
+            )
+        else:
+            request.status = _WAITING_FOR_INPUT
+            self.sessions.num_waiting_for_input += 1
+            self.skipped_waiting.add_request(request)
+        return True
+
+    def _resume_session(self, request: Request, chunk: InputChunk) -> None:
+        """Append ``chunk`` to a stopped session, which waits for admission again.
+
+        It keeps its blocks and ``num_computed_tokens``: admission gives it no
+        prefix lookup and sends it as a new request with its whole block table.
+        What it keeps of its outputs is vLLM's rule (switch S): every token but
+        the last sampled one (0.33.0), or those up to ``num_computed_tokens``
+        (0.19.1, the same in a synchronous step).
+        """
+        if self._sessions_from_frontier:
+            keep = request.num_tokens - 1
+            if keep < request.num_computed_tokens:
+                raise RuntimeError(
+                    f"session {request.request_id!r}: {request.num_computed_tokens} tokens "
+                    f"computed of the {keep} it keeps"
+                )
+            request.max_tokens = chunk.max_tokens
+        else:
+            keep = min(request.num_computed_tokens, request.num_tokens)
+        request.restart_with_prompt(keep, chunk.prompt_token_ids)
+        request.arrival_time = chunk.arrival_time
+        if request.status == _WAITING_FOR_INPUT:
+            self.sessions.num_waiting_for_input -= 1
+        request.status = _WAITING
 
     def _take_drafts(self, model_output: ModelRunnerOutput, prefill_chunks: set[str]) -> None:
         """The draft tokens proposed for next step; a partial prefill's are dropped, as vLLM

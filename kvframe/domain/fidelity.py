@@ -103,6 +103,19 @@ class Fidelity:
     of docs/fidelity.md's tier table; vLLM PRs #43797 and #51787 among them).
     Off: 0.19.1's connector, ledger and policies. Read when the engine or the
     differential harness builds a tier."""
+    sessions_resume_from_frontier: bool = False
+    """S. Streaming-input sessions (:mod:`kvframe.core.sessions`), vLLM 0.33.0's
+    rules: a session that stops drops the work in flight (its computed tokens
+    fall back to the known ones, the tokens in flight are discarded when they
+    arrive) and resumes with every output token but the last sampled one and
+    the new chunk's ``max_tokens``; a session waiting for input holds a
+    sequence slot (``max_num_seqs``); a session resumed from its queued chunk
+    when it stops rejoins the queue of requests holding blocks (kvframe's
+    skipped-waiting queue, 0.33.0's block-holding queue under T20), not the
+    waiting queue. 0.19.1 keeps the output
+    tokens up to ``num_computed_tokens``, the first chunk's ``max_tokens``,
+    the tokens in flight, and requeues such a session at the back of the
+    waiting queue (``Scheduler._update_request_as_session`` in both)."""
 
 
 _TARGETS: dict[str, Fidelity] = {
@@ -118,6 +131,7 @@ _TARGETS: dict[str, Fidelity] = {
         holding_queue_first=True,
         cached_tokens_at_admission=True,
         offload_jobs=True,
+        sessions_resume_from_frontier=True,
     ),
 }
 

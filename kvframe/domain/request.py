@@ -34,6 +34,10 @@ class RequestStatus(enum.IntEnum):
 
     WAITING = enum.auto()
     WAITING_FOR_REMOTE_KVS = enum.auto()
+    WAITING_FOR_STREAMING_REQ = enum.auto()
+    """A streaming-input session that stopped and waits for its next input chunk
+    (vLLM's name): it keeps its blocks, is skipped by admission, and is not
+    counted as unfinished work (see :mod:`kvframe.core.sessions`)."""
     RUNNING = enum.auto()
     PREEMPTED = enum.auto()
     # Everything below this line is finished.
@@ -137,6 +141,7 @@ class Request:
         "priority",
         "prompt_token_ids",
         "request_id",
+        "resumable",
         "skip_reading_prefix_cache",
         "spec_token_ids",
         "status",
@@ -162,8 +167,12 @@ class Request:
         is_last_turn: bool = True,
         tool_name: str | None = None,
         block_hasher: Callable[[Request], list[BlockHash]] | None = None,
+        resumable: bool = False,
     ) -> None:
         self.request_id = request_id
+        self.resumable = resumable
+        """A streaming-input session (vLLM's ``resumable``): when it stops it waits
+        for its next input chunk instead of finishing (:mod:`kvframe.core.sessions`)."""
         self.prompt_token_ids = prompt_token_ids
         self.num_prompt_tokens = len(prompt_token_ids)
         self.num_tokens = self.num_prompt_tokens
@@ -287,6 +296,38 @@ class Request:
             self.num_tokens = self.num_prompt_tokens + self.num_output_tokens
         if self.num_tokens >= self.next_hash_at:
             self._hash_new_blocks()
+
+    def restart_with_prompt(self, num_kept_tokens: int, new_token_ids: Sequence[int]) -> None:
+        """Make the first ``num_kept_tokens`` tokens plus ``new_token_ids`` the prompt,
+        with no outputs: a streaming-input session taking its next chunk.
+
+        The hashes of the blocks wholly inside the kept tokens stay (their tokens
+        did not change); later ones are dropped and hashed again, from the new
+        tokens, when ``block_hashes`` is next read. Counters the scheduler owns
+        (``num_computed_tokens`` and the rest) are the caller's to set.
+        """
+        if not 0 <= num_kept_tokens <= self.num_tokens:
+            raise ValueError(
+                f"request {self.request_id!r}: cannot keep {num_kept_tokens} of its "
+                f"{self.num_tokens} tokens"
+            )
+        prompt = list(self.all_token_ids[:num_kept_tokens])
+        prompt.extend(new_token_ids)
+        self.prompt_token_ids = prompt
+        self.num_prompt_tokens = self.num_tokens = len(prompt)
+        self.output_token_ids = []
+        self.num_output_tokens = 0
+        self.all_token_ids = list(prompt)
+        self.spec_token_ids = []
+        hasher = self.block_hasher
+        if hasher is not None:
+            block_size = getattr(hasher, "block_size", None)
+            if block_size:
+                del self._block_hashes[num_kept_tokens // block_size :]
+            else:
+                self._block_hashes.clear()
+            self._hashes_pending = True
+            self.next_hash_at = _NEVER
 
     @property
     def num_tokens_with_spec(self) -> int:

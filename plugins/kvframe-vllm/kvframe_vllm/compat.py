@@ -23,7 +23,12 @@ per-step code calls a plain function and never tests a version string:
   first output (vLLM PR #48860);
 * **scheduler stats**: 0.19.1's ``SchedulerStats`` has ``encoder_cache_usage``;
   0.33 dropped it and lists requests per KV-fetch stage (all at 0: the bridge
-  fetches no KV; its deferred-waiting count keeps its default, 0);
+  fetches no KV) and counts deferred (skipped) waiting requests apart: the
+  streaming-input sessions that waited for input since their last admission
+  (:mod:`kvframe_vllm.sessions`);
+* **streaming input**: kvframe's core follows the release's rules (fidelity
+  switch S); vLLM's request takes each chunk through vLLM's own
+  ``_update_request_as_session``, whichever release it is;
 * **resetting a connector that is not there**
   (``reset_prefix_cache(reset_connector=True)`` with no KV connector, which
   0.33's pause and sleep always ask for): 0.19.1 warns and reports failure,
@@ -181,13 +186,17 @@ def stale_tokens_dropped(in_flight: int) -> int:
     return in_flight if INTERFACE_033 else 1
 
 
-def stats_fields() -> dict[str, Any]:
+def stats_fields(deferred: int = 0) -> dict[str, Any]:
     """The ``SchedulerStats`` keywords only one release has: 0.19.1's encoder usage,
-    0.33's per-stage KV-fetch counts (every stage listed, at 0: nothing is fetched)."""
+    0.33's per-stage KV-fetch counts (every stage listed, at 0: nothing is fetched)
+    and its skipped-waiting count (``deferred``: sessions waiting for input)."""
     if INTERFACE_033:
         from vllm.v1.metrics.stats import KV_FETCH_STAGES
 
-        return {"num_kv_fetch_reqs_by_stage": dict.fromkeys(KV_FETCH_STAGES, 0)}
+        return {
+            "num_kv_fetch_reqs_by_stage": dict.fromkeys(KV_FETCH_STAGES, 0),
+            "num_skipped_waiting_reqs": deferred,
+        }
     return {"encoder_cache_usage": 0.0}
 
 

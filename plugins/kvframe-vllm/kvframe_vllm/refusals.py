@@ -212,8 +212,6 @@ def request_refusal(request: Request) -> str | None:
         refused.append("a LoRA adapter")
     if request.pooling_params is not None:
         refused.append("pooling")
-    if request.resumable:
-        refused.append("streaming input")
     if not refused:
         return None
     return (

@@ -42,8 +42,11 @@ KV connectors other than the OffloadingConnector, which the bridge drives
 through :mod:`kvframe_vllm.tier`, included):
 engine-wide ones stop vLLM at start-up naming the flag that turns each off;
 a request the bridge cannot serve (structured output, ``min_tokens``, a bad
-``kvframe_*`` key, streaming input, a duplicate id) is finished with
+``kvframe_*`` key, a duplicate id) is finished with
 ``FINISHED_ERROR`` and the reason -- the engine never dies of a request.
+Streaming-input requests (``resumable``) are kvframe's core's sessions
+(:mod:`kvframe.core.sessions`), vLLM's request objects kept in step by
+:mod:`kvframe_vllm.sessions`.
 Pause states, ``reset_prefix_cache`` with running requests, per-step
 ``SchedulerStats`` with prefix-cache counters and the per-request
 ``QUEUED``/``SCHEDULED``/``PREEMPTED`` events follow vLLM 0.19.1's
@@ -56,7 +59,7 @@ This module imports vLLM; outside kvframe_vllm nothing in kvframe does.
 from __future__ import annotations
 
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -76,7 +79,7 @@ from kvframe.core.scheduler_output import KVConnectorOutput as KvConnectorOutput
 from kvframe.core.scheduler_output import ModelRunnerOutput as KvModelRunnerOutput
 from kvframe.domain.request import Request as KvRequest
 from kvframe.domain.request import RequestStatus as KvStatus
-from kvframe_vllm import compat, tier
+from kvframe_vllm import compat, sessions, tier
 from kvframe_vllm.kv_events import KvEventLedger, VllmBlockHashes
 from kvframe_vllm.refusals import (
     RefusedRequests,
@@ -261,11 +264,17 @@ class KvframeScheduler(SchedulerInterface):
         """Requests a reset preempted since the last step: vLLM 0.33 lists them in the
         next step's ``preempted_req_ids`` (0.19.1 lists only the step's own)."""
         self._pause_state = PauseState.UNPAUSED
+        self.sessions = sessions.VllmSessions(self)
+        """Streaming-input sessions on vLLM's side (:mod:`kvframe_vllm.sessions`)."""
 
     # -- requests in -------------------------------------------------------------
 
     def add_request(self, request: Request) -> None:
-        """Queue a request, or finish it with an error if the bridge cannot serve it."""
+        """Queue a request, or finish it with an error if the bridge cannot serve it.
+
+        A request with the id of a live streaming-input session is its next input
+        chunk (the closing one when it is not ``resumable``), as in vLLM.
+        """
         reason = self._refusal(request)
         if reason is not None:
             if request.request_id in self.requests:
@@ -274,12 +283,11 @@ class KvframeScheduler(SchedulerInterface):
                 self.finish_requests(request.request_id, VllmStatus.FINISHED_ERROR)
             self.refused.refuse(request, reason)
             return
+        if request.request_id in self.requests:
+            self.sessions.add_input(request)
+            return
         params = request.sampling_params
         assert params is not None
-        # vLLM's check_stop: the EOS id (None when ignore_eos) and the stop ids.
-        stop = set(params.stop_token_ids or ())
-        if params.eos_token_id is not None:
-            stop.add(params.eos_token_id)
         # Prefix caching keys on vLLM's own block hashes of the request.
         hasher = (
             VllmBlockHashes(self.core.block_size, request, self.kv_events)
@@ -293,10 +301,13 @@ class KvframeScheduler(SchedulerInterface):
             arrival_time=request.arrival_time,
             priority=request.priority,
             cache_salt=request.cache_salt,
-            stop_token_ids=stop,
+            stop_token_ids=sessions.stop_token_ids(params),
             block_hasher=hasher,
+            resumable=request.resumable,
             **_agentic_fields(request.request_id, params.extra_args or {}),
         )
+        if request.resumable:
+            request.streaming_queue = deque()  # vLLM's updates, beside kvframe's chunks
         self.core.add_request(kv_request)
         self.requests[request.request_id] = request
         if self.tier is not None:
@@ -306,9 +317,11 @@ class KvframeScheduler(SchedulerInterface):
     def _refusal(self, request: Request) -> str | None:
         """Why ``request`` cannot be served, or ``None``."""
         rid = request.request_id
-        if rid in self.requests or rid in self.core.requests:
-            # vLLM 0.19.1 takes a second request with a live id as streaming input
-            # (and asserts, killing the engine, when the first was not streaming).
+        if (rid in self.requests or rid in self.core.requests) and not self.sessions.is_session(
+            rid
+        ):
+            # vLLM takes a second request with a live id as streaming input, and
+            # asserts (killing the engine) when the first was not streaming.
             return f"request id {rid!r} is already being served; both are finished"
         reason = request_refusal(request)
         if reason is not None:
@@ -338,6 +351,7 @@ class KvframeScheduler(SchedulerInterface):
         requests = self.requests
         v2 = self.use_v2_model_runner
         admitted = [requests[data.req_id] for data in out.scheduled_new_reqs]
+        self.sessions.scheduled(admitted)
         new_reqs: list[NewRequestData] = []
         for request, data in zip(admitted, out.scheduled_new_reqs, strict=True):
             request.num_computed_tokens = data.num_computed_tokens
@@ -492,6 +506,8 @@ class KvframeScheduler(SchedulerInterface):
             for rid in scheduler_output.num_scheduled_tokens
             if rid in index and sampled_lists and sampled_lists[index[rid]]
         }
+        # vLLM 0.33: a stopped session's outputs in flight are discarded.
+        self.core.sessions.drop_stale(sampled)
         if self._drop_next_token:
             drop = self._drop_next_token
             for rid in drop.keys() & sampled.keys():
@@ -516,6 +532,9 @@ class KvframeScheduler(SchedulerInterface):
                 ),
             )
         }
+        # Streaming-input sessions that stopped and go on: their turn's finish
+        # reason, and vLLM's request brought to the next chunk as vLLM does.
+        session_turns = self.sessions.stopped(self.core.session_stops)
         logprobs = model_runner_output.logprobs
         prompt_logprobs = model_runner_output.prompt_logprobs_dict or {}
         outputs: dict[int, list[EngineCoreOutput]] = defaultdict(list)
@@ -525,7 +544,7 @@ class KvframeScheduler(SchedulerInterface):
                 continue  # aborted while the step ran
             new_token_ids = sampled.get(rid, [])
             done = finished.get(rid)
-            finish_reason = None
+            finish_reason = session_turns.get(rid)
             if done is not None:
                 request.status = _TO_VLLM_STATUS[done.status]
                 # vLLM names the stop token, except for EOS (check_stop).
@@ -534,6 +553,7 @@ class KvframeScheduler(SchedulerInterface):
                 request.stop_reason = None if stop_reason == eos else stop_reason
                 finish_reason = request.get_finished_reason()
                 del self.requests[rid]
+                self.sessions.forget(rid)
                 self._drop_next_token.pop(rid, None)
                 if self.kv_events is not None:
                     self.kv_events.released(done)
@@ -624,6 +644,7 @@ class KvframeScheduler(SchedulerInterface):
             if request is None:
                 continue
             self._drop_next_token.pop(request.request_id, None)
+            self.sessions.forget(request.request_id)
             if self.kv_events is not None:
                 self.kv_events.released(kv_request)
             request.status = finished_status
@@ -659,12 +680,13 @@ class KvframeScheduler(SchedulerInterface):
         return self.connector
 
     def get_num_unfinished_requests(self) -> int:
-        # vLLM 0.19.1: paused, only what may still run counts as unfinished.
+        # Paused, only what may still run counts as unfinished; sessions waiting
+        # for input never do.
         if self._pause_state == PauseState.PAUSED_ALL:
             return 0
         if self._pause_state == PauseState.PAUSED_NEW:
             return len(self.core.running)
-        return len(self.requests)
+        return self.core.get_num_unfinished_requests()
 
     def has_finished_requests(self) -> bool:
         return bool(self.core.finished_req_ids) or self.refused.has_pending
@@ -716,7 +738,8 @@ class KvframeScheduler(SchedulerInterface):
         if reset_running_requests and not reset:
             raise RuntimeError(
                 "kvframe could not reset the prefix cache with every running request "
-                "preempted (a retained request holds blocks?)"
+                "preempted: a streaming-input session waiting for input, or a retained "
+                "request, holds blocks (vLLM raises here too)"
             )
         if reset_connector:
             if self.connector is not None:
@@ -766,6 +789,7 @@ class KvframeScheduler(SchedulerInterface):
         return scheduler_stats(
             self.core,
             admissions=self.admissions,
+            deferred=self.sessions.num_deferred,
             cudagraph_stats=cudagraph_stats,
             perf_stats=perf_stats,
         )

@@ -91,10 +91,14 @@ def scheduler_stats(
     admissions: AdmissionLookups | None = None,
     cudagraph_stats: Any = None,
     perf_stats: Any = None,
+    deferred: int = 0,
 ) -> SchedulerStats:
     """vLLM's ``SchedulerStats`` for this step; drains the prefix-cache counters.
 
     ``admissions``: count lookups at admission (vLLM 0.33), else per lookup (0.19.1).
+    ``deferred``: vLLM 0.33's skipped-waiting count (streaming-input sessions that
+    waited for input since their last admission), reported apart from the waiting
+    count; 0.19.1 has none.
     """
     kv = core.kv_cache_manager.make_prefix_cache_stats()
     counts = (
@@ -121,9 +125,9 @@ def scheduler_stats(
     running, waiting = core.get_request_counts()
     return SchedulerStats(
         num_running_reqs=running,
-        num_waiting_reqs=waiting,
+        num_waiting_reqs=waiting - deferred,
         kv_cache_usage=core.kv_cache_manager.usage,
-        **stats_fields(),
+        **stats_fields(deferred),
         prefix_cache_stats=prefix,
         cudagraph_stats=cudagraph_stats,
         perf_stats=perf_stats,

@@ -3,6 +3,7 @@
 Run under the vLLM interpreter (``test_engine_core.py`` does)::
 
     python engine_core_harness.py vllm|bridge OUT.json [--v2|--v1] [--async-scheduling]
+        [--only=SCENARIO ...]
 
 and it writes one JSON object to ``OUT.json``: for every scenario, the record
 of every engine call -- each step's ``SchedulerOutput`` as the executor
@@ -606,7 +607,6 @@ REFUSED = {
     "min": {"min_tokens": 2},
     "xarg": {"extra_args": {"kvframe_jobid": "j"}},
     "last": {"extra_args": {"kvframe_last_turn": "maybe"}},
-    "stream": {"resumable": True},
 }
 """Requests the bridge refuses (finished with FINISHED_ERROR); vLLM serves them."""
 
@@ -633,11 +633,66 @@ def duplicate(h: Harness) -> None:
     h.run()
 
 
+def streaming(h: Harness) -> None:
+    """Streaming input (``resumable``) beside other requests.
+
+    Session ``q`` stops at its first token with a chunk already queued and
+    resumes behind (0.19.1) or ahead of (0.33.0) a request waiting since.
+    Session ``s`` gets a chunk while it runs (queued, taken when it stops), stops with
+    nothing queued (waits for input, keeping its blocks, not counted as
+    unfinished), resumes in its place when the next chunk comes, and is closed by
+    the final chunk while it runs (finishes when it next stops). Session ``t``
+    waits for input and is aborted; session ``u`` waits and is closed by the
+    final chunk (finished as aborted).
+    """
+
+    def chunk(rid: str, seed: int, length: int, max_tokens: int, arrival: float) -> None:
+        h.add(rid, _prompt(seed, length), max_tokens, arrival=arrival, tag="chunk", resumable=True)
+
+    def close(rid: str) -> None:
+        h.add(rid, [0], 1, arrival=99.0, tag="close")  # vLLM's closing request
+
+    # q stops at its first sample with a chunk queued while w waits behind a long
+    # prefill: 0.19.1 requeues q behind w, 0.33.0 ahead of it.
+    h.add("q", _prompt(70, 20), max_tokens=1, arrival=0.0, resumable=True)
+    chunk("q", 71, 10, 2, 0.5)
+    h.add("big", _prompt(72, 150), max_tokens=2, arrival=0.6)
+    h.add("w", _prompt(73, 20), max_tokens=2, arrival=0.7)
+    h.step(4)
+    close("q")
+    h.run()
+    h.add("s", _prompt(61, 40, shared=32), max_tokens=4, arrival=0.0, resumable=True)
+    h.add("o1", _prompt(62, 90, shared=32), max_tokens=14, arrival=1.0)
+    h.add("t", _prompt(63, 20), max_tokens=2, arrival=2.0, resumable=True)
+    h.step(2)
+    chunk("s", 64, 20, 3, 3.0)  # while s runs: queued
+    h.add("o2", _prompt(65, 50, shared=32), max_tokens=8, arrival=4.0)
+    h.step(6)
+    h.log.append(["counts", h.counts()])
+    h.run()  # until only sessions waiting for input are left
+    h.log.append(["idle", h.counts()])
+    h.reset(True)  # the waiting sessions' blocks stay held: vLLM raises RuntimeError
+    h.add("o3", _prompt(66, 30, shared=32), max_tokens=5, arrival=5.0)
+    chunk("s", 67, 24, 4, 6.0)  # s waits for input: resumes in its place
+    h.abort("t")  # t waits for input: aborted
+    h.step(3)
+    close("s")  # s runs: the close is queued, s finishes when it stops
+    h.add("u", _prompt(68, 18), max_tokens=2, arrival=7.0, resumable=True)
+    h.run()
+    h.log.append(["idle", h.counts()])
+    close("u")  # u waits for input: finished at once
+    h.log.append(["closed", h.counts()])
+    h.run()
+    h.add("o4", _prompt(69, 20), max_tokens=3, arrival=8.0)
+    h.run()
+
+
 SCENARIOS: dict[str, tuple[Any, str]] = {
     "aborts": (aborts, "fcfs"),
     "priority": (priority, "priority"),
     "duplicate": (duplicate, "fcfs"),
     "reset-mid-prefill": (reset_mid_prefill, "fcfs"),
+    "streaming": (streaming, "fcfs"),
     **{
         f"pause-{mode}-{'clear' if clear else 'keepcache'}": (_pause(mode, clear), "fcfs")
         for mode in ("abort", "wait", "keep")
@@ -656,11 +711,17 @@ def main(argv: list[str]) -> None:
     if "--v1" in argv:
         os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
     async_scheduling = "--async-scheduling" in argv
+    only = {a.split("=", 1)[1] for a in argv if a.startswith("--only=")}
     results: dict[str, Any] = {}
     for name, (scenario, policy) in SCENARIOS.items():
+        if only and name not in only:
+            continue
         h = Harness(scheduler, policy=policy, async_scheduling=async_scheduling)
         scenario(h)
         results[name] = {"scheduler": h.name, "log": h.log}
+    if only:
+        Path(argv[1]).write_text(json.dumps(results))
+        return
     # The refused-request scenario: the bridge gets the refused requests, vLLM not
     # (it would serve them); the test compares everything but their error outputs.
     h = Harness(scheduler, async_scheduling=async_scheduling)

@@ -2,8 +2,10 @@
 
 ``engine_core_harness.py`` runs the same scenarios -- aborts at every phase,
 pause in each mode with and without clearing the cache then resume, resets
-with running requests, ``--scheduling-policy priority`` with preemptions, a
-refused request among served ones, a duplicate id -- through an ``EngineCore``
+with running requests, ``--scheduling-policy priority`` with preemptions,
+streaming-input sessions (chunks queued while running and sent while waiting,
+a session aborted while it waits for input, the closing chunk), a refused
+request among served ones, a duplicate id -- through an ``EngineCore``
 with a fake executor, once with ``--scheduler-cls`` unset (vLLM's
 ``Scheduler``) and once with the bridge. Every engine call's record must be
 equal: each ``SchedulerOutput`` the executor saw, each ``EngineCoreOutputs``
@@ -38,7 +40,7 @@ import compare  # noqa: E402  (the harness is a script folder, not a package)
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
-REFUSED_IDS = {"min", "xarg", "last", "stream"}
+REFUSED_IDS = {"min", "xarg", "last"}
 ERROR = 3
 """vLLM's ``FinishReason.ERROR``."""
 
@@ -121,6 +123,7 @@ SAME = [
     "aborts",
     "priority",
     "reset-mid-prefill",
+    "streaming",
     *(f"pause-{m}-{c}" for m in ("abort", "wait", "keep") for c in ("clear", "keepcache")),
 ]
 
@@ -192,6 +195,35 @@ def test_vllm_033_scenarios_reach_what_they_claim(runs_033: Any) -> None:
     sync_dec = _tokens(runs_033["sync"][0]["reset-mid-prefill"]["log"], "dec")
     async_dec = _tokens(runs_033["async"][0]["reset-mid-prefill"]["log"], "dec")
     assert async_dec != sync_dec and len(async_dec) == len(sync_dec) == 10
+
+
+def _new_order(log: list[Any], rid: str) -> list[list[str]]:
+    """The ids of each step's new requests, for the steps where ``rid`` is one."""
+    return [
+        [row[0] for row in s[1]["new"]]
+        for s in _steps(log)
+        if any(row[0] == rid for row in s[1]["new"])
+    ]
+
+
+def test_the_streaming_scenario_reaches_what_it_claims(runs: Any, runs_033: Any) -> None:
+    """Sessions wait for input (idle engine, sessions still queued), turns end with a
+    finish reason while the session goes on, each release requeues a session resumed
+    at its stop where it says (0.19.1 behind ``w``, 0.33.0 ahead) and 0.33.0 takes the
+    chunk's ``max_tokens`` and counts waiting sessions as skipped-waiting."""
+    old, new = runs[0]["streaming"]["log"], runs_033["sync"][0]["streaming"]["log"]
+    for log in (old, new):
+        assert ["idle", ["UNPAUSED", 0, False, [0, 2], False]] in log
+        s_outputs = [o for st in _steps(log) for c in st[2].values() for o in c["outputs"]]
+        s_turns = [o[2] for o in s_outputs if o[0] == "s" and o[2] is not None]
+        assert len(s_turns) == 3  # two turns end, then the closed session finishes
+        finished = {rid for st in _steps(log) for rid in st[1]["finished"]}
+        assert {"s", "t", "u", "q"} <= finished
+    assert _new_order(old, "q")[1] == ["w", "q"]
+    assert _new_order(new, "q")[1] == ["q", "w"]
+    assert len(_tokens(old, "q")) == 2 and len(_tokens(new, "q")) == 3
+    skipped = [c["stats"]["skipped_waiting"] for st in _steps(new) for c in st[2].values()]
+    assert max(skipped) == 2
 
 
 def _tokens(log: list[Any], rid: str) -> list[int]:
