@@ -85,13 +85,6 @@ def _config_checks(vllm_config: VllmConfig) -> list[tuple[bool, str]]:
         ),
         (connector_problem is not None, connector_problem or ""),
         (
-            connector_problem is None
-            and vllm_config.kv_transfer_config is not None
-            and bool(scheduler.async_scheduling),
-            "asynchronous scheduling together with a KV connector (pass "
-            "--no-async-scheduling: the async mode is not compared with a connector yet)",
-        ),
-        (
             getattr(scheduler, "prefill_schedule_interval", 1) > 1,
             "prefill throttling (--prefill-schedule-interval 1)",
         ),
