@@ -142,6 +142,11 @@ class Scheduler:
         self._threshold_needs_company = config.fidelity.threshold_needs_company
         self._self_preemption_continues = config.fidelity.self_preemption_continues
         self._victim_cursor_by_position = config.fidelity.victim_cursor_by_position
+        # T20 picks the queue itself only for a policy that keeps the default
+        # choice (vLLM's fcfs and priority); a policy choosing its own keeps it.
+        self._holding_queue_first = config.fidelity.holding_queue_first
+        self._holding_picks_queue = self._holding_queue_first and _default_select_queue(policy)
+        self._cached_tokens_at_admission = config.fidelity.cached_tokens_at_admission
         # vLLM's AsyncScheduler (kvframe.engine.batch_queue drives it), read once.
         self.async_scheduling = config.async_scheduling
         # T16: the in-flight prefills an async load must leave room for (None: 0.19.1).
@@ -528,6 +533,9 @@ class Scheduler:
         # never peeks the same blocked request twice; they rejoin skipped-waiting
         # (ahead of older skipped requests) after the loop.
         step_skipped: RequestQueue | None = None  # created when first needed
+        # Fidelity switch T20 (0.33.0): requests set aside holding no KV blocks go
+        # back to the front of the waiting queue instead, after the loop.
+        step_requeued: RequestQueue | None = None
         # The tier's answer for a request retried after a reclaim freed blocks:
         # vLLM asks the connector once per request per step, and asking again
         # would touch the tier and count the reuse filter's sightings twice.
@@ -549,7 +557,10 @@ class Scheduler:
                 # Its load is still in flight, or the policy refused it (asked again
                 # next step): set aside for this step.
                 queue.pop_request()
-                step_skipped = self._set_aside(request, step_skipped)
+                if self._holding_queue_first and not _holds_blocks(request):
+                    step_requeued = self._set_aside(request, step_requeued)
+                else:
+                    step_skipped = self._set_aside(request, step_skipped)
                 continue
 
             found = self._lookup_prefix(request, retry)
@@ -557,7 +568,10 @@ class Scheduler:
                 # The tier cannot answer yet: ask again next step without
                 # blocking the requests behind this one.
                 queue.pop_request()
-                step_skipped = self._set_aside(request, step_skipped)
+                if self._holding_queue_first and not _holds_blocks(request):
+                    step_requeued = self._set_aside(request, step_requeued)
+                else:
+                    step_skipped = self._set_aside(request, step_skipped)
                 continue
             _, num_local_tokens, num_external_tokens, load_kv_async = found
             num_computed_tokens = (
@@ -583,6 +597,8 @@ class Scheduler:
 
         if step_skipped is not None and step_skipped:
             self.skipped_waiting.prepend_requests(step_skipped)
+        if step_requeued is not None and step_requeued:
+            self.waiting.prepend_requests(step_requeued)
 
     def _admission_allowed(self, request: Request) -> bool:
         """The policy's :meth:`~kvframe.SchedulingPolicy.may_admit`, held to ``True``/``False``."""
@@ -736,6 +752,9 @@ class Scheduler:
             self._lookup_recorded.add(request_id)
             request.status = _WAITING_FOR_REMOTE_KVS
             request.num_computed_tokens = num_computed_tokens
+            if self._cached_tokens_at_admission and request.num_cached_tokens < 0:
+                # Fidelity switch T21 (0.33.0): the admitting lookup's hit.
+                request.num_cached_tokens = num_computed_tokens
             if inflight is not None:
                 inflight.add(request)
             return False
@@ -1181,6 +1200,9 @@ class Scheduler:
         self.waiting.prepend_request(request)
 
     def _select_queue(self) -> RequestQueue:
+        if self._holding_picks_queue:
+            # 0.33.0: requests holding KV blocks first, under fcfs and priority alike.
+            return self.skipped_waiting or self.waiting
         queue = self.policy.select_queue(self.waiting, self.skipped_waiting)
         if (queue is not self.waiting and queue is not self.skipped_waiting) or not queue:
             raise PolicyContractError(
@@ -1289,6 +1311,14 @@ def _allows_decode_runs(policy: SchedulingPolicy) -> bool:
     )
 
 
+def _default_select_queue(policy: SchedulingPolicy) -> bool:
+    """Whether the policy keeps :meth:`~kvframe.SchedulingPolicy.select_queue`'s default."""
+    from kvframe.contract.bases import SchedulingPolicy
+
+    own = getattr(type(policy), "select_queue", None)
+    return own is None or own is SchedulingPolicy.select_queue
+
+
 def _may_admit(policy: SchedulingPolicy) -> Callable[[Request], bool] | None:
     """The policy's bound :meth:`~kvframe.SchedulingPolicy.may_admit`, or ``None`` when
     its class keeps the default (admit everything), so the scheduler skips the call."""
@@ -1359,3 +1389,8 @@ class _SchedulerView:
         if request_id not in self._scheduler.retained:
             raise KeyError(f"request {request_id!r} is not retained")
         self._scheduler._release_retention(request_id)
+
+
+def _holds_blocks(request: Request) -> bool:
+    """Whether a waiting request holds KV blocks (vLLM 0.33.0's ``_holds_kv_blocks``)."""
+    return request.num_computed_tokens > 0 or request.status == _WAITING_FOR_REMOTE_KVS

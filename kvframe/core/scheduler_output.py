@@ -84,6 +84,10 @@ class KVConnectorOutput:
 
     finished_sending: set[str] = attrs.Factory(set)
     finished_recving: set[str] = attrs.Factory(set)
+    completed_jobs: list[int] = attrs.Factory(list)
+    """Transfer jobs that landed, by id: vLLM 0.33.0's connector completes a job's
+    chunks when it lands (``OffloadingWorkerMetadata.completed_jobs``); empty
+    under 0.19.1's, which learns per request from the two sets above."""
 
 
 @attrs.define(slots=True)

@@ -69,8 +69,40 @@ class Fidelity:
     sequence (``Scheduler._inflight_prefill_reserved_blocks`` in vLLM 0.33.0;
     upstream pull request not identified). Without a connector that loads
     asynchronously it changes nothing. The ``T`` rows of docs/fidelity.md are
-    the offload tier's; the 0.33.0 target still refuses a tier, so this switch
-    is shown on its own (``tests/scheduler/test_inflight_reservation.py``)."""
+    the offload tier's; this switch is also shown on its own, on a scripted
+    connector (``tests/scheduler/test_inflight_reservation.py``)."""
+    holding_queue_first: bool = False
+    """T20. Waiting requests that hold KV blocks (an asynchronous load in flight or
+    landed) wait in a queue of their own that is always looked at first (vLLM
+    0.33.0's ``kv_holding_waiting``, under ``fcfs`` and ``priority`` alike); a
+    request set aside for the step *without* blocks -- its connector lookup not
+    ready, or a policy's ``may_admit`` refusing it -- goes back to the front of
+    the waiting queue, behind any request preempted since. 0.19.1 kept both kinds
+    in one skipped-waiting queue, looked at first under ``fcfs`` and compared
+    head to head with the waiting queue under ``priority``. A policy with its
+    own ``select_queue`` keeps choosing between the two queues. Upstream pull
+    request not identified. Without a connector that defers or loads
+    asynchronously, and without ``may_admit``, no request is ever set aside."""
+    cached_tokens_at_admission: bool = False
+    """T21. A request whose prefix a connector loads asynchronously reports as its
+    cached tokens (``num_cached_tokens``, the first admission's prefix hit) what
+    its admitting lookup found, local plus external, its last token included when
+    the whole prompt was found (vLLM 0.33.0 sets ``Request.prefill_stats`` there;
+    the field left the Request with PR #48860). 0.19.1 set ``num_cached_tokens``
+    when the request first ran after its load, one token less after a full hit
+    (the last token is recomputed). Accounting only: nothing scheduled changes."""
+    offload_jobs: bool = False
+    """T1-T12. An offload tier runs vLLM 0.33.0's ``OffloadingConnector``
+    (:class:`kvframe.offload.job_connector.JobOffloadingConnector`) over 0.33.0's
+    ``CPUOffloadingManager`` (:class:`kvframe.offload.request_manager.RequestScopedOffloadManager`)
+    with the request-scoped forms of ``lru`` / ``arc``: transfers are numbered
+    jobs completed one by one, a finished request frees its blocks at once and
+    its last stores are fenced, only the prompt is offloaded, a lookup answers
+    per key (a chunk still being written defers the request) and restarts the
+    store cursor, recency is committed once per request at its finish (rows 1-12
+    of docs/fidelity.md's tier table; vLLM PRs #43797 and #51787 among them).
+    Off: 0.19.1's connector, ledger and policies. Read when the engine or the
+    differential harness builds a tier."""
 
 
 _TARGETS: dict[str, Fidelity] = {
@@ -83,6 +115,9 @@ _TARGETS: dict[str, Fidelity] = {
         victim_cursor_by_position=True,
         empty_step_keeps_queue=True,
         reserve_for_inflight_prefills=True,
+        holding_queue_first=True,
+        cached_tokens_at_admission=True,
+        offload_jobs=True,
     ),
 }
 

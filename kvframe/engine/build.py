@@ -16,6 +16,7 @@ import attrs
 from kvframe.config import ConfigError
 from kvframe.contract.offload import OffloadContext
 from kvframe.core.scheduler import Scheduler
+from kvframe.domain.fidelity import fidelity_for
 from kvframe.executors.sim import SimExecutor
 
 if TYPE_CHECKING:
@@ -194,10 +195,23 @@ def build_offload(
         num_gpu_blocks=config.resolved_num_gpu_blocks(),
         enable_events=enable_events,
     )
-    manager, factor = _offload_manager(config, registry, resolved.name, spec, context)
     cost_model = preset.cost_model
     if config.offload_bandwidth is not None:
         cost_model = attrs.evolve(cost_model, transfer_bytes_per_s=float(config.offload_bandwidth))
+    if fidelity_for(config.vllm).offload_jobs:
+        # vLLM 0.33.0's tier: its job-numbered connector, ledger and worker.
+        from kvframe.engine.job_tier import build_job_tier
+
+        handler = SimTransferHandler(cost_model, context.gpu_block_bytes, preset.shape.num_layers)
+        if real_bytes:
+            from kvframe.executors.torch.executor import RealBytesTransferHandler
+
+            handler = RealBytesTransferHandler(handler, spec.create_transfer_handler(context))
+        job_connector, job_worker = build_job_tier(
+            config, registry, resolved, spec, context, handler
+        )
+        return job_connector, job_worker, handler  # type: ignore[return-value]
+    manager, factor = _offload_manager(config, registry, resolved.name, spec, context)
     # A spec that is no OffloadSpec subclass (a registered hook factory) gets
     # vLLM's native connector.
     semantics_of = getattr(spec, "connector_semantics", None)

@@ -202,12 +202,6 @@ class EngineConfig:
                 "0.19.1's is): run the tier asynchronously with vllm 0.19.1, or with "
                 "async_scheduling off"
             )
-        if self.offload is not None and self.vllm != DEFAULT_VLLM:
-            raise ValueError(
-                f"vllm={self.vllm}: the offload tier follows vLLM {DEFAULT_VLLM}'s "
-                "OffloadingConnector only (vLLM 0.33.0 changed what it stores and when it "
-                "touches; docs/fidelity.md); run the tier with vllm 0.19.1"
-            )
         if self.async_scheduling and self.executor.split(":", 1)[0].strip() != "sim":
             raise ValueError(
                 f"async_scheduling runs with the sim executor only, not {self.executor!r}: "

@@ -451,7 +451,17 @@ class Engine:
             done = kv_output.kv_connector_output
             if hook is not None:
                 trace_kv_events(hook, kv, step, now, scheduler.connector)
-            if done is not None and (done.finished_recving or done.finished_sending):
+            if done is not None and (
+                done.finished_recving or done.finished_sending or done.completed_jobs
+            ):
+                return None
+            worker = self.executor.offload_worker
+            if getattr(worker, "has_deferred_stores", False) or not (
+                scheduler.requests or getattr(scheduler.connector, "busy", False) or worker.busy
+            ):
+                # vLLM 0.33.0's connector offers a finished request's last stores in
+                # a step that may schedule nothing: its worker submits them next step,
+                # or, with nothing to store, the run is over.
                 return None
             next_transfer = handler.next_completion()
         elif hook is not None:

@@ -2,9 +2,10 @@
 
 vLLM 0.33.0's connector numbers its transfers as jobs; the harness plays its
 worker with ``stepping.JobWorker`` and its driver speaks 0.33's connector
-(``tools/differential/vllm_driver.py``). kvframe's tier does not model 0.33.0's
-connector yet, so this checks vLLM's side alone: a 40-request ``tier-reuse``
-run completes with loads, stores and tier evictions, and undoing one upstream
+(``tools/differential/vllm_driver.py``). This checks vLLM's side alone (kvframe's
+model of it is compared step by step in ``test_tier_differential_vllm033.py``):
+a 40-request ``tier-reuse`` run completes with loads, stores and tier
+evictions, and undoing one upstream
 change in vLLM itself -- ``offload_prompt_only`` (PR #43797), on by default in
 0.33.0 -- changes the run (the outputs' blocks are offloaded too).
 

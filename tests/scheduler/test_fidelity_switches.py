@@ -57,9 +57,12 @@ def first_difference(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> int:
 
 
 TIER_SWITCHES = {
-    # The tier's switches, shown with a scripted connector: the 0.33.0 target
-    # still refuses an offload tier, so no harness workload runs them yet.
+    # The tier's switches: each shown where the tier workloads need them (and T16
+    # also on a scripted connector).
     "reserve_for_inflight_prefills": "tests/scheduler/test_inflight_reservation.py",
+    "offload_jobs": "tests/offload/test_tier_switches.py",
+    "holding_queue_first": "tests/offload/test_tier_switches.py",
+    "cached_tokens_at_admission": "tests/offload/test_tier_switches.py",
 }
 
 
@@ -168,12 +171,44 @@ def test_engine_setting_error_names_its_origin() -> None:
     assert "unknown vLLM fidelity target '1.0'" in str(err.value)
 
 
-def test_the_0_33_target_refuses_an_offload_tier() -> None:
-    """The tier's 0.33 changes are not modelled, so the pairing is refused, not half-run."""
-    with pytest.raises(ValueError) as err:
+def test_the_0_33_target_runs_vllm_033s_tier() -> None:
+    """Under 0.33 a tier is vLLM 0.33.0's connector and ledger (not 0.19.1's)."""
+    from kvframe.engine.engine import Engine
+    from kvframe.offload.job_connector import JobOffloadingConnector
+    from kvframe.offload.job_worker import JobOffloadWorker
+    from kvframe.offload.offloading_connector import OffloadingConnector
+
+    newer = Engine.from_config(
         EngineConfig(num_gpu_blocks=64, vllm="0.33", offload="cpu:capacity=1GiB")
-    assert str(err.value) == (
-        "vllm=0.33.0: the offload tier follows vLLM 0.19.1's OffloadingConnector only "
-        "(vLLM 0.33.0 changed what it stores and when it touches; docs/fidelity.md); "
-        "run the tier with vllm 0.19.1"
     )
+    assert isinstance(newer.scheduler.connector, JobOffloadingConnector)
+    assert isinstance(newer.executor.offload_worker, JobOffloadWorker)
+    older = Engine.from_config(EngineConfig(num_gpu_blocks=64, offload="cpu:capacity=1GiB"))
+    assert isinstance(older.scheduler.connector, OffloadingConnector)
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (
+            {"eviction": "lfu"},
+            "vllm=0.33.0: the offload tier's eviction policy 'lfu' has no vLLM 0.33.0 "
+            "(request-scoped) form; lru and arc have one",
+        ),
+        (
+            {"eviction": "arc:variant=paper"},
+            "vllm=0.33.0: eviction policy 'arc': vLLM 0.33.0's arc has no variant 'paper' "
+            "(only 'vllm')",
+        ),
+    ],
+)
+def test_the_0_33_tier_refuses_what_it_does_not_model(
+    settings: dict[str, Any], message: str
+) -> None:
+    from kvframe.config import ConfigError
+    from kvframe.engine.engine import Engine
+
+    config = EngineConfig(num_gpu_blocks=64, vllm="0.33", offload="cpu:capacity=1GiB", **settings)
+    with pytest.raises(ConfigError) as err:
+        Engine.from_config(config)
+    assert message in str(err.value)

@@ -10,9 +10,10 @@ the rule decides at step 0: a long prompt ``a`` is mid-prefill (chunks of 8
 tokens) and ``b``'s 20-token load (5 blocks) fits the free blocks but not what
 ``a`` leaves of them.
 
-The switch is shown with a scripted connector (kvframe's 0.33.0 target still
-refuses an offload tier: the rest of 0.33.0's connector is not modelled, so
-the harness cannot compare a tier run under 0.33.0 yet). The last test runs
+The switch is shown with a scripted connector (kvframe's own 0.33.0 tier is
+not modelled, so kvframe's driver cannot compare a tier run under 0.33.0 yet;
+the vLLM bridge does, with vLLM 0.33.0's own connector:
+``compare.py --bridge --tier --vllm-version 0.33.0``). The last test runs
 the same script in vLLM 0.33.0's own ``Scheduler``
 (``inflight_reservation_vllm033.py``, with ``$KVFRAME_VLLM033_PYTHON``) and
 requires the same steps, with the rule and with it undone in vLLM. What the

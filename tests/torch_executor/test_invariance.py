@@ -112,6 +112,17 @@ def test_cpu_tier_with_eviction_and_reloads(workload, reference, eviction, reque
     assert_same_outputs(reference, tiered)
 
 
+@pytest.mark.parametrize("eviction", ["lru", "arc"])
+def test_cpu_tier_of_vllm_033_with_eviction_and_reloads(workload, reference, eviction):
+    """The 0.33 target's tier (job-numbered connector and worker, prompt-only stores,
+    request-scoped policies) moves real bytes: reloaded blocks give the same tokens."""
+    tiered = run(workload, offload=CPU_TIER, eviction=eviction, vllm="0.33", **TIER_SETTINGS)
+    counters = tiered.counters
+    assert counters["offload_loaded_blocks"] > 0, "nothing was reloaded from the tier"
+    assert counters["offload_evicted_blocks"] > 0, "the tier never evicted"
+    assert_same_outputs(reference, tiered)
+
+
 def test_lmcache_tier_with_synchronous_reloads(workload, reference):
     """Loads before the forward pass and blocking saves, in chunks, change no output."""
     lmcache = pytest.importorskip("kvframe_lmcache")

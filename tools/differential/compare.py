@@ -11,6 +11,7 @@
         --policy continuum                                    # the kvframe-vllm bridge
     python tools/differential/compare.py --bridge --vllm-version 0.33.0 --blocks
     python tools/differential/compare.py --bridge --tier --policy fcfs   # bridge + vLLM's tier
+    python tools/differential/compare.py --bridge --tier --vllm-version 0.33.0 --blocks
     python tools/differential/compare.py --tier --workload tier-reuse --eviction arc \
         --factor 2 --store-threshold 2 --rule seeded
     python tools/differential/compare.py --vllm-version 0.33.0 --blocks
@@ -22,10 +23,14 @@ workload x eviction policy x ``block_size_factor`` x ``store_threshold`` x
 completion rule, under fcfs unless ``--policy`` says otherwise, with vLLM's
 OffloadingConnector on one side and kvframe's on the other, the worker played
 by ``stepping.ScriptedWorker`` for both. Against vLLM 0.33.0 (``--tier
---vllm-version 0.33.0 --vllm-only``) only vLLM's side runs, its worker played
-by ``stepping.JobWorker`` (0.33.0's connector numbers its transfers as jobs);
-kvframe's tier does not model 0.33.0's connector yet (docs/fidelity.md, "The
-tier under vLLM 0.33.0").
+--vllm-version 0.33.0``) the connectors are 0.33.0's, whose transfers are
+numbered jobs: vLLM's own on one side, kvframe's ``JobOffloadingConnector``
+over its ``RequestScopedOffloadManager`` on the other, the worker played by
+``stepping.JobWorker`` for both (docs/fidelity.md, "The tier under vLLM
+0.33.0"). ``--bridge --tier --vllm-version 0.33.0`` compares the bridge
+(kvframe's scheduler inside vLLM 0.33.0, driving 0.33.0's own connector and
+CPU tier) with vLLM 0.33.0's scheduler and the same connector, the same
+``JobWorker`` on both sides (fcfs and priority).
 
 Generates the workloads (``workloads.py``), runs ``vllm_driver.py`` under the
 vLLM reference virtualenv and ``kvframe_driver.py`` under this interpreter —
@@ -602,6 +607,15 @@ def _run_bridge_comparison(
     return results, runs
 
 
+def _eviction(value: str) -> str:
+    """``--eviction``: one of vLLM's tier policies, or ``kvframe:<config string>``."""
+    if value in TIER_EVICTIONS or (value.startswith("kvframe:") and len(value) > 8):
+        return value
+    raise argparse.ArgumentTypeError(
+        f"{value!r}: expected one of {', '.join(TIER_EVICTIONS)} or kvframe:<config string>"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
@@ -624,7 +638,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     tier = parser.add_argument_group("offload tier (--tier)")
     tier.add_argument("--tier", action="store_true", help="run the tier set (CPU offload tier)")
-    tier.add_argument("--eviction", action="append", choices=TIER_EVICTIONS, dest="evictions")
+    tier.add_argument(
+        "--eviction",
+        action="append",
+        type=_eviction,
+        dest="evictions",
+        metavar="{" + ",".join(TIER_EVICTIONS) + ",kvframe:<spec>}",
+        help="kvframe:<spec>: a kvframe eviction plugin in vLLM 0.33.0's tier, loaded by "
+        "vLLM's CachePolicyFactory on both sides (--vllm-version 0.33.0, --bridge or "
+        "--vllm-only)",
+    )
     tier.add_argument("--factor", action="append", type=int, choices=TIER_FACTORS, dest="factors")
     tier.add_argument(
         "--store-threshold", action="append", type=int, choices=TIER_THRESHOLDS, dest="thresholds"
@@ -692,6 +715,12 @@ def main(argv: list[str] | None = None) -> int:
             }.items()
             if v
         }
+        plugins = [e for e in args.evictions or () if e.startswith("kvframe:")]
+        if plugins and not (args.vllm_version == "0.33.0" and (args.bridge or args.vllm_only)):
+            parser.error(
+                f"--eviction {plugins[0]}: a kvframe plugin through vLLM's cache-policy "
+                "factory needs --vllm-version 0.33.0 with --bridge or --vllm-only"
+            )
     elif any(n in TIER_WORKLOADS for n in args.names or ()):
         parser.error("the tier-* workloads need --tier")
     policies = args.policies or (("fcfs",) if args.tier else POLICIES)
@@ -700,11 +729,6 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.switches and (args.tier or args.bridge or args.names):
         parser.error("--switches runs its own workloads: no --tier, --bridge or --workload")
-    if args.tier and args.vllm_version != "0.19.1" and not args.vllm_only:
-        parser.error(
-            "kvframe's tier follows vLLM 0.19.1 only: --tier with --vllm-version "
-            f"{args.vllm_version} runs vLLM's side alone (--vllm-only)"
-        )
     vllm_python = find_vllm_python(args.vllm_python, args.vllm_version)
     if vllm_python is None:
         env_var, venv = _VENVS[args.vllm_version]

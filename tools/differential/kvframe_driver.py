@@ -13,6 +13,10 @@ With a tier (``config["tier"]``) the scheduler gets kvframe's own
 the bundled ``lru`` / ``arc`` plugin class, wrapped in the ``threshold`` reuse
 filter when ``store_threshold >= 2`` -- the pieces ``--offload cpu:...`` builds,
 assembled directly so that the comparison does not depend on CLI option names.
+Under the 0.33.0 target (fidelity switch ``offload_jobs``) it gets vLLM
+0.33.0's connector instead: ``JobOffloadingConnector`` over a
+``RequestScopedOffloadManager`` with ``RankLRUPolicy`` / ``RequestARCPolicy``
+and the reuse filter inside the manager, its worker ``stepping.JobWorker``.
 """
 
 from __future__ import annotations
@@ -107,6 +111,36 @@ def _connector(tier: dict[str, Any], block_size: int, enable_prefix_caching: boo
     )
 
 
+def _job_connector(tier: dict[str, Any], block_size: int, enable_prefix_caching: bool) -> Any:
+    """kvframe's model of vLLM 0.33.0's tier: the job-numbered connector over the
+    request-scoped ledger, with the bundled 0.33 forms of ``lru`` / ``arc`` and the
+    reuse filter inside the manager (``store_threshold``)."""
+    from kvframe.offload.job_connector import JobOffloadingConnector
+    from kvframe.offload.request_manager import RequestScopedOffloadManager
+
+    num_slots = tier["num_cpu_blocks"]
+    if tier["eviction"] == "lru":
+        from kvframe_lru.rank import RankLRUPolicy
+
+        policy: Any = RankLRUPolicy(num_slots)
+    elif tier["eviction"] == "arc":
+        from kvframe_arc.request_arc import RequestARCPolicy
+
+        policy = RequestARCPolicy(num_slots)
+    else:
+        raise ValueError(f"unknown tier eviction policy {tier['eviction']!r}")
+    manager = RequestScopedOffloadManager(
+        policy, num_slots, store_threshold=tier["store_threshold"]
+    )
+    return JobOffloadingConnector(
+        manager,
+        gpu_block_size=block_size,
+        block_size_factor=tier["block_size_factor"],
+        enable_prefix_caching=enable_prefix_caching,
+        offload_prompt_only=bool(tier.get("offload_prompt_only", True)),
+    )
+
+
 def _slots(host_block_ids: list[int], factor: int) -> list[int]:
     """Tier slots of a transfer's host block indices (``slot * factor + j``), in order."""
     slots: list[int] = []
@@ -142,17 +176,34 @@ class KvframeAdapter:
         connector = None
         self._namer: stepping.BlockNamer | None = None
         self._evicted: list[Any] = []
+        from kvframe.domain.fidelity import fidelity_for
+
+        self._jobs = fidelity_for(config.get("vllm", "0.19.1")).offload_jobs
+        """vLLM 0.33.0's connector (fidelity switch ``offload_jobs``): numbered jobs."""
+        self._block_size = config["block_size"]
+        self._loaded_tokens: dict[str, int] = {}
         if tier:
-            connector = _connector(tier, config["block_size"], config["enable_prefix_caching"])
+            build = _job_connector if self._jobs else _connector
+            connector = build(tier, config["block_size"], config["enable_prefix_caching"])
             self._factor = tier["block_size_factor"]
             self._namer = stepping.BlockNamer(config["block_size"])
             prepare_store = connector.manager.prepare_store
 
-            def recording_prepare_store(block_hashes: Any) -> Any:
-                result = prepare_store(block_hashes)
-                if result is not None:
-                    self._evicted.extend(result.evicted_block_hashes)
-                return result
+            if self._jobs:
+
+                def recording_prepare_store(keys: Any, access: Any) -> Any:
+                    result = prepare_store(keys, access)
+                    if result is not None:
+                        self._evicted.extend(result.evicted_keys)
+                    return result
+
+            else:
+
+                def recording_prepare_store(block_hashes: Any) -> Any:  # type: ignore[misc]
+                    result = prepare_store(block_hashes)
+                    if result is not None:
+                        self._evicted.extend(result.evicted_block_hashes)
+                    return result
 
             connector.manager.prepare_store = recording_prepare_store
         config = {k: v for k, v in config.items() if k != "tier"}
@@ -175,21 +226,39 @@ class KvframeAdapter:
         def transfer(spec: Any) -> stepping.Transfer:
             return {"gpu": list(spec.gpu_block_ids), "cpu": _slots(spec.host_block_ids, factor)}
 
-        loads = {rid: transfer(spec) for rid, spec in meta.reqs_to_load.items()}
-        stores = {rid: transfer(spec) for rid, spec in meta.reqs_to_store.items()}
+        jobs: stepping.TierJobs | None = None
+        if self._jobs:
+            # vLLM 0.33.0's connector: one job per transfer, read as vllm_driver reads it.
+            loads = {j.request_id: transfer(j) for j in meta.load_jobs.values()}
+            stores = {j.request_id: transfer(j) for j in meta.store_jobs.values()}
+            jobs = stepping.TierJobs(
+                loads={job: j.request_id for job, j in meta.load_jobs.items()},
+                stores={job: j.request_id for job, j in meta.store_jobs.items()},
+                flush=sorted(meta.jobs_to_flush),
+            )
+            flush: list[str] = []
+            for rid, load in loads.items():
+                self._loaded_tokens[rid] = len(load["gpu"]) * self._block_size
+            external_hits = {rid: self._loaded_tokens.get(rid, 0) for rid in [*new, *loads]}
+        else:
+            loads = {rid: transfer(spec) for rid, spec in meta.reqs_to_load.items()}
+            stores = {rid: transfer(spec) for rid, spec in meta.reqs_to_store.items()}
+            flush = sorted(meta.reqs_to_flush)
+            external_hits = {
+                rid: requests[rid].num_external_computed_tokens for rid in [*new, *loads]
+            }
         evicted = [namer.name(h) for h in self._evicted]
         self._evicted.clear()
         waiting = RequestStatus.WAITING_FOR_REMOTE_KVS
         return stepping.TierView(
             loads=loads,
             stores=stores,
-            flush=sorted(meta.reqs_to_flush),
+            flush=flush,
             finished_req_ids=sorted(out.finished_req_ids),
-            external_hits={
-                rid: requests[rid].num_external_computed_tokens for rid in [*new, *loads]
-            },
+            external_hits=external_hits,
             waiting_remote=sorted(rid for rid, r in requests.items() if r.status == waiting),
             evicted=evicted,
+            jobs=jobs,
         )
 
     def _free_blocks(self) -> int:
@@ -257,8 +326,11 @@ class KvframeAdapter:
         if transfers is not None:
             from kvframe.core.scheduler_output import KVConnectorOutput
 
+            jobs = view.tier.jobs if view.tier is not None else None
             output.kv_connector_output = KVConnectorOutput(
-                finished_sending=set(transfers[0]), finished_recving=set(transfers[1])
+                finished_sending=set(transfers[0]),
+                finished_recving=set(transfers[1]),
+                completed_jobs=list(jobs.completed) if jobs is not None else [],
             )
         finished = self.scheduler.update_from_output(view.raw, output)
         return [r.request_id for r in finished or ()]

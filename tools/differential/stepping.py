@@ -35,8 +35,9 @@ The record of a step (one JSON object per line in the output)::
 With an offload tier (a workload whose config has a ``tier``), the connector's
 worker side is played by :class:`ScriptedWorker`, the same code in both
 drivers, between ``schedule()`` and ``update_from_output()``; its report goes
-into the update as the connector output. (A workload for vLLM 0.33.0 gets
-:class:`JobWorker`, 0.33's job-numbered worker, instead; its records add
+into the update as the connector output. (A connector that numbers its
+transfers as jobs -- vLLM 0.33.0's, and kvframe's under the 0.33.0 target --
+gets :class:`JobWorker`, 0.33's job-numbered worker, instead; its records add
 ``load_jobs``, ``store_jobs``, ``jobs_to_flush`` and ``completed_jobs``.) The
 record then also holds::
 
@@ -396,9 +397,6 @@ def run(
     total = len(workload["requests"])
     tier = workload["config"].get("tier")
     worker: ScriptedWorker | JobWorker | None = None
-    if tier:
-        jobs = workload["config"].get("vllm", "0.19.1") != "0.19.1"
-        worker = (JobWorker if jobs else ScriptedWorker)(tier.get("completion", {}))
     num_finished = 0
     step = 0
     while num_finished < total:
@@ -416,9 +414,14 @@ def run(
             if computed >= num_tokens:
                 sampled[req_id] = [SAMPLED_TOKEN_ID]
         transfers = None
-        if worker is not None:
+        if tier:
             if view.tier is None:
                 raise RuntimeError("the workload has a tier but the adapter reported none")
+            if worker is None:
+                # The connector decides the worker: 0.33.0's numbers its transfers
+                # as jobs (its tier view carries them), 0.19.1's does not.
+                jobs = view.tier.jobs is not None
+                worker = (JobWorker if jobs else ScriptedWorker)(tier.get("completion", {}))
             transfers = worker.step(step, view.tier)
         finished = adapter.update(view, sampled, transfers)
         num_finished += len(finished)

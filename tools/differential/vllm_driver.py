@@ -49,8 +49,14 @@ With a tier under 0.33.0, the connector is 0.33's job-numbered one: the tier
 view carries the step's load and store jobs and ``jobs_to_flush``, the
 worker (``stepping.JobWorker``) reports landed jobs in
 ``OffloadingWorkerMetadata.completed_jobs``, the tier is sized with each
-chunk padded to a page (as 0.33.0's ``CPUOffloadingSpec`` pads it), and a
-request's external hit is read off its load job.
+chunk padded to a page (as 0.33.0's ``CPUOffloadingSpec`` pads it), a
+request's external hit is read off its load job, and the scheduler's
+``finished_req_ids`` is handed to the connector as a set that iterates in
+sorted order (the connector numbers finished requests' last store jobs in
+that order; kvframe walks them sorted). The bridge (``bridge=True``)
+runs the same connector and tier there (vLLM's ``CPUOffloadingSpec`` with the
+workload's policy); an eviction named ``kvframe:<spec>`` is a kvframe plugin
+loaded by vLLM 0.33's ``CachePolicyFactory`` on both sides.
 """
 
 from __future__ import annotations
@@ -177,9 +183,11 @@ class VllmAdapter:
             cpu_bytes = tier["num_cpu_blocks"] * _cpu_bytes_per_chunk(
                 factor * kv_spec.page_size_bytes, self.v033
             )
-            if tier.get("bridge") or bridge:
+            if (tier.get("bridge") or bridge) and not self.v033:
                 # The same tier with kvframe's plugins in it (plugins/kvframe-vllm);
-                # the bridge scheduler always runs it so (--bridge --tier).
+                # the bridge scheduler always runs it so on 0.19.1 (--bridge --tier).
+                # On 0.33.0 the bridge runs vLLM's own CPU tier, as vLLM's scheduler
+                # does (a kvframe plugin enters it as eviction "kvframe:<spec>").
                 import kvframe_vllm
 
                 threshold = tier["store_threshold"]
@@ -198,6 +206,9 @@ class VllmAdapter:
                     "block_size": block_size * factor,
                     "store_threshold": tier["store_threshold"],
                 }
+                if str(tier["eviction"]).startswith("kvframe:"):
+                    # vLLM 0.33's CachePolicyFactory loads the kvframe plugin.
+                    extra["cache_policy_module_path"] = "kvframe_vllm.cache_policy"
                 if "offload_prompt_only" in tier:
                     # 0.33.0's default is True (PR #43797); a workload may set it
                     # to see what the change alone does (0.19.1 has no such key).
@@ -326,7 +337,9 @@ class VllmAdapter:
             "block_size_factor": tier["block_size_factor"],
             "num_cpu_blocks": tier["num_cpu_blocks"],
             "filtered": tier["store_threshold"] >= 2,
-            "kvframe_policy": bool(tier.get("bridge")) or self.bridge,
+            "kvframe_policy": str(tier["eviction"]).startswith("kvframe:")
+            if self.v033
+            else bool(tier.get("bridge")) or self.bridge,
         }
         if effective != wanted:
             raise RuntimeError(f"vLLM built another tier (wanted, got): {wanted} {effective}")
@@ -439,6 +452,12 @@ class VllmAdapter:
         return self.scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
 
     def schedule(self) -> stepping.StepView:
+        if self._namer is not None and self.v033 and not self.bridge:
+            # 0.33.0's connector walks finished_req_ids (a set, in hash-seed order)
+            # to offer their last stores, numbering jobs in that order; kvframe
+            # walks them sorted, so hand vLLM a set that iterates sorted. (The
+            # bridge has no finished_req_ids of its own: it hands kvframe's.)
+            self.scheduler.finished_req_ids = _SortedSet(self.scheduler.finished_req_ids)
         out = self.scheduler.schedule()
         if self.bridge:
             self._step += 1

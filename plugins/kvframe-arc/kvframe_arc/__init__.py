@@ -103,6 +103,16 @@ class ARCPolicy(kvframe.EvictionPolicy):
     name = "arc"
     description = "Adaptive Replacement Cache: vLLM 0.19's ARCCachePolicy, or variant=paper."
 
+    @classmethod
+    def request_scoped_form(cls, capacity: int, *, variant: str = "vllm") -> object:
+        """vLLM 0.33.0's form of this policy (:class:`kvframe_arc.request_arc.RequestARCPolicy`),
+        for a tier under the 0.33 fidelity target (vLLM's variant only)."""
+        if variant != "vllm":
+            raise ValueError(f"vLLM 0.33.0's arc has no variant {variant!r} (only 'vllm')")
+        from kvframe_arc.request_arc import RequestARCPolicy
+
+        return RequestARCPolicy(capacity)
+
     def __init__(self, capacity: int, *, variant: Literal["vllm", "paper"] = "vllm") -> None:
         if variant not in ("vllm", "paper"):
             raise ValueError(f"variant must be 'vllm' or 'paper', not {variant!r}")

@@ -48,6 +48,16 @@ class LRUPolicy(kvframe.EvictionPolicy):
     name = "lru"
     description = "Least recently used first (vLLM 0.19's LRUCachePolicy)."
 
+    @classmethod
+    def request_scoped_form(cls, capacity: int, **options: object) -> object:
+        """vLLM 0.33.0's form of this policy (:class:`kvframe_lru.rank.RankLRUPolicy`),
+        for a tier under the 0.33 fidelity target (it takes no options)."""
+        if options:
+            raise ValueError(f"vLLM 0.33.0's lru takes no options, not {sorted(options)}")
+        from kvframe_lru.rank import RankLRUPolicy
+
+        return RankLRUPolicy(capacity)
+
     def __init__(self, capacity: int) -> None:
         super().__init__(capacity)
         self.blocks: OrderedDict[Hashable, EvictableBlock] = OrderedDict()

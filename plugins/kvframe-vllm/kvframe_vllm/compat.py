@@ -38,6 +38,11 @@ per-step code calls a plain function and never tests a version string:
   scheduling): 0.19.1 drops the request's next sampled token, whatever its
   step in flight was; 0.33 drops exactly its tokens in flight (none when that
   step was a partial prefill chunk);
+* **the KV connector's scheduler calls** (``--kv-transfer-config`` with the
+  OffloadingConnector): 0.33 also tells the connector of every new request,
+  finishes a request through ``request_finished_all_groups`` with its status
+  set, and hands it a block-state view while it builds its metadata
+  (:mod:`kvframe_vllm.tier033`); 0.19.1's calls are :mod:`kvframe_vllm.tier`'s;
 * **finish_requests** returns ``(request id, client index)`` pairs in 0.19.1,
   the vLLM ``Request`` objects in 0.33.
 
@@ -71,6 +76,7 @@ __all__ = [
     "reset_without_connector_succeeds",
     "stale_tokens_dropped",
     "stats_fields",
+    "tier_connector",
     "uses_v2_model_runner",
 ]
 
@@ -183,6 +189,23 @@ def stats_fields() -> dict[str, Any]:
 
         return {"num_kv_fetch_reqs_by_stage": dict.fromkeys(KV_FETCH_STAGES, 0)}
     return {"encoder_cache_usage": 0.0}
+
+
+def tier_connector(
+    connector: Any, requests: dict[str, Request], block_ids: Callable[[str], list[int]]
+) -> Any:
+    """kvframe's view of vLLM's KV connector, making the running release's calls.
+
+    ``requests``: the bridge's vLLM requests by id; ``block_ids(request_id)``:
+    the request's block table in kvframe's core (0.33's block-state view).
+    """
+    if INTERFACE_033:
+        from kvframe_vllm.tier033 import VllmConnector033
+
+        return VllmConnector033(connector, requests, block_ids)
+    from kvframe_vllm.tier import VllmConnector
+
+    return VllmConnector(connector, requests)
 
 
 def finish_result(requests: Sequence[Request]) -> list[Any]:

@@ -215,7 +215,7 @@ class KvframeScheduler(SchedulerInterface):
         """kvframe's view of ``connector`` (:mod:`kvframe_vllm.tier`)."""
         if vllm_config.kv_transfer_config is not None:
             self.connector = tier.build_connector(vllm_config, kv_cache_config)
-            self.tier = tier.VllmConnector(self.connector, self.requests)
+            self.tier = compat.tier_connector(self.connector, self.requests, self._block_ids)
         self.ec_connector = None
         """vLLM 0.33's engine reads this too (no encoder-cache connector)."""
         self.use_v2_model_runner = compat.uses_v2_model_runner(vllm_config)
@@ -299,6 +299,8 @@ class KvframeScheduler(SchedulerInterface):
         )
         self.core.add_request(kv_request)
         self.requests[request.request_id] = request
+        if self.tier is not None:
+            self.tier.on_new_request(request)
         self.events.queued(request)
 
     def _refusal(self, request: Request) -> str | None:
@@ -644,6 +646,10 @@ class KvframeScheduler(SchedulerInterface):
         hashed = sum(1 for block in blocks if block.block_hash is not None)
         return hashed * self.core.config.block_size
 
+    def _block_ids(self, request_id: str) -> list[int]:
+        """A request's block table in kvframe's core (vLLM 0.33's connector block view)."""
+        return self.core.kv_cache_manager.get_block_ids(request_id)
+
     def _kv_transfer_params(self, request_id: str) -> dict[str, Any] | None:
         if self.tier is None:
             return None
@@ -713,9 +719,13 @@ class KvframeScheduler(SchedulerInterface):
                 "preempted (a retained request holds blocks?)"
             )
         if reset_connector:
+            if self.connector is not None:
+                # vLLM's reset_connector_cache: the connector's own reset (the tier's
+                # cache), asked whatever the local reset gave; only False fails it.
+                return self.connector.reset_cache() is not False and reset
             # With no connector vLLM 0.19.1 warns and reports failure; 0.33 treats
             # it as a no-op success (its pause and sleep always ask for it).
-            if compat.reset_without_connector_succeeds() and self.connector is None:
+            if compat.reset_without_connector_succeeds():
                 return reset
             log.warning("kvframe_vllm.reset_connector_without_connector")
             return False

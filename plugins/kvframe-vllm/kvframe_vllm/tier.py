@@ -1,8 +1,9 @@
 """A kvframe scheduling policy and vLLM's CPU tier in one vLLM: the connector seam.
 
 With ``--kv-transfer-config`` naming vLLM's ``OffloadingConnector`` (its own
-``CPUOffloadingSpec`` or :class:`~kvframe_vllm.offload.KvframeOffloadingSpec`,
-i.e. a kvframe eviction plugin in the tier), :class:`~kvframe_vllm.scheduler.KvframeScheduler`
+``CPUOffloadingSpec`` or, on vLLM 0.19.1,
+:class:`~kvframe_vllm.offload.KvframeOffloadingSpec`, i.e. a kvframe eviction
+plugin in the tier), :class:`~kvframe_vllm.scheduler.KvframeScheduler`
 builds the connector's scheduler half exactly as vLLM's ``Scheduler`` does
 (``KVConnectorFactory.create_connector`` in the scheduler role) and hands it to
 kvframe's core through :class:`VllmConnector`.
@@ -25,9 +26,11 @@ step, so :class:`VllmConnector` only translates arguments:
 
 The connector's metadata is built by the bridge in vLLM's types (the connector
 reads vLLM's ``SchedulerOutput``), so the core's ``build_connector_meta`` call
-returns nothing. Only vLLM 0.19.1's connector interface is bridged: 0.33's
-scheduler half also reads per-request ``ReqContext`` and a block-state view of
-the scheduler, which is refused until modelled.
+returns nothing. On vLLM 0.33.0 the connector's scheduler half is 0.33's own
+job-numbered one (its ``CPUOffloadingSpec``; a kvframe eviction plugin enters
+through vLLM's cache-policy factory, :mod:`kvframe_vllm.cache_policy`), and
+:mod:`kvframe_vllm.tier033` adds the calls 0.33's scheduler makes beyond
+0.19.1's (``kvframe_vllm.compat.tier_connector`` picks the view).
 
 This module imports vLLM; nothing else in kvframe does.
 """
@@ -62,25 +65,31 @@ def refusal(vllm_config: VllmConfig, interface_033: bool) -> str | None:
     transfer = vllm_config.kv_transfer_config
     if transfer is None:
         return None
-    if interface_033:
-        return (
-            "KV connectors (--kv-transfer-config) on vLLM 0.33 (the bridge runs vLLM's "
-            "OffloadingConnector with vLLM 0.19.1 only)"
-        )
     if transfer.kv_connector not in SUPPORTED_CONNECTORS:
         return (
             f"the KV connector {transfer.kv_connector!r} (--kv-transfer-config; the bridge "
             f"runs {', '.join(SUPPORTED_CONNECTORS)})"
         )
+    if interface_033:
+        from kvframe_vllm.tier033 import refusal_033
+
+        return refusal_033(vllm_config)
     return None
 
 
 def build_connector(vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> Any:
-    """vLLM's connector, scheduler role, built as vLLM's ``Scheduler`` builds it."""
+    """vLLM's connector, scheduler role, built as vLLM's ``Scheduler`` builds it.
+
+    vLLM 0.33's scheduler then binds its ``KVCacheManager`` to the connector
+    (``bind_kv_cache_manager``); kvframe has none to bind. The OffloadingConnector
+    reads it only for hybrid models' bounding groups (refused: one KV-cache
+    group), so the bind is skipped; a connector that overrides the bind to
+    track vLLM's GPU blocks is refused.
+    """
     connector = KVConnectorFactory.create_connector(
         config=vllm_config, role=KVConnectorRole.SCHEDULER, kv_cache_config=kv_cache_config
     )
-    if hasattr(connector, "bind_gpu_block_pool"):
+    if _binds_gpu_blocks(connector):
         raise ValueError(
             f"{type(connector).__name__} wants vLLM's GPU block pool, which the kvframe "
             "scheduler replaces with its own"
@@ -88,14 +97,26 @@ def build_connector(vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> 
     return connector
 
 
-class _Block:
-    """What vLLM's connector reads of a GPU block: its id and whether it is cached."""
+def _binds_gpu_blocks(connector: Any) -> bool:
+    """Whether ``connector`` overrides vLLM's block-pool binding (0.19.1: has one at all)."""
+    if not hasattr(connector, "bind_gpu_block_pool"):
+        return False
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
 
-    __slots__ = ("block_hash", "block_id")
+    base = getattr(KVConnectorBase_V1, "bind_gpu_block_pool", None)
+    return base is None or type(connector).bind_gpu_block_pool is not base
+
+
+class _Block:
+    """What vLLM's connector reads of a GPU block: its id, whether it is cached, and
+    (0.33) whether it is the null block."""
+
+    __slots__ = ("block_hash", "block_id", "is_null")
 
     def __init__(self, block: KVCacheBlock) -> None:
         self.block_id = block.block_id
         self.block_hash = block.block_hash
+        self.is_null = block.is_null
 
 
 class _Blocks:
@@ -152,12 +173,17 @@ class VllmConnector:
         self._output = None
 
     def request_finished(self, request: KvRequest, block_ids: Sequence[int]) -> bool:
-        delay, params = self.connector.request_finished(
-            self._requests[request.request_id], list(block_ids)
-        )
+        delay, params = self._finished(self._requests[request.request_id], list(block_ids))
         if params is not None:
             self.kv_transfer_params[request.request_id] = params
         return bool(delay)
+
+    def _finished(self, request: Request, block_ids: list[int]) -> tuple[bool, Any]:
+        """vLLM 0.19.1's call: ``request_finished(request, block_ids)``."""
+        return self.connector.request_finished(request, block_ids)
+
+    def on_new_request(self, request: Request) -> None:
+        """A request reached the scheduler (vLLM 0.33 tells its connector; 0.19.1 does not)."""
 
     def take_events(self) -> Iterable[Any]:
         return ()

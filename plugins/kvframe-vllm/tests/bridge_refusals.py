@@ -98,6 +98,71 @@ def build_tier(**extra: Any) -> Any:
     return KvframeOffloadingSpec(vllm_config, kv_cache_config)
 
 
+def reset_with_tier(scheduler_cls: Any = None) -> dict[str, Any]:
+    """``reset_prefix_cache(reset_connector=True)`` with vLLM's CPU tier: the bridge
+    (or ``scheduler_cls``, vLLM's own) asks the connector's ``reset_cache``."""
+    import torch
+    from kvframe_vllm.scheduler import KvframeScheduler
+    from vllm.config import (
+        CacheConfig,
+        DeviceConfig,
+        KVTransferConfig,
+        ModelConfig,
+        SchedulerConfig,
+        VllmConfig,
+    )
+    from vllm.v1.kv_cache_interface import (
+        FullAttentionSpec,
+        KVCacheConfig,
+        KVCacheGroupSpec,
+        KVCacheTensor,
+    )
+    from vllm.v1.structured_output import StructuredOutputManager
+    from vllm_driver import _model_dir
+
+    spec = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=1, dtype=torch.float32)
+    vllm_config = VllmConfig(
+        scheduler_config=SchedulerConfig(
+            max_num_seqs=8,
+            max_num_batched_tokens=256,
+            max_model_len=1024,
+            is_encoder_decoder=False,
+            async_scheduling=False,
+        ),
+        model_config=ModelConfig(
+            model=str(_model_dir()), max_model_len=1024, skip_tokenizer_init=True, dtype="float16"
+        ),
+        cache_config=CacheConfig(block_size=16),
+        device_config=DeviceConfig(device="cpu"),
+        kv_transfer_config=KVTransferConfig(
+            kv_connector="OffloadingConnector",
+            kv_role="kv_both",
+            kv_connector_extra_config={"cpu_bytes_to_use": spec.page_size_bytes * 32},
+        ),
+    )
+    vllm_config.cache_config.num_gpu_blocks = 64
+    kv_cache_config = KVCacheConfig(
+        num_blocks=64,
+        kv_cache_tensors=[KVCacheTensor(size=spec.page_size_bytes * 64, shared_by=["layer"])],
+        kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)],
+    )
+    scheduler = (scheduler_cls or KvframeScheduler)(
+        vllm_config=vllm_config,
+        kv_cache_config=kv_cache_config,
+        structured_output_manager=StructuredOutputManager(vllm_config),
+        block_size=16,
+    )
+    calls: list[str] = []
+    reset_cache = scheduler.connector.reset_cache
+
+    def counting() -> Any:
+        calls.append("reset_cache")
+        return reset_cache()
+
+    scheduler.connector.reset_cache = counting
+    return {"result": scheduler.reset_prefix_cache(reset_connector=True), "calls": calls}
+
+
 def refused(scheduler: Any, req: Any) -> str | None:
     """Add ``req``; the reason it was finished with an error, or ``None`` if it was queued."""
     scheduler.add_request(req)
@@ -173,6 +238,10 @@ def main() -> None:
             )
         ),
     }
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    results["reset_tier"] = reset_with_tier()
+    results["reset_tier_vllm"] = reset_with_tier(Scheduler)
     results["tier_lmcache"] = outcome(
         lambda: build_tier(kvframe_offload="kvframe_lmcache.spec:LMCacheOffloadSpec:capacity=1GiB")
     )

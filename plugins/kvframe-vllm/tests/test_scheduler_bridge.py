@@ -136,6 +136,14 @@ def test_engine_features_kvframe_does_not_model_are_refused_at_start_up(
     assert refusals["fine"] is None
 
 
+def test_a_cache_reset_resets_the_tier_as_vllm_does(refusals: dict[str, Any]) -> None:
+    """``reset_prefix_cache(reset_connector=True)`` with vLLM's CPU tier asks the
+    connector's ``reset_cache`` and succeeds, as vLLM 0.19.1's own Scheduler does (the
+    bridge used to report failure whenever a connector was configured)."""
+    assert refusals["reset_tier"] == {"result": True, "calls": ["reset_cache"]}
+    assert refusals["reset_tier"] == refusals["reset_tier_vllm"]
+
+
 def test_a_tier_plugin_vllms_connector_cannot_honour_is_refused(refusals: dict[str, Any]) -> None:
     """lmcache models LMCache's connector: inside vLLM it would silently be vLLM's."""
     lmcache = refusals["tier_lmcache"]

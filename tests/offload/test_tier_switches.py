@@ -1,0 +1,108 @@
+"""The tier's fidelity switches matter: the 0.33.0 target's run changes when one is off.
+
+Each switch of the offload tier (``kvframe.domain.fidelity``: ``offload_jobs``,
+``holding_queue_first``, ``cached_tokens_at_admission``) is turned off alone on
+top of the 0.33.0 target, and a 40-request tier workload of the differential
+harness (run through its kvframe side, no vLLM needed) must then run
+differently, in the way the switch's rule says. That the 0.33.0 target with
+every switch on matches vLLM 0.33.0 step for step on these workloads is
+``test_tier_differential_vllm033.py`` (which needs vLLM 0.33.0).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+HARNESS = Path(__file__).resolve().parents[2] / "tools" / "differential"
+if str(HARNESS) not in sys.path:
+    sys.path.insert(0, str(HARNESS))
+
+import kvframe_driver  # noqa: E402  (the harness is a script folder, not a package)
+import stepping  # noqa: E402
+from workloads import generate_tier  # noqa: E402
+
+from kvframe.domain.fidelity import Fidelity, fidelity_for  # noqa: E402
+
+SWITCH_WORKLOAD = {
+    # switch: the tier workload (40 requests, lru, factor 1, no filter, seeded) showing it
+    "offload_jobs": "tier-reuse",
+    "holding_queue_first": "tier-pressure",
+    "cached_tokens_at_admission": "tier-prefix",
+}
+
+
+def run(name: str, fidelity: str | Fidelity) -> list[dict[str, Any]]:
+    workload = generate_tier(
+        name,
+        "fcfs",
+        eviction="lru",
+        block_size_factor=1,
+        store_threshold=0,
+        rule="seeded",
+        num_requests=40,
+    )
+    workload["config"]["vllm"] = fidelity
+    adapter = kvframe_driver.KvframeAdapter(workload["config"], record_blocks=True)
+    return list(stepping.run(workload, adapter))
+
+
+def without(switch: str) -> Fidelity:
+    return attrs.evolve(fidelity_for("0.33.0"), **{switch: False})
+
+
+@pytest.fixture(scope="module")
+def target_runs() -> dict[str, list[dict[str, Any]]]:
+    return {name: run(name, "0.33.0") for name in set(SWITCH_WORKLOAD.values())}
+
+
+def _first_difference(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def test_the_0_33_connector_numbers_its_transfers_as_jobs(target_runs: Any) -> None:
+    """Off: 0.19.1's connector, whose records carry no jobs and whose stores differ."""
+    on, off = target_runs["tier-reuse"], run("tier-reuse", without("offload_jobs"))
+    assert any(r["store_jobs"] for r in on)
+    assert all("store_jobs" not in r for r in off)
+    stores_on = sum(len(r["stores"]) for r in on)
+    stores_off = sum(len(r["stores"]) for r in off)
+    assert stores_on < stores_off  # prompt only, and nothing stored twice
+
+
+def test_requests_holding_blocks_go_first(target_runs: Any) -> None:
+    """Off: a request set aside without blocks keeps its place in skipped-waiting
+    (ahead of a request holding a landed load), and the admissions' order changes."""
+    on = target_runs["tier-pressure"]
+    off = run("tier-pressure", without("holding_queue_first"))
+    step = _first_difference(on, off)
+    assert step is not None
+    # The admissions' order moved: who gets which blocks, what loads where.
+    differing = {k for k in on[step] if on[step][k] != off[step].get(k)}
+    assert differing & {"scheduled", "blocks", "loads", "stores"}, differing
+
+
+def test_an_async_load_reports_its_admissions_hit(target_runs: Any) -> None:
+    """Off: a full hit reports one token less; accounting only, nothing scheduled moves."""
+    on = target_runs["tier-prefix"]
+    off = run("tier-prefix", without("cached_tokens_at_admission"))
+    assert on != off
+    assert len(on) == len(off)
+    for a, b in zip(on, off, strict=True):
+        assert {k: v for k, v in a.items() if k != "prefix_hits"} == {
+            k: v for k, v in b.items() if k != "prefix_hits"
+        }
+    differing = [
+        (rid, hit, b["prefix_hits"][rid])
+        for a, b in zip(on, off, strict=True)
+        for rid, hit in a["prefix_hits"].items()
+        if hit != b["prefix_hits"][rid]
+    ]
+    assert differing and all(hit == off_hit + 1 for _, hit, off_hit in differing)
