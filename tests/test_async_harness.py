@@ -22,7 +22,7 @@ if str(HARNESS) not in sys.path:
 import compare  # noqa: E402  (the harness is a script folder, not a package)
 import stepping  # noqa: E402
 from kvframe_driver import KvframeAdapter  # noqa: E402
-from workloads import POLICIES, WORKLOADS, generate  # noqa: E402
+from workloads import POLICIES, TIER_WORKLOADS, WORKLOADS, generate, generate_tier  # noqa: E402
 
 NUM_REQUESTS = 16
 
@@ -65,8 +65,47 @@ def test_sync_and_async_records_differ_and_both_modes_are_named() -> None:
         compare.with_scheduling([base], ("lagged",))
 
 
-def test_the_async_loop_refuses_a_tier() -> None:
+def test_the_async_loop_refuses_vllm_0_33s_tier() -> None:
     workload = generate("pressure", "fcfs", 4, 0)
-    workload["config"] = {**workload["config"], "tier": {"num_cpu_blocks": 8}}
-    with pytest.raises(ValueError, match="offload tier"):
+    workload["config"] = {**workload["config"], "tier": {"num_cpu_blocks": 8}, "vllm": "0.33.0"}
+    with pytest.raises(ValueError, match=r"0\.33\.0's offload tier"):
         next(stepping.run_async(workload, None))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", list(TIER_WORKLOADS))
+def test_the_async_loop_applies_each_worker_report_with_its_step(name: str) -> None:
+    """With a tier the scripted worker runs each step when it is queued; its report
+    goes into that step's update, whenever the step leaves the queue."""
+    tier = generate_tier(
+        name,
+        "fcfs",
+        eviction="lru",
+        block_size_factor=1,
+        store_threshold=0,
+        rule="seeded",
+        num_requests=NUM_REQUESTS,
+    )
+    (workload,) = compare.with_scheduling([tier], ("async",))
+    adapter = KvframeAdapter(workload["config"], record_blocks=True)
+    applied: list[tuple[list[str], list[str]]] = []
+    update = adapter.update
+
+    def recording_update(view, sampled, transfers=None):  # type: ignore[no-untyped-def]
+        assert transfers is not None, "a tier step was applied without the worker's report"
+        applied.append((sorted(transfers[0]), sorted(transfers[1])))
+        return update(view, sampled, transfers)
+
+    adapter.update = recording_update  # type: ignore[method-assign]
+    records = list(stepping.run_async(workload, adapter))
+    reported = [
+        (r["finished_sending"], r["finished_recving"])
+        for r in records
+        if r["scheduled_step"] is not None
+    ]
+    # Step k's report (recorded when k was scheduled) is the one applied k-th; the
+    # loop ends when the last request finished, a step may still be queued then.
+    assert applied == reported[: len(applied)]
+    assert len(reported) - len(applied) < stepping.BATCH_QUEUE_SIZE
+    finished = sorted(rid for r in records for rid in r["finished"])
+    assert finished == sorted(s["request_id"] for s in workload["requests"])
+    assert any(r["stores"] for r in records)

@@ -251,7 +251,8 @@ def _add_executor_arguments(engine: Any) -> None:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="schedule step N+1 before step N's tokens are back, as vLLM's AsyncScheduler "
-        "and batch queue do (vLLM's default; kvframe's default: off; sim executor, no tier)",
+        "and batch queue do (vLLM's default; kvframe's default: off; sim executor; with an "
+        "offload tier under --vllm 0.19.1 only)",
     )
     engine.add_argument(
         "--core",

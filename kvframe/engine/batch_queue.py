@@ -27,6 +27,20 @@ and nothing is in flight, the clock jumps as
 the synchronous loop's does (:meth:`Engine._idle`): to the next arrival or
 retention deadline, or :class:`~kvframe.engine.engine.EngineStalled`.
 
+With an offload tier (vLLM 0.19.1's OffloadingConnector, the only target that
+models one asynchronously) the connector follows the batch queue as in vLLM:
+the connector metadata is built in ``schedule`` and run by the worker when the
+step is handed to the executor (its deferred stores submitted, its loads
+started, a preempted request's stores waited for); the worker's report of
+finished transfers rides on the step's output and is applied with it, one
+iteration later -- so a request whose load landed is scheduled again only
+after that output. A step that schedules nothing is still run (the connector
+without a forward pass, no GPU time). The clock then waits for the next
+arrival or the end of the next transfer when nothing else can change. When
+mid-run no request is left, the loop waits for the next arrival without
+stepping (vLLM's ``has_requests``); after the last arrival it steps until the
+tier's last stores land, as the synchronous loop does.
+
 Runs of plain decode steps (:mod:`kvframe.core.decode_run`) are not taken here:
 every step goes through the scheduler and the executor.
 """
@@ -36,7 +50,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from kvframe.core.scheduler_output import ModelRunnerOutput
 from kvframe.engine.records import snapshot, trace_decision, trace_kv_events
@@ -49,6 +63,7 @@ if TYPE_CHECKING:
     from kvframe.engine.metrics import MetricsCollector
     from kvframe.executors.base import Executor, StepResult
     from kvframe.host.registry import Tracing
+    from kvframe.offload.offloading_connector import OffloadingConnector
 
 __all__ = ["BATCH_QUEUE_SIZE", "run_batch_queue"]
 
@@ -74,8 +89,22 @@ class EngineParts(Protocol):
     def _record_decision(self, output: SchedulerOutput, now: float) -> None: ...
 
     def _idle(
-        self, arrivals: ArrivalQueue, now: float, output: SchedulerOutput, idle_steps: int
+        self,
+        arrivals: ArrivalQueue,
+        now: float,
+        output: SchedulerOutput,
+        idle_steps: int,
+        next_transfer: float = math.inf,
     ) -> float: ...
+
+    def _empty_step(
+        self,
+        output: SchedulerOutput,
+        arrivals: ArrivalQueue,
+        now: float,
+        idle_steps: int,
+        hook: Any,
+    ) -> tuple[float, int] | None: ...
 
     def _finish(
         self,
@@ -89,17 +118,31 @@ class EngineParts(Protocol):
 
 
 class _InFlight:
-    """A step handed to the worker: its decision, its result and when it ends."""
+    """A step handed to the worker: its decision, its result and when it runs."""
 
-    __slots__ = ("end", "output", "result", "step")
+    __slots__ = ("end", "output", "result", "start", "step")
 
     def __init__(
-        self, output: SchedulerOutput, result: StepResult | None, end: float, step: int
+        self,
+        output: SchedulerOutput,
+        result: StepResult | None,
+        start: float,
+        end: float,
+        step: int,
     ) -> None:
         self.output = output
         self.result = result
+        self.start = start
         self.end = end
         self.step = step
+
+    @property
+    def reported_transfers(self) -> bool:
+        """Whether the worker reported finished transfers in this step's output."""
+        if self.result is None:
+            return False
+        done = self.result.model_output.kv_connector_output
+        return done is not None and bool(done.finished_recving or done.finished_sending)
 
 
 def run_batch_queue(
@@ -113,6 +156,9 @@ def run_batch_queue(
     requests = scheduler.requests
     has_requests = scheduler.has_requests
     keeps_queue = scheduler.config.fidelity.empty_step_keeps_queue
+    handler = executor.transfer_handler
+    worker = executor.offload_worker
+    connector = cast("OffloadingConnector | None", scheduler.connector)
     hook = engine.tracing.hook if engine.tracing is not None and engine.tracing.active else None
     queue: deque[_InFlight] = deque()
     now = arrivals.next_time if arrivals.next_time != math.inf else 0.0
@@ -123,6 +169,13 @@ def run_batch_queue(
             engine._arrive(arrivals, now, hook)
         if not queue and not has_requests():
             if arrivals.next_time == math.inf:
+                if worker is not None and connector is not None and (connector.busy or worker.busy):
+                    # The last stores still land: steps without requests, applied at
+                    # once, as the synchronous loop's (vLLM's engine would stop here).
+                    woke = _drain_step(engine, arrivals, now, idle_steps, hook)
+                    if woke is not None:
+                        now, idle_steps = woke
+                    continue
                 engine._check_no_turn_held(arrivals)
                 break
             now = engine._now = max(now, arrivals.next_time)
@@ -139,18 +192,23 @@ def run_batch_queue(
             engine._record_decision(output, now)
             executed = output.total_num_scheduled_tokens > 0
             result = None
-            end = max(now, gpu_free)
+            start = end = max(now, gpu_free)
             if executed:
-                result = executor.execute(output, requests, now)
+                result = executor.execute(output, requests, start)
                 collector.on_step(
-                    end,
+                    start,
                     result.duration,
                     num_generated_tokens=len(result.sampled),
                     num_computed_tokens=output.total_num_scheduled_tokens,
                 )
                 end += result.duration
                 gpu_free = end
-            queue.append(_InFlight(output, result, end, step))
+            elif handler is not None:
+                # vLLM's model runner runs the connector without a forward pass:
+                # this step's loads start, finished transfers are reported (in
+                # its output, applied when the step leaves the queue). No time.
+                result = executor.execute(output, requests, start)
+            queue.append(_InFlight(output, result, start, end, step))
             if len(queue) < BATCH_QUEUE_SIZE and (executed or (keeps_queue and has_requests())):
                 continue  # schedule the next step before waiting for this one
 
@@ -160,13 +218,18 @@ def run_batch_queue(
         if (
             output is not None
             and not output.total_num_scheduled_tokens
-            and done.result is None
+            and not done.output.total_num_scheduled_tokens
             and requests
-            and not any(q.result is not None for q in queue)
+            and not any(q.output.total_num_scheduled_tokens for q in queue)
+            and not done.reported_transfers
+            and not any(q.reported_transfers for q in queue)
         ):
             # Nothing scheduled after the last output was applied, and nothing in
-            # flight that could change that.
-            woke = engine._idle(arrivals, now, output, idle_steps)
+            # flight that could change that: no step with tokens, no transfer
+            # reported but not yet seen by the scheduler. The clock moves to the
+            # next arrival or the end of the next transfer.
+            next_transfer = handler.next_completion() if handler is not None else math.inf
+            woke = engine._idle(arrivals, now, output, idle_steps, next_transfer)
             idle_steps = idle_steps + 1 if woke == now else 0
             now = engine._now = woke
         else:
@@ -183,6 +246,8 @@ def _apply(engine: EngineParts, done: _InFlight, arrivals: ArrivalQueue, hook: A
         # vLLM applies the empty output of a step that scheduled nothing too.
         scheduler.update_from_output(done.output, ModelRunnerOutput(sampled_token_ids={}))
         return
+    # With a tier, the worker's report (finished sending / receiving) rides on
+    # the step's output: the scheduler sees a transfer land one step late too.
     finished = scheduler.update_from_output(done.output, result.model_output)
     end = done.end
     on_first_token = engine._collector.on_first_token
@@ -193,4 +258,19 @@ def _apply(engine: EngineParts, done: _InFlight, arrivals: ArrivalQueue, hook: A
     if hook is not None:
         trace_kv_events(hook, scheduler.kv_cache_manager, done.step, end, scheduler.connector)
     if finished:
-        engine._finish(finished, arrivals, done.step, end - result.duration, end, hook)
+        engine._finish(finished, arrivals, done.step, done.start, end, hook)
+
+
+def _drain_step(
+    engine: EngineParts, arrivals: ArrivalQueue, now: float, idle_steps: int, hook: Any
+) -> tuple[float, int] | None:
+    """A step after the last request left the scheduler while the tier still moves
+    blocks: scheduled, run and applied at once (:meth:`Engine._empty_step`)."""
+    scheduler = engine.scheduler
+    if hook is not None:
+        hook.kvframe_step_snapshot(snapshot=snapshot(scheduler, now))
+    output = scheduler.schedule(now)
+    if hook is not None:
+        trace_decision(hook, output, scheduler.stats.num_steps, now)
+    engine._record_decision(output, now)
+    return engine._empty_step(output, arrivals, now, idle_steps, hook)

@@ -68,6 +68,14 @@ iteration (empty when none was), plus::
     scheduled_step  int or null   index of the step scheduled (schedule() calls)
     applied_step    int or null   index of the step whose output was applied
     finished        sorted req ids finished by that update
+
+With a tier (vLLM 0.19.1 only), the worker plays each scheduled step -- empty
+ones too, as vLLM's model runner runs the connector without a forward pass --
+when it is queued (``execute_model``), in schedule order, its steps counted in
+``schedule()`` calls; its report rides with the step and goes into that step's
+update, one iteration or more later. The tier fields above are those of the
+step scheduled in the iteration (``finished_sending`` / ``finished_recving``:
+what the worker reported for it, applied later).
 """
 
 from __future__ import annotations
@@ -431,15 +439,7 @@ def run(
             record["blocks"] = view.blocks
         record.update(view.extra)
         if view.tier is not None and transfers is not None:
-            record.update(
-                external_hits=view.tier.external_hits,
-                waiting_remote=view.tier.waiting_remote,
-                loads=view.tier.loads,
-                stores=view.tier.stores,
-                tier_evicted=view.tier.evicted,
-                finished_sending=sorted(transfers[0]),
-                finished_recving=sorted(transfers[1]),
-            )
+            record.update(_tier_fields(view.tier, transfers))
             if isinstance(worker, JobWorker):
                 jobs_view = view.tier.jobs
                 assert jobs_view is not None
@@ -451,6 +451,23 @@ def run(
                 )
         yield record
         step += 1
+
+
+Transfers = tuple[set[str], set[str]]
+"""The worker's report of one step: ``(finished_sending, finished_recving)``."""
+
+
+def _tier_fields(tier: TierView, transfers: Transfers) -> dict[str, Any]:
+    """The record fields of a step's connector decisions and the worker's report."""
+    return {
+        "external_hits": tier.external_hits,
+        "waiting_remote": tier.waiting_remote,
+        "loads": tier.loads,
+        "stores": tier.stores,
+        "tier_evicted": tier.evicted,
+        "finished_sending": sorted(transfers[0]),
+        "finished_recving": sorted(transfers[1]),
+    }
 
 
 def _empty_waits(config: dict[str, Any]) -> bool:
@@ -476,14 +493,22 @@ def run_async(
     apply the oldest queued step's output. The adapter must have been built with
     asynchronous scheduling (``has_requests`` is the scheduler's own).
     """
-    if workload["config"].get("tier"):
-        raise ValueError("asynchronous scheduling with an offload tier is not compared")
+    tier = workload["config"].get("tier")
+    worker: ScriptedWorker | None = None
+    if tier:
+        if workload["config"].get("vllm", "0.19.1") != "0.19.1":
+            raise ValueError(
+                "asynchronous scheduling with vLLM 0.33.0's offload tier is not compared "
+                "(only 0.19.1's OffloadingConnector is driven in the batch queue's order)"
+            )
+        worker = ScriptedWorker(tier.get("completion", {}))
     by_step: dict[int, list[RequestSpec]] = {}
     for spec in workload["requests"]:
         by_step.setdefault(spec["arrival_step"], []).append(spec)
     total = len(workload["requests"])
     empty_waits = _empty_waits(workload["config"])
-    queue: list[tuple[int, StepView, dict[str, list[int]]]] = []  # oldest first
+    # oldest first: (step, its view, its sampled tokens, the worker's report)
+    queue: list[tuple[int, StepView, dict[str, list[int]], Transfers | None]] = []
     num_finished = 0
     num_scheduled = 0
     iteration = 0
@@ -497,6 +522,7 @@ def run_async(
             adapter.add_request(spec)
         view: StepView | None = None
         scheduled_step: int | None = None
+        transfers: Transfers | None = None
         early = False
         if adapter.has_requests():
             view = adapter.schedule()
@@ -507,7 +533,14 @@ def run_async(
                 computed, num_tokens = adapter.progress(req_id)
                 if computed >= num_tokens:
                     sampled[req_id] = [SAMPLED_TOKEN_ID]
-            queue.append((scheduled_step, view, sampled))
+            if worker is not None:
+                # The worker runs the step's connector metadata when the step is
+                # handed to it (execute_model), in the order steps are queued; its
+                # report travels with the step's output and is applied with it.
+                if view.tier is None:
+                    raise RuntimeError("the workload has a tier but the adapter reported none")
+                transfers = worker.step(scheduled_step, view.tier)
+            queue.append((scheduled_step, view, sampled, transfers))
             executed = bool(view.scheduled)
             early = len(queue) < BATCH_QUEUE_SIZE and (
                 executed or (empty_waits and adapter.has_requests())
@@ -519,8 +552,8 @@ def run_async(
         finished: list[str] = []
         extra: dict[str, Any] = {}
         if not early:
-            applied_step, done, done_sampled = queue.pop(0)
-            finished = adapter.update(done, done_sampled, None)
+            applied_step, done, done_sampled, done_transfers = queue.pop(0)
+            finished = adapter.update(done, done_sampled, done_transfers)
             num_finished += len(finished)
             extra = done.extra
         record: dict[str, Any] = {
@@ -537,6 +570,8 @@ def run_async(
         }
         if view is not None and view.blocks is not None:
             record["blocks"] = view.blocks
+        if view is not None and view.tier is not None and transfers is not None:
+            record.update(_tier_fields(view.tier, transfers))
         record.update(extra)
         yield record
         iteration += 1

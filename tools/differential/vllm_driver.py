@@ -262,6 +262,20 @@ class VllmAdapter:
         if bridge:
             self._step = 0
             self.scheduler.clock = lambda: float(self._step)  # one second per step
+            bridged_tier = getattr(self.scheduler, "tier", None)
+            if self.v033 and bridged_tier is not None:
+                # As for vLLM's own scheduler (schedule() below): 0.33.0's connector
+                # numbers the last stores of finished requests in the order it walks
+                # finished_req_ids; hand it a set that iterates sorted.
+                build_meta = bridged_tier.build_vllm_meta
+
+                def sorted_build_meta(scheduler_output: Any) -> Any:
+                    scheduler_output.finished_req_ids = _SortedSet(
+                        scheduler_output.finished_req_ids
+                    )
+                    return build_meta(scheduler_output)
+
+                bridged_tier.build_vllm_meta = sorted_build_meta
         else:
             self._check_effective_config(config)
         self._tier_factor = 1
@@ -452,10 +466,11 @@ class VllmAdapter:
         return self.scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
 
     def schedule(self) -> stepping.StepView:
-        if self._namer is not None and self.v033:
+        if self._namer is not None and self.v033 and not self.bridge:
             # 0.33.0's connector walks finished_req_ids (a set, in hash-seed order)
             # to offer their last stores, numbering jobs in that order; kvframe
-            # walks them sorted, so hand vLLM a set that iterates sorted.
+            # walks them sorted, so hand vLLM a set that iterates sorted. (The
+            # bridge has no finished_req_ids of its own: it hands kvframe's.)
             self.scheduler.finished_req_ids = _SortedSet(self.scheduler.finished_req_ids)
         out = self.scheduler.schedule()
         if self.bridge:

@@ -86,10 +86,12 @@ def _config_checks(vllm_config: VllmConfig) -> list[tuple[bool, str]]:
         (connector_problem is not None, connector_problem or ""),
         (
             connector_problem is None
+            and compat.INTERFACE_033
             and vllm_config.kv_transfer_config is not None
             and bool(scheduler.async_scheduling),
-            "asynchronous scheduling together with a KV connector (pass "
-            "--no-async-scheduling: the async mode is not compared with a connector yet)",
+            "asynchronous scheduling together with a KV connector on vLLM 0.33 (pass "
+            "--no-async-scheduling: 0.33's connector is not compared under the batch queue; "
+            "on vLLM 0.19.1 it runs)",
         ),
         (
             getattr(scheduler, "prefill_schedule_interval", 1) > 1,

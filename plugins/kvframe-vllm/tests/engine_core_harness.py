@@ -112,6 +112,10 @@ def make_executor_class() -> type:
                 return [["LBNHC"]]
             if method in ("set_kv_cache_layout", "synchronize_device"):
                 return [None]
+            if method == "get_kv_connector_handshake_metadata":
+                # With a KV connector (the serve check's tier command): the
+                # OffloadingConnector's worker has no handshake metadata.
+                return [None]
             raise NotImplementedError(f"fake executor: collective_rpc({method!r})")
 
         def check_health(self) -> None:

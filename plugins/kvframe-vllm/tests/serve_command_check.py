@@ -34,13 +34,16 @@ import engine_core_harness  # noqa: E402
 DOCS = HERE.parents[2] / "docs" / "vllm.md"
 
 
-def docs_command() -> list[str]:
-    """The first ``vllm serve`` command in docs/vllm.md that names the bridge scheduler."""
+def docs_command(*, with_flag: str = "--scheduler-cls") -> list[str]:
+    """The first ``vllm serve`` command in docs/vllm.md that names the bridge scheduler
+    (and ``with_flag``)."""
     for block in re.findall(r"```(?:bash|console)\n(.*?)```", DOCS.read_text(), re.S):
         command = block.replace("\\\n", " ")
-        if "vllm serve" in command and "--scheduler-cls" in command:
+        if "vllm serve" in command and "--scheduler-cls" in command and with_flag in command:
             return shlex.split(command, comments=True)  # the block opens with a comment
-    raise SystemExit("docs/vllm.md has no `vllm serve ... --scheduler-cls` command")
+    raise SystemExit(
+        f"docs/vllm.md has no `vllm serve ... --scheduler-cls` command with {with_flag}"
+    )
 
 
 def serve_parser(parser: Any, engine_args: Any) -> Any:
@@ -90,6 +93,7 @@ def build(argv: list[str]) -> dict[str, Any]:
         "batch_queue_size": engine.batch_queue_size,
         "scheduler": type(scheduler).__name__,
         "policy": getattr(getattr(scheduler, "policy", None), "name", None),
+        "connector": type(getattr(getattr(scheduler, "tier", None), "connector", None)).__name__,
     }
 
 
@@ -131,6 +135,10 @@ def main() -> None:
         "with_lora": build([*command, "--enable-lora"]),
         "bad_policy": build(bad_policy),
     }
+    # The scheduling policy + CPU tier command (vLLM 0.19.1), as written.
+    tier_command = docs_command(with_flag="--kv-transfer-config")
+    results["tier_command"] = tier_command
+    results["tier_as_written"] = build(list(tier_command))
     print(json.dumps(results))
 
 

@@ -10,8 +10,11 @@ and priority; under ``continuum`` the bridge is compared with kvframe's own
 scheduler and kvframe's model of the tier. Records compared step by step:
 scheduled tokens, admissions, preemptions, prefix and tier hits, the
 connector's loads and stores (GPU block ids and tier slots), the tier's
-evictions, block ids, engine outputs. Skips without the vLLM 0.19.1 reference
-interpreter.
+evictions, block ids, engine outputs. Both scheduling modes: synchronous, and
+asynchronous (vLLM's ``AsyncScheduler`` + OffloadingConnector against the
+bridge in kvframe's async mode, driven in the engine's batch-queue order, the
+scripted worker's report applied with its step). Skips without the vLLM 0.19.1
+reference interpreter.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ VARIANTS = {
     },
 }
 POLICIES = ("fcfs", "priority", "continuum")
+MODES = ("sync", "async")
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -86,22 +90,24 @@ def comparison(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> d
             blocks=True,
             tier=matrix,
             bridge=True,
+            scheduling=MODES,
         )
         for result in runs:
             results[result.workload] = result
     return results
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize("workload", list(TIER_WORKLOADS))
 def test_scheduler_and_tier_together_decide_like_the_reference(
-    comparison: dict[str, Any], workload: str, variant: str, policy: str
+    comparison: dict[str, Any], workload: str, variant: str, policy: str, mode: str
 ) -> None:
     m = VARIANTS[variant]
     name = (
         f"{workload}.{m['evictions'][0]}.f{m['factors'][0]}.t{m['thresholds'][0]}."
-        f"{m['rules'][0]}-{policy}"
+        f"{m['rules'][0]}-{policy}" + ("-async" if mode == "async" else "")
     )
     result = comparison[name]
     assert result.vllm["steps"] > 0, "the reference driver produced no records"

@@ -7,7 +7,9 @@ parser, ``AsyncEngineArgs.create_engine_config`` (with the bridge's general
 plugin loaded), vLLM's ``EngineCore`` constructor building the scheduler --
 with async scheduling resolving as on a GPU. The model name becomes the local
 config-only model folder (no weights, no network here); async scheduling is
-on, vLLM's default, and ``--no-async-scheduling`` added still builds. Variants
+on, vLLM's default, and ``--no-async-scheduling`` added still builds. The docs'
+scheduling policy + CPU tier command (``--kv-transfer-config``) builds as
+written too, asynchronously, with vLLM's OffloadingConnector. Variants
 check that what the bridge refuses stops vLLM while it builds its config, before any
 engine (and so before weights would load), naming the flag. Skips without the
 vLLM reference interpreter.
@@ -91,3 +93,16 @@ def test_refusals_stop_vllm_while_it_builds_its_config(checked: dict[str, Any]) 
     assert bad["stopped_at"] == "create_engine_config"
     assert bad["type"] == "ConfigError"
     assert "did you mean 'fcfs'?" in bad["message"]
+
+
+def test_the_docs_tier_command_builds_with_async_scheduling(checked: dict[str, Any]) -> None:
+    """A scheduling policy + CPU tier, as written: no --no-async-scheduling needed."""
+    assert "--kv-transfer-config" in checked["tier_command"]
+    assert "--no-async-scheduling" not in checked["tier_command"]
+    built = checked["tier_as_written"]
+    assert built["stopped_at"] is None, built
+    assert built["scheduler"] == "KvframeScheduler"
+    assert built["connector"] == "OffloadingConnector"
+    assert built["async_scheduling"] is True
+    assert built["core_async_scheduling"] is True
+    assert built["batch_queue_size"] == 2
