@@ -65,11 +65,28 @@ def test_sync_and_async_records_differ_and_both_modes_are_named() -> None:
         compare.with_scheduling([base], ("lagged",))
 
 
-def test_the_async_loop_refuses_vllm_0_33s_tier() -> None:
-    workload = generate("pressure", "fcfs", 4, 0)
-    workload["config"] = {**workload["config"], "tier": {"num_cpu_blocks": 8}, "vllm": "0.33.0"}
-    with pytest.raises(ValueError, match=r"0\.33\.0's offload tier"):
-        next(stepping.run_async(workload, None))  # type: ignore[arg-type]
+def test_the_async_loop_plays_vllm_0_33s_job_worker() -> None:
+    """Under the 0.33.0 target the tier's worker is ``JobWorker``, run when each step
+    is queued: the records carry its jobs, and the jobs it reports landed are ones
+    the connector numbered, each reported once."""
+    tier = generate_tier(
+        "tier-reuse",
+        "fcfs",
+        eviction="lru",
+        block_size_factor=1,
+        store_threshold=0,
+        rule="seeded",
+        num_requests=NUM_REQUESTS,
+    )
+    tier["config"]["vllm"] = "0.33.0"
+    (workload,) = compare.with_scheduling([tier], ("async",))
+    records = list(stepping.run_async(workload, KvframeAdapter(workload["config"])))
+    scheduled = [r for r in records if r["scheduled_step"] is not None]
+    assert all("completed_jobs" in r for r in scheduled)
+    numbered = [int(j) for r in scheduled for j in (*r["load_jobs"], *r["store_jobs"])]
+    landed = [j for r in scheduled for j in r["completed_jobs"]]
+    assert numbered and len(set(numbered)) == len(numbered)
+    assert landed and len(set(landed)) == len(landed) and set(landed) <= set(numbered)
 
 
 @pytest.mark.parametrize("name", list(TIER_WORKLOADS))

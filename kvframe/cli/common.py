@@ -251,8 +251,8 @@ def _add_executor_arguments(engine: Any) -> None:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="schedule step N+1 before step N's tokens are back, as vLLM's AsyncScheduler "
-        "and batch queue do (vLLM's default; kvframe's default: off; sim executor; with an "
-        "offload tier under --vllm 0.19.1 only)",
+        "and batch queue do (vLLM's default; kvframe's default: off; sim executor; with or "
+        "without an offload tier, under --vllm 0.19.1 and 0.33)",
     )
     engine.add_argument(
         "--core",

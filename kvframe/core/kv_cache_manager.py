@@ -553,17 +553,30 @@ class KVCacheManager:
         to be shared, because their hash depends on the whole prefix.
         Freeing a request that holds nothing is a no-op.
         """
-        blocks = self.req_to_blocks.pop(request.request_id, None)
-        self.num_cached_block.pop(request.request_id, None)
-        self.decode_limits.pop(request.request_id, None)
+        blocks = self.pop_blocks_for_free(request)
         if blocks:
-            pool = self.block_pool
-            if self._free_reversed is not None:
-                self._free_reversed(blocks)
-            else:
-                pool.free_blocks(reversed(blocks))
-            if pool.report_release is not None:  # a policy that ranks by chain position
-                pool.report_release(blocks, request.num_tokens, self.block_size)
+            self.free_popped(blocks, request.num_tokens)
+
+    def pop_blocks_for_free(self, request: Request) -> list[KVCacheBlock]:
+        """Forget the request's blocks without freeing them; return them in allocation
+        order (vLLM 0.33.0's ``pop_blocks_for_free``: the caller frees them later with
+        :meth:`free_popped`, :mod:`kvframe.core.deferred_frees`)."""
+        request_id = request.request_id
+        blocks = self.req_to_blocks.pop(request_id, None)
+        self.num_cached_block.pop(request_id, None)
+        self.decode_limits.pop(request_id, None)
+        return blocks if blocks else []
+
+    def free_popped(self, blocks: list[KVCacheBlock], num_tokens: int) -> None:
+        """Free blocks popped by :meth:`pop_blocks_for_free`, tail first, as :meth:`free`
+        does (``num_tokens``: the request's tokens when they were popped)."""
+        pool = self.block_pool
+        if self._free_reversed is not None:
+            self._free_reversed(blocks)
+        else:
+            pool.free_blocks(reversed(blocks))
+        if pool.report_release is not None:  # a policy that ranks by chain position
+            pool.report_release(blocks, num_tokens, self.block_size)
 
     def evict_blocks(self, block_ids: Sequence[int]) -> None:
         """Drop the given blocks from the prefix cache (e.g. a failed KV load)."""

@@ -38,6 +38,7 @@ import attrs
 
 from kvframe.core.compiled import resolve_core
 from kvframe.core.decode_run import DecodeRun
+from kvframe.core.deferred_frees import DeferredFrees
 from kvframe.core.hashing import make_block_hasher
 from kvframe.core.inflight import InflightPrefills
 from kvframe.core.kv_cache_manager import KVCacheManager
@@ -161,6 +162,15 @@ class Scheduler:
                 num_lookahead_tokens=config.num_lookahead_tokens,
             )
             if config.fidelity.reserve_for_inflight_prefills
+            else None
+        )
+        # T22: with a connector under asynchronous scheduling, blocks a step in flight
+        # may still write are freed when its output is applied (None: not deferred).
+        self._deferred_frees: DeferredFrees | None = (
+            DeferredFrees(self.kv_cache_manager)
+            if config.fidelity.defer_block_free
+            and config.async_scheduling
+            and connector is not None
             else None
         )
         self.num_lookahead_tokens = config.num_lookahead_tokens
@@ -469,8 +479,9 @@ class Scheduler:
                 # The request itself was preempted. vLLM 0.19.1: nothing more fits
                 # this step. vLLM 0.33: the requests after it (higher priority
                 # under a priority policy) may fit in the blocks it freed; it left
-                # `running`, so req_index already points at the next one.
-                if self._self_preemption_continues:
+                # `running`, so req_index already points at the next one. (Not
+                # preempted: T22 found no victim it could free now; the loop ends.)
+                if self._self_preemption_continues and request.status == _PREEMPTED:
                     continue
                 break
             self._schedule_running_request(step, request, new_blocks, num_new_tokens)
@@ -510,6 +521,12 @@ class Scheduler:
             if self.retained and self._reclaim_retained(request, num_new_tokens, stalled=False):
                 continue
             victim = self._choose_victim()
+            deferred = self._deferred_frees
+            if deferred is not None and not deferred.can_free(victim.request_id):
+                # T22: a step in flight may still write the victim's blocks, so
+                # preempting it frees nothing now: the request is not scheduled
+                # and the running loop ends (vLLM 0.33.0's ``break``).
+                return None, req_index
             victim_index = self._remove_running(victim)
             victim_id = victim.request_id
             if victim_id in num_scheduled_tokens:
@@ -874,6 +891,10 @@ class Scheduler:
             self.add_output_placeholders(output)
         if self._inflight is not None:
             self._inflight.after_schedule(output.num_scheduled_tokens)
+        if self._deferred_frees is not None:
+            self._deferred_frees.after_schedule(
+                output.num_scheduled_tokens, output.total_num_scheduled_tokens
+            )
         # A new set: the output keeps the old one.
         self.finished_req_ids = set()
 
@@ -910,6 +931,9 @@ class Scheduler:
         # (4.1 million times on the whole Mooncake trace) with the one-token decode
         # case inline; a call there costs ~35 ns each (~0.15 s of the trace's ~17 s,
         # benchmarks/whole_trace.py). Everything off that case is a method.
+        if self._deferred_frees is not None:
+            # T22: every write of this step and the ones before it is done.
+            self._deferred_frees.after_output(scheduler_output.total_num_scheduled_tokens)
         sampled = model_output.sampled_token_ids
         if self.sessions.stale_outputs:
             sampled = dict(sampled)
@@ -1188,6 +1212,11 @@ class Scheduler:
             or request_id in self._awaiting_load
         ):
             return
+        deferred = self._deferred_frees
+        if deferred is not None:
+            deferred.free(request)
+            deferred.forget((request_id,))
+            return
         self.kv_cache_manager.free(request)
 
     def _release_retention(self, request_id: str) -> None:
@@ -1309,7 +1338,10 @@ class Scheduler:
 
     def _preempt(self, request: Request) -> None:
         """Preempt by recompute: free every block and queue the request at the head."""
-        self.kv_cache_manager.free(request)
+        if self._deferred_frees is not None:
+            self._deferred_frees.free(request)
+        else:
+            self.kv_cache_manager.free(request)
         if self._inflight is not None:
             self._inflight.discard(request.request_id)
         self._computed_before_preemption[request.request_id] = request.num_computed_tokens

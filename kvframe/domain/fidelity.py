@@ -103,6 +103,16 @@ class Fidelity:
     of docs/fidelity.md's tier table; vLLM PRs #43797 and #51787 among them).
     Off: 0.19.1's connector, ledger and policies. Read when the engine or the
     differential harness builds a tier."""
+    defer_block_free: bool = False
+    """T22. Asynchronous scheduling with an offload tier: a finished or preempted
+    request's blocks that a step in flight may still write go back to the pool
+    only when that step's output is applied (tail first, as at once), and the
+    running loop stops rather than preempt a victim whose blocks could not be freed
+    now (vLLM 0.33.0's ``Scheduler.defer_block_free``, set for ``max_concurrent_batches
+    > 1`` and a KV-consumer connector: ``_free_request_blocks``,
+    ``_request_blocks_can_be_freed``, ``_drain_deferred_frees``; upstream pull request
+    not identified). Synchronous runs and runs without a connector never defer.
+    :mod:`kvframe.core.deferred_frees`."""
     sessions_resume_from_frontier: bool = False
     """S. Streaming-input sessions (:mod:`kvframe.core.sessions`), vLLM 0.33.0's
     rules: a session that stops drops the work in flight (its computed tokens
@@ -131,6 +141,7 @@ _TARGETS: dict[str, Fidelity] = {
         holding_queue_first=True,
         cached_tokens_at_admission=True,
         offload_jobs=True,
+        defer_block_free=True,
         sessions_resume_from_frontier=True,
     ),
 }

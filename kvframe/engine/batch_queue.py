@@ -27,8 +27,10 @@ and nothing is in flight, the clock jumps as
 the synchronous loop's does (:meth:`Engine._idle`): to the next arrival or
 retention deadline, or :class:`~kvframe.engine.engine.EngineStalled`.
 
-With an offload tier (vLLM 0.19.1's OffloadingConnector, the only target that
-models one asynchronously) the connector follows the batch queue as in vLLM:
+With an offload tier (vLLM 0.19.1's OffloadingConnector, or 0.33.0's job
+connector, whose scheduler also holds a freed request's blocks until the steps
+in flight that may write them are applied: switch T22,
+:mod:`kvframe.core.deferred_frees`) the connector follows the batch queue as in vLLM:
 the connector metadata is built in ``schedule`` and run by the worker when the
 step is handed to the executor (its deferred stores submitted, its loads
 started, a preempted request's stores waited for); the worker's report of

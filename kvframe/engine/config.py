@@ -195,13 +195,6 @@ class EngineConfig:
             raise ValueError(
                 "eviction and reuse_filter configure an offload tier, but offload is not set"
             )
-        if self.async_scheduling and self.offload is not None and self.vllm != "0.19.1":
-            raise ValueError(
-                f"async_scheduling with an offload tier under vllm={self.vllm} is not "
-                "modelled (vLLM 0.33.0's connector under the batch queue is not compared; "
-                "0.19.1's is): run the tier asynchronously with vllm 0.19.1, or with "
-                "async_scheduling off"
-            )
         if self.async_scheduling and self.executor.split(":", 1)[0].strip() != "sim":
             raise ValueError(
                 f"async_scheduling runs with the sim executor only, not {self.executor!r}: "

@@ -15,9 +15,12 @@ connector (vLLM's model runner without a forward pass). So under
 * when the last request left, the stores still in flight land (as in the
   synchronous loop), nothing leaks.
 
-That the decisions are vLLM's (AsyncScheduler + OffloadingConnector) is the
-differential harness's job (``compare.py --tier --scheduling async``,
-``tests/offload/test_tier_differential_vllm.py``).
+Each test runs under both fidelity targets: vLLM 0.33.0's job connector follows
+the same order (its worker reports jobs, and switch T22 holds a freed request's
+blocks until the steps in flight that may write them are applied). That the
+decisions are vLLM's (AsyncScheduler + OffloadingConnector) is the differential
+harness's job (``compare.py --tier --scheduling async``, against 0.19.1 and
+0.33.0: ``tests/offload/test_tier_differential_vllm_async.py``).
 """
 
 from __future__ import annotations
@@ -40,6 +43,12 @@ TIER = {"offload": "cpu:capacity=64GiB", "eviction": "lru"}
 @pytest.fixture(scope="module")
 def workload(conversation_trace: str):
     return load_workload(conversation_trace, limit=LIMIT)
+
+
+@pytest.fixture(scope="module", params=["0.19.1", "0.33"])
+def vllm(request: pytest.FixtureRequest) -> str:
+    """The fidelity target: both model the tier under the batch queue."""
+    return str(request.param)
 
 
 class _Recorder:
@@ -91,23 +100,29 @@ class _Recorder:
         return [e for e in self.events if e[0] == kind]
 
 
-_RUNS: dict[bool, tuple[Engine, _Recorder, dict[str, Any]]] = {}
+_RUNS: dict[tuple[bool, str], tuple[Engine, _Recorder, dict[str, Any]]] = {}
 
 
-def _run(workload, async_scheduling: bool) -> tuple[Engine, _Recorder, dict[str, Any]]:
-    """Each mode runs once per session (a few seconds each)."""
-    if async_scheduling not in _RUNS:
+def _run(workload, async_scheduling: bool, vllm: str) -> tuple[Engine, _Recorder, dict[str, Any]]:
+    """Each mode and target runs once per session (a few seconds each)."""
+    key = (async_scheduling, vllm)
+    if key not in _RUNS:
         engine = Engine.from_config(
-            EngineConfig(num_gpu_blocks=NUM_GPU_BLOCKS, async_scheduling=async_scheduling, **TIER)
+            EngineConfig(
+                num_gpu_blocks=NUM_GPU_BLOCKS,
+                async_scheduling=async_scheduling,
+                vllm=vllm,
+                **TIER,
+            )
         )
         recorder = _Recorder(engine)
         counters = engine.run(workload).summary.counters
-        _RUNS[async_scheduling] = (engine, recorder, counters)
-    return _RUNS[async_scheduling]
+        _RUNS[key] = (engine, recorder, counters)
+    return _RUNS[key]
 
 
-def test_the_tier_is_used_and_nothing_leaks(workload):
-    engine, _, counters = _run(workload, True)
+def test_the_tier_is_used_and_nothing_leaks(workload, vllm):
+    engine, _, counters = _run(workload, True, vllm)
     assert counters["num_requests_finished"] + counters["num_requests_ignored"] == LIMIT
     assert counters["offload_hit_tokens"] == counters["external_prefix_cache_hits"] > 0
     assert counters["offload_num_loads"] > 0 and counters["offload_num_stores"] > 0
@@ -117,9 +132,9 @@ def test_the_tier_is_used_and_nothing_leaks(workload):
     assert not scheduler.requests
 
 
-def test_every_step_is_run_and_applied_once_in_schedule_order(workload):
+def test_every_step_is_run_and_applied_once_in_schedule_order(workload, vllm):
     """Empty steps too: the worker runs the connector without a forward pass."""
-    _, recorder, _ = _run(workload, True)
+    _, recorder, _ = _run(workload, True, vllm)
     scheduled = [e[1] for e in recorder.of("schedule")]
     executed = [e[1] for e in recorder.of("execute")]
     applied = [e[1] for e in recorder.of("apply")]
@@ -132,10 +147,10 @@ def test_every_step_is_run_and_applied_once_in_schedule_order(workload):
     assert len(lagged) > len(scheduled) // 2
 
 
-def test_a_load_is_seen_only_when_its_step_is_applied(workload):
+def test_a_load_is_seen_only_when_its_step_is_applied(workload, vllm):
     """A request waiting for its load is scheduled again only after the output that
     reported the load was applied -- never on the worker's report alone."""
-    _, recorder, _ = _run(workload, True)
+    _, recorder, _ = _run(workload, True, vllm)
     reported_at: dict[str, int] = {}  # request -> event index of the applying update
     checked = 0
     for index, event in enumerate(recorder.events):
@@ -152,8 +167,8 @@ def test_a_load_is_seen_only_when_its_step_is_applied(workload):
     assert checked > 0
 
 
-def test_steps_without_tokens_take_no_gpu_time(workload):
-    engine, recorder, _ = _run(workload, True)
+def test_steps_without_tokens_take_no_gpu_time(workload, vllm):
+    engine, recorder, _ = _run(workload, True, vllm)
     tokens = {e[1]: sum(e[3].values()) for e in recorder.of("schedule")}
     empty = [e for e in recorder.of("execute") if tokens[e[1]] == 0]
     assert empty, "the workload has steps that schedule nothing while loads run"
@@ -166,9 +181,9 @@ def test_steps_without_tokens_take_no_gpu_time(workload):
     assert starts == sorted(starts)
 
 
-def test_async_and_sync_serve_the_same_requests(workload):
-    _, _, sync = _run(workload, False)
-    _, _, lagged = _run(workload, True)
+def test_async_and_sync_serve_the_same_requests(workload, vllm):
+    _, _, sync = _run(workload, False, vllm)
+    _, _, lagged = _run(workload, True, vllm)
     for key in ("num_requests_finished", "num_requests_ignored", "num_output_tokens"):
         if key in sync:
             assert lagged[key] == sync[key], key

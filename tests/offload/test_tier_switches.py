@@ -1,12 +1,14 @@
 """The tier's fidelity switches matter: the 0.33.0 target's run changes when one is off.
 
 Each switch of the offload tier (``kvframe.domain.fidelity``: ``offload_jobs``,
-``holding_queue_first``, ``cached_tokens_at_admission``) is turned off alone on
-top of the 0.33.0 target, and a 40-request tier workload of the differential
+``holding_queue_first``, ``cached_tokens_at_admission``, and under asynchronous
+scheduling ``defer_block_free``) is turned off alone on top of the 0.33.0
+target, and a 40-request tier workload of the differential
 harness (run through its kvframe side, no vLLM needed) must then run
 differently, in the way the switch's rule says. That the 0.33.0 target with
 every switch on matches vLLM 0.33.0 step for step on these workloads is
-``test_tier_differential_vllm033.py`` (which needs vLLM 0.33.0).
+``test_tier_differential_vllm033.py`` and, asynchronously,
+``test_tier_differential_vllm033_async.py`` (which need vLLM 0.33.0).
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ SWITCH_WORKLOAD = {
 }
 
 
-def run(name: str, fidelity: str | Fidelity) -> list[dict[str, Any]]:
+def run(
+    name: str, fidelity: str | Fidelity, async_scheduling: bool = False
+) -> list[dict[str, Any]]:
     workload = generate_tier(
         name,
         "fcfs",
@@ -47,8 +51,10 @@ def run(name: str, fidelity: str | Fidelity) -> list[dict[str, Any]]:
         num_requests=40,
     )
     workload["config"]["vllm"] = fidelity
+    workload["config"]["async_scheduling"] = async_scheduling
     adapter = kvframe_driver.KvframeAdapter(workload["config"], record_blocks=True)
-    return list(stepping.run(workload, adapter))
+    loop = stepping.run_async if async_scheduling else stepping.run
+    return list(loop(workload, adapter))
 
 
 def without(switch: str) -> Fidelity:
@@ -106,3 +112,19 @@ def test_an_async_load_reports_its_admissions_hit(target_runs: Any) -> None:
         if hit != b["prefix_hits"][rid]
     ]
     assert differing and all(hit == off_hit + 1 for _, hit, off_hit in differing)
+
+
+def test_blocks_a_step_in_flight_may_write_are_freed_after_it(target_runs: Any) -> None:
+    """T22, asynchronous scheduling only. Off: a running request out of blocks preempts
+    the last running request although a step in flight still writes its blocks; on
+    (vLLM 0.33.0), the running loop stops there and nobody is preempted."""
+    on = run("tier-reuse", "0.33.0", async_scheduling=True)
+    off = run("tier-reuse", without("defer_block_free"), async_scheduling=True)
+    step = _first_difference(on, off)
+    assert step is not None
+    assert not on[step]["preempted"] and off[step]["preempted"]
+    scheduled_on, scheduled_off = on[step]["scheduled"], off[step]["scheduled"]
+    assert scheduled_on == scheduled_off[: len(scheduled_on)]
+    assert len(scheduled_on) < len(scheduled_off)
+    # Synchronous runs never defer: the switch changes nothing there.
+    assert target_runs["tier-reuse"] == run("tier-reuse", without("defer_block_free"))

@@ -63,6 +63,8 @@ TIER_SWITCHES = {
     "offload_jobs": "tests/offload/test_tier_switches.py",
     "holding_queue_first": "tests/offload/test_tier_switches.py",
     "cached_tokens_at_admission": "tests/offload/test_tier_switches.py",
+    # Asynchronous scheduling with a tier only (tier-reuse async).
+    "defer_block_free": "tests/offload/test_tier_switches.py",
     # Streaming-input sessions: no harness workload has them (its driver sends
     # none); shown on the core, and inside vLLM by the EngineCore harness.
     "sessions_resume_from_frontier": "tests/scheduler/test_sessions.py",

@@ -44,9 +44,10 @@ kvframe's asynchronous-scheduling mode, driven in the engine core's batch-queue
 order (``stepping.run_async``: step N+1 scheduled before step N's output is
 applied); the async runs are named ``<workload>-async``. With ``--bridge`` the
 bridge runs under the same loop against vLLM's ``AsyncScheduler`` (fcfs,
-priority) and kvframe's async mode (continuum). With ``--tier`` (vLLM 0.19.1
-only) the connector's metadata is run by the scripted worker when its step is
-queued, and the worker's report is applied with that step's output.
+priority) and kvframe's async mode (continuum). With ``--tier`` the connector's
+metadata is run by the scripted worker (0.33.0: ``JobWorker``) when its step is
+queued, and the worker's report is applied with that step's output (with
+``--bridge``, against vLLM 0.19.1 only).
 
 ``--vllm-version`` picks the release compared against, 0.19.1 (the default)
 or 0.33.0: the workloads carry it (``config["vllm"]``), kvframe's driver runs
@@ -693,11 +694,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     scheduling = SCHEDULING_MODES[args.scheduling]
-    if "async" in scheduling and args.tier and args.vllm_version != "0.19.1":
+    if "async" in scheduling and args.tier and args.bridge and args.vllm_version != "0.19.1":
         parser.error(
-            "asynchronous scheduling with a tier is compared against vLLM 0.19.1's "
-            f"OffloadingConnector only: --scheduling async/both --tier excludes "
-            f"--vllm-version {args.vllm_version}"
+            "the bridge with a tier under asynchronous scheduling is compared against "
+            "vLLM 0.19.1 only (on 0.33.0 it refuses a KV connector with async scheduling): "
+            f"--bridge --tier --scheduling async/both excludes --vllm-version {args.vllm_version}"
         )
 
     tier_matrix: dict[str, Sequence[Any]] | None = None

@@ -69,7 +69,8 @@ iteration (empty when none was), plus::
     applied_step    int or null   index of the step whose output was applied
     finished        sorted req ids finished by that update
 
-With a tier (vLLM 0.19.1 only), the worker plays each scheduled step -- empty
+With a tier (:class:`ScriptedWorker` for vLLM 0.19.1, :class:`JobWorker` for
+0.33.0, whose records add the job fields), the worker plays each scheduled step -- empty
 ones too, as vLLM's model runner runs the connector without a forward pass --
 when it is queued (``execute_model``), in schedule order, its steps counted in
 ``schedule()`` calls; its report rides with the step and goes into that step's
@@ -440,15 +441,8 @@ def run(
         record.update(view.extra)
         if view.tier is not None and transfers is not None:
             record.update(_tier_fields(view.tier, transfers))
-            if isinstance(worker, JobWorker):
-                jobs_view = view.tier.jobs
-                assert jobs_view is not None
-                record.update(
-                    load_jobs={str(j): r for j, r in jobs_view.loads.items()},
-                    store_jobs={str(j): r for j, r in jobs_view.stores.items()},
-                    jobs_to_flush=sorted(jobs_view.flush),
-                    completed_jobs=list(worker.completed),
-                )
+            if view.tier.jobs is not None:
+                record.update(_job_fields(view.tier.jobs))
         yield record
         step += 1
 
@@ -467,6 +461,17 @@ def _tier_fields(tier: TierView, transfers: Transfers) -> dict[str, Any]:
         "tier_evicted": tier.evicted,
         "finished_sending": sorted(transfers[0]),
         "finished_recving": sorted(transfers[1]),
+    }
+
+
+def _job_fields(jobs: TierJobs) -> dict[str, Any]:
+    """The record fields of a step's jobs (vLLM 0.33.0's connector): the jobs the
+    connector numbered and the ones the worker reported landed in that step."""
+    return {
+        "load_jobs": {str(j): r for j, r in jobs.loads.items()},
+        "store_jobs": {str(j): r for j, r in jobs.stores.items()},
+        "jobs_to_flush": sorted(jobs.flush),
+        "completed_jobs": list(jobs.completed),
     }
 
 
@@ -494,14 +499,7 @@ def run_async(
     asynchronous scheduling (``has_requests`` is the scheduler's own).
     """
     tier = workload["config"].get("tier")
-    worker: ScriptedWorker | None = None
-    if tier:
-        if workload["config"].get("vllm", "0.19.1") != "0.19.1":
-            raise ValueError(
-                "asynchronous scheduling with vLLM 0.33.0's offload tier is not compared "
-                "(only 0.19.1's OffloadingConnector is driven in the batch queue's order)"
-            )
-        worker = ScriptedWorker(tier.get("completion", {}))
+    worker: ScriptedWorker | JobWorker | None = None
     by_step: dict[int, list[RequestSpec]] = {}
     for spec in workload["requests"]:
         by_step.setdefault(spec["arrival_step"], []).append(spec)
@@ -533,12 +531,15 @@ def run_async(
                 computed, num_tokens = adapter.progress(req_id)
                 if computed >= num_tokens:
                     sampled[req_id] = [SAMPLED_TOKEN_ID]
-            if worker is not None:
+            if tier:
                 # The worker runs the step's connector metadata when the step is
                 # handed to it (execute_model), in the order steps are queued; its
                 # report travels with the step's output and is applied with it.
                 if view.tier is None:
                     raise RuntimeError("the workload has a tier but the adapter reported none")
+                if worker is None:
+                    jobs = view.tier.jobs is not None
+                    worker = (JobWorker if jobs else ScriptedWorker)(tier.get("completion", {}))
                 transfers = worker.step(scheduled_step, view.tier)
             queue.append((scheduled_step, view, sampled, transfers))
             executed = bool(view.scheduled)
@@ -572,6 +573,8 @@ def run_async(
             record["blocks"] = view.blocks
         if view is not None and view.tier is not None and transfers is not None:
             record.update(_tier_fields(view.tier, transfers))
+            if view.tier.jobs is not None:
+                record.update(_job_fields(view.tier.jobs))
         record.update(extra)
         yield record
         iteration += 1
