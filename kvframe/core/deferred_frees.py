@@ -51,11 +51,6 @@ class DeferredFrees:
         self._pending: deque[tuple[int, list[KVCacheBlock], int]] = deque()
         """``(fence, blocks in allocation order, the request's num_tokens)``, FIFO."""
 
-    @property
-    def num_pending_blocks(self) -> int:
-        """Blocks popped from requests that wait for their fence step."""
-        return sum(len(blocks) for _, blocks, _ in self._pending)
-
     def after_schedule(self, num_scheduled_tokens: dict[str, int], total: int) -> None:
         """A step was scheduled: number it if it ran tokens, fence its requests."""
         if total <= 0:
