@@ -694,13 +694,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     scheduling = SCHEDULING_MODES[args.scheduling]
-    if "async" in scheduling and args.tier and args.bridge and args.vllm_version != "0.19.1":
-        parser.error(
-            "the bridge with a tier under asynchronous scheduling is compared against "
-            "vLLM 0.19.1 only (on 0.33.0 it refuses a KV connector with async scheduling): "
-            f"--bridge --tier --scheduling async/both excludes --vllm-version {args.vllm_version}"
-        )
-
     tier_matrix: dict[str, Sequence[Any]] | None = None
     if args.tier:
         wrong = [n for n in args.names or () if n not in TIER_WORKLOADS]

@@ -88,10 +88,14 @@ def _config_checks(vllm_config: VllmConfig) -> list[tuple[bool, str]]:
             connector_problem is None
             and compat.INTERFACE_033
             and vllm_config.kv_transfer_config is not None
-            and bool(scheduler.async_scheduling),
-            "asynchronous scheduling together with a KV connector on vLLM 0.33 (pass "
-            "--no-async-scheduling: 0.33's connector is not compared under the batch queue; "
-            "on vLLM 0.19.1 it runs)",
+            and bool(scheduler.async_scheduling)
+            and not vllm_config.kv_transfer_config.is_kv_consumer,
+            # kvframe's switch T22 defers block frees for every connector under async
+            # scheduling; vLLM 0.33 only for a KV consumer (Scheduler.defer_block_free).
+            "asynchronous scheduling with a KV connector that is not a KV consumer on "
+            "vLLM 0.33 (kv_role 'kv_both' or 'kv_consumer', or --no-async-scheduling: "
+            "vLLM 0.33 defers freeing blocks a step in flight may write only for a "
+            "consumer, kvframe's core for every connector)",
         ),
         (
             getattr(scheduler, "prefill_schedule_interval", 1) > 1,

@@ -5,13 +5,16 @@ OffloadingConnector (its job-numbered scheduler half, its ``CPUOffloadingSpec``
 and cache policy) against vLLM 0.33.0's own ``Scheduler`` with the same
 connector: every tier workload, two tier variants (``lru``, GPU-sized chunks,
 every store, jobs landing next step; ``arc``, two-block chunks, the reuse filter,
-seeded landing delays), 40 requests each, ``fcfs`` and ``priority``, the worker
-played on both sides by ``stepping.JobWorker``. Records compared step by step:
+seeded landing delays), 40 requests each, ``fcfs`` and ``priority``, the
+``arc`` variant synchronous and asynchronous (vLLM's ``AsyncScheduler`` against
+the bridge in kvframe's async mode, switch T22 deferring block frees as vLLM
+0.33.0 does for a KV consumer), the worker played on both sides by
+``stepping.JobWorker``. Records compared step by step:
 scheduled tokens, admissions, preemptions, prefix and tier hits, the
 connector's load and store jobs (GPU block ids and tier slots), flushed and
 completed job ids, the tier's evictions, block ids, engine outputs. ``continuum``
-is not here: its reference would be kvframe's own model of 0.33.0's tier,
-which does not exist yet (docs/fidelity.md).
+is not here: vLLM has no counterpart, and the harness compares the bridge with
+vLLM's scheduler only.
 
 Also, under the same interpreter (``tier_refusals_033.py``): which tiers the
 bridge takes on 0.33 and what it refuses, each refusal naming its fix.
@@ -53,9 +56,11 @@ VARIANTS = {
         "rules": ["seeded"],
     },
 }
+# Which variants also run asynchronously (vLLM's default).
+ASYNC_VARIANTS = ("arc-f2-t2-seeded",)
 POLICIES = ("fcfs", "priority")
 
-# slow: 28 runs of two vLLM 0.33.0 drivers, ~2.5 min on two loaded cores (2026-11-26).
+# slow: 42 runs of two vLLM 0.33.0 drivers, ~3.5 min on two loaded cores (2026-11-26).
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 
@@ -94,22 +99,28 @@ def comparison(vllm033_python: Path, tmp_path_factory: pytest.TempPathFactory) -
             tier=matrix,
             bridge=True,
             vllm_version=VERSION,
+            scheduling=("sync", "async") if variant in ASYNC_VARIANTS else ("sync",),
         )
         for result in runs:
             results[result.workload] = result
     return results
 
 
+RUNS = [(variant, "sync") for variant in VARIANTS] + [
+    (variant, "async") for variant in ASYNC_VARIANTS
+]
+
+
 @pytest.mark.parametrize("policy", POLICIES)
-@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize(("variant", "mode"), RUNS)
 @pytest.mark.parametrize("workload", list(TIER_WORKLOADS))
 def test_scheduler_and_033_tier_together_decide_like_vllm_033(
-    comparison: dict[str, Any], workload: str, variant: str, policy: str
+    comparison: dict[str, Any], workload: str, variant: str, mode: str, policy: str
 ) -> None:
     m = VARIANTS[variant]
     name = (
         f"{workload}.{m['evictions'][0]}.f{m['factors'][0]}.t{m['thresholds'][0]}."
-        f"{m['rules'][0]}-{policy}"
+        f"{m['rules'][0]}-{policy}" + ("-async" if mode == "async" else "")
     )
     result = comparison[name]
     assert result.vllm["steps"] > 0, "the reference driver produced no records"
@@ -167,7 +178,11 @@ def test_what_033_does_not_match_is_refused_naming_the_fix(refusals: dict[str, A
     assert "eviction_policy 'kvframe:<config string>'" in spec["message"]
     assert "sync_load_budget_bytes" in refusals["sync_loads"]["message"]
     assert "'ExampleConnector'" in refusals["other_connector"]["message"]
-    assert "--no-async-scheduling" in refusals["async"]["message"]
+    # Async scheduling with the tier is served (T22 defers frees as vLLM 0.33.0
+    # does for a KV consumer); with a connector that only produces it is refused.
+    assert refusals["async"]["view"] == "VllmConnector033"
+    assert "not a KV consumer" in refusals["async_producer"]["message"]
+    assert "--no-async-scheduling" in refusals["async_producer"]["message"]
 
 
 def test_a_cache_reset_resets_the_tier_as_vllm_does(refusals: dict[str, Any]) -> None:

@@ -65,7 +65,7 @@ def build(
         device_config=DeviceConfig(device="cpu"),
         kv_transfer_config=KVTransferConfig(
             kv_connector=connector,
-            kv_role="kv_both",
+            kv_role=changes.pop("kv_role", "kv_both"),
             kv_connector_extra_config={
                 "cpu_bytes_to_use": 32 * _cpu_bytes_per_chunk(page, True),
                 **extra,
@@ -104,9 +104,9 @@ def outcome(fn: Any) -> dict[str, Any] | None:
     return None
 
 
-def built(extra: dict[str, Any]) -> dict[str, Any]:
+def built(extra: dict[str, Any], **changes: Any) -> dict[str, Any]:
     """What the bridge built: its connector view, and the tier's cache policy."""
-    scheduler = build(extra)
+    scheduler = build(extra, **changes)
     manager = scheduler.connector.connector_scheduler.manager
     return {
         "view": type(scheduler.tier).__name__,
@@ -149,7 +149,8 @@ def main() -> None:
         "kvframe_spec": outcome(lambda: build(kvframe_spec)),
         "sync_loads": outcome(lambda: build({"sync_load_budget_bytes": 1 << 20})),
         "other_connector": outcome(lambda: build({}, connector="ExampleConnector")),
-        "async": outcome(lambda: build({}, async_scheduling=True)),
+        "async": built({}, async_scheduling=True),
+        "async_producer": outcome(lambda: build({}, async_scheduling=True, kv_role="kv_producer")),
         "reset": reset_with_tier(),
         "reset_vllm": reset_with_tier(Scheduler),
     }
