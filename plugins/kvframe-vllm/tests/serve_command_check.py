@@ -139,6 +139,14 @@ def main() -> None:
     tier_command = docs_command(with_flag="--kv-transfer-config")
     results["tier_command"] = tier_command
     results["tier_as_written"] = build(list(tier_command))
+    import vllm
+
+    results["vllm_version"] = vllm.__version__
+    if vllm.__version__.startswith("0.33"):
+        # vLLM 0.33's own tier with a kvframe eviction plugin, as written.
+        tier033_command = docs_command(with_flag="kvframe_vllm.cache_policy")
+        results["tier033_command"] = tier033_command
+        results["tier033_as_written"] = build(list(tier033_command))
     print(json.dumps(results))
 
 

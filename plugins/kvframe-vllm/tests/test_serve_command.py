@@ -1,4 +1,5 @@
-"""The serve command docs/vllm.md gives gets vLLM 0.19.1 past building the scheduler.
+"""The serve commands docs/vllm.md gives get vLLM 0.19.1 and 0.33.0 past building
+the scheduler.
 
 ``serve_command_check.py`` (under the vLLM interpreter) takes the docs'
 ``vllm serve ... --scheduler-cls kvframe_vllm.scheduler.KvframeScheduler``
@@ -9,10 +10,12 @@ with async scheduling resolving as on a GPU. The model name becomes the local
 config-only model folder (no weights, no network here); async scheduling is
 on, vLLM's default, and ``--no-async-scheduling`` added still builds. The docs'
 scheduling policy + CPU tier command (``--kv-transfer-config``) builds as
-written too, asynchronously, with vLLM's OffloadingConnector. Variants
-check that what the bridge refuses stops vLLM while it builds its config, before any
-engine (and so before weights would load), naming the flag. Skips without the
-vLLM reference interpreter.
+written too, asynchronously, with vLLM's OffloadingConnector; on vLLM 0.33.0
+the 0.33 tier command (vLLM's ``CPUOffloadingSpec`` with a kvframe eviction
+plugin through its cache-policy factory) does, and the 0.19.1 one is refused
+naming the change. Variants check that what the bridge refuses stops vLLM
+while it builds its config, before any engine (and so before weights would
+load), naming the flag. Each release skips without its reference interpreter.
 """
 
 from __future__ import annotations
@@ -36,11 +39,11 @@ import compare  # noqa: E402  (the harness is a script folder, not a package)
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 
-@pytest.fixture(scope="module")
-def checked() -> dict[str, Any]:
-    python = compare.find_vllm_python()
+@pytest.fixture(scope="module", params=["0.19.1", "0.33.0"])
+def checked(request: pytest.FixtureRequest) -> dict[str, Any]:
+    python = compare.find_vllm_python(version=request.param)
     if python is None:
-        pytest.skip("no vLLM reference interpreter (see docs/vllm.md)")
+        pytest.skip(f"no vLLM {request.param} reference interpreter (see docs/vllm.md)")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(compare.tree_paths()))
     probe = subprocess.run(
         [str(python), "-c", "import vllm.v1.engine.core, kvframe_vllm"],
@@ -66,7 +69,7 @@ def test_the_docs_command_builds_the_bridge_scheduler(checked: dict[str, Any]) -
     assert built["stopped_at"] is None, built
     assert built["scheduler"] == "KvframeScheduler"
     assert built["policy"] == "continuum"
-    # vLLM 0.19.1's default, resolved as on a GPU: the bridge schedules
+    # vLLM's default, resolved as on a GPU: the bridge schedules
     # asynchronously and the engine steps with its batch queue.
     assert "--no-async-scheduling" not in checked["command"]
     assert built["engine_args_async_scheduling"] is None
@@ -96,10 +99,17 @@ def test_refusals_stop_vllm_while_it_builds_its_config(checked: dict[str, Any]) 
 
 
 def test_the_docs_tier_command_builds_with_async_scheduling(checked: dict[str, Any]) -> None:
-    """A scheduling policy + CPU tier, as written: no --no-async-scheduling needed."""
+    """A scheduling policy + CPU tier, as written: no --no-async-scheduling needed
+    (on 0.33.0 the 0.33 command; the 0.19.1 one is refused there, naming the change)."""
     assert "--kv-transfer-config" in checked["tier_command"]
     assert "--no-async-scheduling" not in checked["tier_command"]
     built = checked["tier_as_written"]
+    if checked["vllm_version"].startswith("0.33"):
+        assert built["stopped_at"] == "create_engine_config", built
+        assert "'KvframeOffloadingSpec' on vLLM 0.33" in built["message"]
+        assert "kvframe_vllm.cache_policy" in built["message"]
+        assert "--no-async-scheduling" not in checked["tier033_command"]
+        built = checked["tier033_as_written"]
     assert built["stopped_at"] is None, built
     assert built["scheduler"] == "KvframeScheduler"
     assert built["connector"] == "OffloadingConnector"
