@@ -97,15 +97,20 @@ def build_job_tier(
 
 def _threshold(config: EngineConfig, registry: PluginRegistry, where: str) -> tuple[int, int]:
     """``(store_threshold, max_tracker_size)`` of the reuse filter, which 0.33.0 keeps
-    inside its manager; only the ``threshold`` filter has that form."""
+    inside its manager: the filter plugin's ``in_manager_form`` (the bundled
+    ``threshold`` has one), as eviction plugins offer ``request_scoped_form``."""
     if config.reuse_filter is None:
         return 0, 64_000
     selected = registry.resolve("reuse_filter", config.reuse_filter)
-    if selected.name != "threshold":
+    form = getattr(selected.cls, "in_manager_form", None)
+    if form is None:
         raise ConfigError(
             f"{where}: reuse filter {selected.name!r} has no vLLM 0.33.0 form: 0.33.0's "
             "CPU tier counts store offers inside its manager (the threshold filter)",
             hints=["use --reuse-filter threshold:store_threshold=N, or --vllm 0.19.1"],
         )
-    options = selected.effective_options()
-    return int(options["store_threshold"]), int(options["max_tracker_size"])
+    try:
+        store_threshold, max_tracker_size = form(**dict(selected.options))
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{where}: reuse filter {selected.name!r}: {err}") from err
+    return int(store_threshold), int(max_tracker_size)

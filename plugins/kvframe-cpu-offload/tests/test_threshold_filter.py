@@ -72,3 +72,12 @@ def test_selected_as_threshold_with_options():
     f = registry.create("reuse_filter", "threshold:store_threshold=3,max_tracker_size=10")
     assert (f.store_threshold, f.max_tracker_size) == (3, 10)
     assert registry.create("reuse_filter", "threshold").store_threshold == 2
+
+
+def test_in_manager_form_is_the_options_vllm_033s_manager_takes() -> None:
+    """Under the 0.33 target the filter lives inside the tier's manager: its form is
+    the two numbers that manager takes, defaults filled in, checked as here."""
+    assert ThresholdReuseFilter.in_manager_form() == (2, 64_000)
+    assert ThresholdReuseFilter.in_manager_form(store_threshold=3, max_tracker_size=8) == (3, 8)
+    with pytest.raises(ValueError, match="store_threshold must be >= 0"):
+        ThresholdReuseFilter.in_manager_form(store_threshold=-1)
