@@ -165,6 +165,12 @@ cdef class CompiledBlockPool:
         self.num_gpu_blocks = num_gpu_blocks
         self.enable_caching = enable_caching
         self.enable_kv_cache_events = enable_kv_cache_events
+        if uncached_freed_first and type(self) is CompiledBlockPool:
+            raise ValueError(
+                "vLLM 0.33's free rule (uncached_freed_first) is the class "
+                "CompiledUncachedFirstBlockPool; kvframe.core.compiled.make_block_pool "
+                "chooses it"
+            )
         self.uncached_freed_first = uncached_freed_first
         self.report_release = None
         self.prev_ = <int*>malloc((num_gpu_blocks + 2) * sizeof(int))
@@ -403,21 +409,6 @@ cdef class CompiledBlockPool:
 
     def free_blocks(self, ordered_blocks):
         cdef CKVCacheBlock block
-        cdef int after
-        if self.uncached_freed_first:
-            # vLLM 0.33's rule: blocks without a hash (every block with caching off)
-            # go to the front, in the order given; cached ones to the back.
-            after = self.head
-            for obj in ordered_blocks:
-                block = <CKVCacheBlock?>obj
-                block.ref_cnt -= 1
-                if block.ref_cnt == 0 and not block.is_null:
-                    if block.block_hash is None or not self.enable_caching:
-                        self._prepend(block.block_id, after)
-                        after = block.block_id
-                    else:
-                        self._append(block.block_id)
-            return
         for obj in ordered_blocks:
             block = <CKVCacheBlock?>obj
             block.ref_cnt -= 1
@@ -428,9 +419,6 @@ cdef class CompiledBlockPool:
         """``free_blocks(reversed(table))`` without the iterator (the manager's ``free``)."""
         cdef Py_ssize_t k
         cdef CKVCacheBlock block
-        if self.uncached_freed_first:
-            self.free_blocks(reversed(table))
-            return
         for k in range(PyList_GET_SIZE(table) - 1, -1, -1):
             block = <CKVCacheBlock?>PyList_GET_ITEM(table, k)
             block.ref_cnt -= 1
@@ -474,6 +462,59 @@ cdef class CompiledBlockPool:
         events = self.kv_event_queue
         self.kv_event_queue = []
         return events
+
+
+cdef class CompiledUncachedFirstBlockPool(CompiledBlockPool):
+    """:class:`CompiledBlockPool` under vLLM 0.33's free-queue rule (switch D,
+    ``uncached_freed_first``): the compiled twin of
+    :class:`kvframe.core.block_pool.UncachedFirstBlockPool`.
+
+    Why a subclass: the rule is chosen once, when the pool is built
+    (:func:`kvframe.core.compiled.make_block_pool`), the same way in both cores,
+    so neither free loop tests it per call.
+    """
+
+    def __init__(
+        self,
+        int num_gpu_blocks,
+        bint enable_caching=True,
+        bint enable_kv_cache_events=False,
+        eviction_policy=None,
+        *,
+        bint uncached_freed_first=True,
+    ):
+        if not uncached_freed_first:
+            raise ValueError(
+                "CompiledUncachedFirstBlockPool is vLLM 0.33's free rule; "
+                "use CompiledBlockPool for 0.19.1's"
+            )
+        CompiledBlockPool.__init__(
+            self,
+            num_gpu_blocks,
+            enable_caching,
+            enable_kv_cache_events,
+            eviction_policy,
+            uncached_freed_first=True,
+        )
+
+    def free_blocks(self, ordered_blocks):
+        """Blocks without a hash (every block with caching off) go to the front, in
+        the order given; cached ones to the back."""
+        cdef CKVCacheBlock block
+        cdef int after = self.head
+        for obj in ordered_blocks:
+            block = <CKVCacheBlock?>obj
+            block.ref_cnt -= 1
+            if block.ref_cnt == 0 and not block.is_null:
+                if block.block_hash is None or not self.enable_caching:
+                    self._prepend(block.block_id, after)
+                    after = block.block_id
+                else:
+                    self._append(block.block_id)
+
+    def free_table_reversed(self, list table):
+        """``free_blocks(reversed(table))`` (the manager's ``free``)."""
+        self.free_blocks(reversed(table))
 
 
 cdef class CompiledAllocator:

@@ -346,7 +346,9 @@ class BlockPool:
             :class:`~kvframe.domain.fidelity.Fidelity` switch D): a block without
             a hash -- every block when caching is off -- goes to the front of
             the free queue, so it is reused before any cached block is evicted.
-            Chosen here, once, by binding :meth:`free_blocks`.
+            Chosen here, once: ``BlockPool(...)`` then returns an
+            :class:`UncachedFirstBlockPool`, whose :meth:`free_blocks` is that
+            rule (the compiled core has the same pair of classes).
         eviction_policy: ``None`` for vLLM's LRU (the free queue's order).
             Otherwise an :class:`~kvframe.contract.bases.EvictionPolicy` built with
             ``capacity=num_gpu_blocks``; ``BlockPool(...)`` then returns a
@@ -376,8 +378,11 @@ class BlockPool:
         *,
         uncached_freed_first: bool = False,
     ) -> BlockPool:
-        if cls is BlockPool and eviction_policy is not None:
-            cls = PolicyOrderedBlockPool
+        if cls is BlockPool:
+            if eviction_policy is not None:
+                cls = PolicyOrderedBlockPool
+            elif uncached_freed_first:
+                cls = UncachedFirstBlockPool
         return super().__new__(cls)
 
     def __init__(
@@ -402,9 +407,6 @@ class BlockPool:
         self.null_block.is_null = True
         self.kv_event_queue: list[KVEvent] = []
         self.uncached_freed_first = uncached_freed_first
-        if uncached_freed_first and type(self) is BlockPool:
-            # Bound once: the default rule's loop carries no per-block branch for it.
-            self.free_blocks = self._free_blocks_uncached_first  # type: ignore[method-assign]
 
     # ---------------------------------------------------------------- lookup
 
@@ -628,29 +630,6 @@ class BlockPool:
         tail.prev_free_block = last
         queue.num_free_blocks += num_freed
 
-    def _free_blocks_uncached_first(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
-        """:meth:`free_blocks` under vLLM 0.33's rule (vLLM PRs #42656, #51482).
-
-        Blocks reaching zero that carry no hash (or every one, with caching
-        off) are put at the *front* of the queue in the order given, so they
-        are reused first and the cached blocks behind them survive longer;
-        cached blocks are appended as before.
-        """
-        caching = self.enable_caching
-        first: list[KVCacheBlock] = []
-        last: list[KVCacheBlock] = []
-        for block in ordered_blocks:
-            ref_cnt = block.ref_cnt - 1
-            block.ref_cnt = ref_cnt
-            if ref_cnt == 0 and not block.is_null:
-                if block.block_hash is None or not caching:
-                    first.append(block)
-                else:
-                    last.append(block)
-        queue = self.free_block_queue
-        queue.prepend_n(first)
-        queue.append_n(last)
-
     def evict_blocks(self, block_ids: Iterable[int]) -> None:
         """Drop the hashes of the given blocks (e.g. their KV failed to load).
 
@@ -749,6 +728,42 @@ def _hit_notifier(policy: EvictionPolicy) -> Callable[[Hashable], None]:
     if on_hit is None or getattr(on_hit, "__func__", None) is EvictionPolicy.on_hit:
         return policy.remove
     return on_hit  # type: ignore[no-any-return]
+
+
+
+class UncachedFirstBlockPool(BlockPool):
+    """The default pool under vLLM 0.33's free-queue rule (switch D of
+    :class:`~kvframe.domain.fidelity.Fidelity`, ``uncached_freed_first``).
+
+    Why a subclass: the rule is a difference between vLLM releases in the
+    per-block free loop, and a class chosen once when the pool is built keeps
+    that loop free of a per-call test in both cores (the compiled core's
+    ``CompiledUncachedFirstBlockPool`` mirrors it). ``BlockPool(...,
+    uncached_freed_first=True)`` returns one.
+    """
+
+    def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
+        """:meth:`BlockPool.free_blocks` under vLLM 0.33's rule (vLLM PRs #42656, #51482).
+
+        Blocks reaching zero that carry no hash (or every one, with caching
+        off) are put at the *front* of the queue in the order given, so they
+        are reused first and the cached blocks behind them survive longer;
+        cached blocks are appended as before.
+        """
+        caching = self.enable_caching
+        first: list[KVCacheBlock] = []
+        last: list[KVCacheBlock] = []
+        for block in ordered_blocks:
+            ref_cnt = block.ref_cnt - 1
+            block.ref_cnt = ref_cnt
+            if ref_cnt == 0 and not block.is_null:
+                if block.block_hash is None or not caching:
+                    first.append(block)
+                else:
+                    last.append(block)
+        queue = self.free_block_queue
+        queue.prepend_n(first)
+        queue.append_n(last)
 
 
 class PolicyOrderedBlockPool(BlockPool):

@@ -166,12 +166,13 @@ def make_block_pool(
         )
         return BuiltPool(pool, "python", note)
     if chosen == "compiled":
-        pool = _compiled.CompiledBlockPool(
-            num_gpu_blocks,
-            enable_caching,
-            enable_kv_cache_events,
-            uncached_freed_first=uncached_freed_first,
+        # Switch D is a class in both cores, chosen here once (BlockPool does the same).
+        pool_class = (
+            _compiled.CompiledUncachedFirstBlockPool
+            if uncached_freed_first
+            else _compiled.CompiledBlockPool
         )
+        pool = pool_class(num_gpu_blocks, enable_caching, enable_kv_cache_events)
         return BuiltPool(pool, "compiled", allocator=_compiled.CompiledAllocator)
     pool = BlockPool(
         num_gpu_blocks,
