@@ -47,6 +47,17 @@ class Fidelity:
     to the *front* of the free queue, so it is reused before any cached block
     is evicted; with prefix caching off every freed block goes to the front
     (vLLM PR #42656, since 0.24.0; PR #51482, since 0.28.0)."""
+    resumed_sent_as_new: bool = False
+    """C. The worker is told of a request resumed from preemption as of a new one:
+    in ``scheduled_new_reqs``, after the new requests, with its whole token list
+    (``prefill_token_ids``) and block table; new requests carry
+    ``prefill_token_ids`` and cached ones no ``all_token_ids``. That is how vLLM's
+    Model Runner V2 reads a step (the default worker since 0.33, vLLM PRs #44443
+    and #53183; opt-in with ``VLLM_USE_V2_MODEL_RUNNER=1`` in 0.19.1). What the
+    worker is told, not a decision: kvframe's executors read resumed requests as
+    cached ones under either value. The vLLM bridge sets it from the worker the
+    vLLM config selects and sends the step accordingly
+    (``kvframe_vllm.scheduler``)."""
     victim_cursor_by_position: bool = False
     """E. When a preemption victim sits before the running loop's cursor, the
     cursor moves back one whatever the victim was doing this step (vLLM PR
@@ -135,6 +146,7 @@ _TARGETS: dict[str, Fidelity] = {
         threshold_needs_company=True,
         self_preemption_continues=True,
         uncached_freed_first=True,
+        resumed_sent_as_new=True,
         victim_cursor_by_position=True,
         empty_step_keeps_queue=True,
         reserve_for_inflight_prefills=True,

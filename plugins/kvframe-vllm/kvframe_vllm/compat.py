@@ -11,7 +11,8 @@ per-step code calls a plain function and never tests a version string:
 * **construction**: 0.33's engine passes ``hash_block_size`` (the block size
   the request hasher uses); kvframe hashes whole scheduler blocks, so another
   value is refused;
-* **resumed requests under Model Runner V2** (fidelity switch C, vLLM's
+* **resumed requests under Model Runner V2** (fidelity switch C,
+  ``Fidelity.resumed_sent_as_new``, set from :func:`uses_v2_model_runner`: vLLM's
   default runner since 0.33, opt-in with ``VLLM_USE_V2_MODEL_RUNNER=1`` in
   0.19.1): a request resumed from preemption is sent in
   ``scheduled_new_reqs``, after the new ones, with its whole token list as

@@ -63,6 +63,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import structlog
 from vllm.distributed.kv_events import EventPublisherFactory, KVEventBatch
 from vllm.v1.core.sched.interface import PauseState, SchedulerInterface
@@ -77,6 +78,7 @@ from kvframe.core.scheduler import Scheduler
 from kvframe.core.scheduler_config import SchedulerConfig
 from kvframe.core.scheduler_output import KVConnectorOutput as KvConnectorOutput
 from kvframe.core.scheduler_output import ModelRunnerOutput as KvModelRunnerOutput
+from kvframe.domain.fidelity import fidelity_for
 from kvframe.domain.request import Request as KvRequest
 from kvframe.domain.request import RequestStatus as KvStatus
 from kvframe_vllm import compat, sessions, tier
@@ -172,7 +174,12 @@ def _kvframe_config(vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> 
         enable_prefix_caching=bool(cache.enable_prefix_caching),
         reserve_full_sequence=sched.scheduler_reserve_full_isl,
         enable_kv_cache_events=_kv_events_enabled(vllm_config),
-        fidelity=compat.fidelity_target() or "0.19.1",
+        # Every release difference in one Fidelity, resolved once: the release's
+        # switches, with C (resumed requests sent as new) from the worker in use.
+        fidelity=attrs.evolve(
+            fidelity_for(compat.fidelity_target() or "0.19.1"),
+            resumed_sent_as_new=compat.uses_v2_model_runner(vllm_config),
+        ),
         # vLLM's AsyncScheduler (its default): kvframe's core adds the output
         # placeholders itself and takes each step's tokens one step late.
         async_scheduling=bool(sched.async_scheduling),
@@ -221,12 +228,13 @@ class KvframeScheduler(SchedulerInterface):
             self.tier = compat.tier_connector(self.connector, self.requests, self._block_ids)
         self.ec_connector = None
         """vLLM 0.33's engine reads this too (no encoder-cache connector)."""
-        self.use_v2_model_runner = compat.uses_v2_model_runner(vllm_config)
-        """Model Runner V2 takes resumed requests as new ones (see ``schedule``)."""
         self.policy = _resolve_policy(vllm_config)
         self.core = Scheduler(
             _kvframe_config(vllm_config, kv_cache_config), self.policy, connector=self.tier
         )
+        self.use_v2_model_runner = self.core.config.fidelity.resumed_sent_as_new
+        """Fidelity switch C: Model Runner V2 takes resumed requests as new ones (see
+        ``schedule``)."""
         self.clock: Callable[[], float] = time.time
         """The time handed to kvframe each step (policies' deadlines, TTLs).
         vLLM stamps ``arrival_time`` with ``time.time()``; tests substitute a step clock."""
