@@ -38,9 +38,9 @@ import attrs
 
 from kvframe.core.compiled import resolve_core
 from kvframe.core.decode_run import DecodeRun
-from kvframe.core.deferred_frees import DeferredFrees
+from kvframe.core.deferred_frees import DeferredFrees, FreeRule, ImmediateFrees
 from kvframe.core.hashing import make_block_hasher
-from kvframe.core.inflight import InflightPrefills
+from kvframe.core.inflight import load_reservation
 from kvframe.core.kv_cache_manager import KVCacheManager
 from kvframe.core.retention import Retention, RetentionTable
 from kvframe.core.scheduler_config import SchedulerConfig
@@ -153,25 +153,18 @@ class Scheduler:
         self._cached_tokens_at_admission = config.fidelity.cached_tokens_at_admission
         # vLLM's AsyncScheduler (kvframe.engine.batch_queue drives it), read once.
         self.async_scheduling = config.async_scheduling
-        # T16: the in-flight prefills an async load must leave room for (None: 0.19.1).
-        self._inflight: InflightPrefills | None = (
-            InflightPrefills(
-                self.kv_cache_manager,
-                max_model_len=config.max_model_len,
-                num_spec_tokens=config.num_speculative_tokens,
-                num_lookahead_tokens=config.num_lookahead_tokens,
-            )
-            if config.fidelity.reserve_for_inflight_prefills
-            else None
-        )
+        # T16: the in-flight prefills an async load must leave room for
+        # (kvframe.core.inflight; a rule that reserves nothing for 0.19.1).
+        self._inflight = load_reservation(self.kv_cache_manager, config)
         # T22: with a connector under asynchronous scheduling, blocks a step in flight
-        # may still write are freed when its output is applied (None: not deferred).
-        self._deferred_frees: DeferredFrees | None = (
+        # may still write are freed when its output is applied
+        # (kvframe.core.deferred_frees; freed at once otherwise).
+        self._frees: FreeRule = (
             DeferredFrees(self.kv_cache_manager)
             if config.fidelity.defer_block_free
             and config.async_scheduling
             and connector is not None
-            else None
+            else ImmediateFrees(self.kv_cache_manager)
         )
         self.num_lookahead_tokens = config.num_lookahead_tokens
         self.requests: dict[str, Request] = {}
@@ -521,8 +514,7 @@ class Scheduler:
             if self.retained and self._reclaim_retained(request, num_new_tokens, stalled=False):
                 continue
             victim = self._choose_victim()
-            deferred = self._deferred_frees
-            if deferred is not None and not deferred.can_free(victim.request_id):
+            if not self._frees.can_free(victim.request_id):
                 # T22: a step in flight may still write the victim's blocks, so
                 # preempting it frees nothing now: the request is not scheduled
                 # and the running loop ends (vLLM 0.33.0's ``break``).
@@ -751,9 +743,7 @@ class Scheduler:
             else self.num_lookahead_tokens,
             num_external_computed_tokens=num_external_tokens,
             delay_cache_blocks=load_kv_async,
-            reserved_blocks=self._inflight.reserved_blocks()
-            if load_kv_async and self._inflight is not None
-            else 0,
+            reserved_blocks=self._inflight.reserved_blocks() if load_kv_async else 0,
         )
 
     def _lookup_prefix(
@@ -814,7 +804,6 @@ class Scheduler:
                 self._record_first_admission(step, request, num_local_tokens, num_external_tokens)
             elif request.status == _PREEMPTED:
                 self._record_readmission(step, request, num_local_tokens + num_external_tokens)
-        inflight = self._inflight
         if load_kv_async:
             self._lookup_recorded.add(request_id)
             request.status = _WAITING_FOR_REMOTE_KVS
@@ -822,11 +811,10 @@ class Scheduler:
             if self._cached_tokens_at_admission and request.num_cached_tokens < 0:
                 # Fidelity switch T21 (0.33.0): the admitting lookup's hit.
                 request.num_cached_tokens = num_computed_tokens
-            if inflight is not None:
-                inflight.add(request)
+            self._inflight.add(request)
             return False
-        if inflight is not None and num_computed_tokens + num_new_tokens < request.num_tokens:
-            inflight.add(request)  # still prefilling after this chunk
+        if num_computed_tokens + num_new_tokens < request.num_tokens:
+            self._inflight.add(request)  # still prefilling after this chunk
         self._lookup_recorded.discard(request_id)
         self.running.append(request)
         if request.status == _WAITING:
@@ -889,12 +877,8 @@ class Scheduler:
             requests[request_id].num_computed_tokens += num_tokens
         if self.async_scheduling:
             self.add_output_placeholders(output)
-        if self._inflight is not None:
-            self._inflight.after_schedule(output.num_scheduled_tokens)
-        if self._deferred_frees is not None:
-            self._deferred_frees.after_schedule(
-                output.num_scheduled_tokens, output.total_num_scheduled_tokens
-            )
+        self._inflight.after_schedule(output.num_scheduled_tokens)
+        self._frees.after_schedule(output.num_scheduled_tokens, output.total_num_scheduled_tokens)
         # A new set: the output keeps the old one.
         self.finished_req_ids = set()
 
@@ -931,9 +915,8 @@ class Scheduler:
         # (4.1 million times on the whole Mooncake trace) with the one-token decode
         # case inline; a call there costs ~35 ns each (~0.15 s of the trace's ~17 s,
         # benchmarks/whole_trace.py). Everything off that case is a method.
-        if self._deferred_frees is not None:
-            # T22: every write of this step and the ones before it is done.
-            self._deferred_frees.after_output(scheduler_output.total_num_scheduled_tokens)
+        # T22: every write of this step and the ones before it is done.
+        self._frees.after_output(scheduler_output.total_num_scheduled_tokens)
         sampled = model_output.sampled_token_ids
         if self.sessions.stale_outputs:
             sampled = dict(sampled)
@@ -1190,8 +1173,7 @@ class Scheduler:
         del self.requests[request_id]
         self._computed_before_preemption.pop(request_id, None)
         self._lookup_recorded.discard(request_id)
-        if self._inflight is not None:
-            self._inflight.discard(request_id)
+        self._inflight.discard(request_id)
         if self.connector is not None and self.connector.request_finished(
             request, self.kv_cache_manager.get_block_ids(request_id)
         ):
@@ -1212,12 +1194,7 @@ class Scheduler:
             or request_id in self._awaiting_load
         ):
             return
-        deferred = self._deferred_frees
-        if deferred is not None:
-            deferred.free(request)
-            deferred.forget((request_id,))
-            return
-        self.kv_cache_manager.free(request)
+        self._frees.free_finished(request)
 
     def _release_retention(self, request_id: str) -> None:
         retention = self.retained.pop(request_id)
@@ -1305,8 +1282,7 @@ class Scheduler:
                     kv.cache_blocks(holder, holder.num_computed_tokens)
                     holder.status = _PREEMPTED if holder.num_preemptions else _WAITING
                 kv.free(holder)
-                if self._inflight is not None:
-                    self._inflight.discard(holder_id)  # back to plain waiting, no blocks
+                self._inflight.discard(holder_id)  # back to plain waiting, no blocks
                 holder.num_computed_tokens = 0
                 holder.num_external_computed_tokens = 0
                 self.stats.num_loaded_requests_released += 1
@@ -1338,12 +1314,8 @@ class Scheduler:
 
     def _preempt(self, request: Request) -> None:
         """Preempt by recompute: free every block and queue the request at the head."""
-        if self._deferred_frees is not None:
-            self._deferred_frees.free(request)
-        else:
-            self.kv_cache_manager.free(request)
-        if self._inflight is not None:
-            self._inflight.discard(request.request_id)
+        self._frees.free(request)
+        self._inflight.discard(request.request_id)
         self._computed_before_preemption[request.request_id] = request.num_computed_tokens
         request.status = _PREEMPTED
         request.num_computed_tokens = 0
