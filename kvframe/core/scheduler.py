@@ -29,19 +29,19 @@ checked step by step by ``tools/differential``.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from operator import attrgetter
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-import attrs
-
+from kvframe.core.admission import AdmissionPhase, load_hit_rule, queue_rule
 from kvframe.core.compiled import resolve_core
 from kvframe.core.decode_run import DecodeRun
 from kvframe.core.deferred_frees import DeferredFrees, FreeRule, ImmediateFrees
 from kvframe.core.hashing import make_block_hasher
 from kvframe.core.inflight import load_reservation
 from kvframe.core.kv_cache_manager import KVCacheManager
+from kvframe.core.policy_seams import PolicyContractError, allows_decode_runs, may_admit_of
 from kvframe.core.retention import Retention, RetentionTable
 from kvframe.core.scheduler_config import SchedulerConfig
 from kvframe.core.scheduler_output import (
@@ -49,10 +49,10 @@ from kvframe.core.scheduler_output import (
     KVConnectorOutput,
     ModelRunnerOutput,
     NewRequestData,
-    PrefixHit,
     SchedulerOutput,
 )
-from kvframe.core.sessions import InputChunk, Sessions
+from kvframe.core.scheduler_stats import SchedulerStats
+from kvframe.core.sessions import InputChunk, sessions_for
 from kvframe.core.step import StepPlan
 from kvframe.domain.queues import RequestQueue
 from kvframe.domain.request import Request, RequestStatus
@@ -74,43 +74,11 @@ _WAITING_FOR_INPUT = RequestStatus.WAITING_FOR_STREAMING_REQ
 _block_id = attrgetter("block_id")
 
 
-class PolicyContractError(RuntimeError):
-    """A scheduling policy returned something the contract does not allow."""
+class Scheduler(AdmissionPhase):
+    """One token budget per step, shared by prefill and decode, over a paged KV cache.
 
-
-@attrs.define(slots=True)
-class SchedulerStats:
-    """Counters the scheduler keeps across steps (names follow vLLM's metrics).
-
-    Prefix-cache queries and hits are counted once per admission, not once per
-    step a request waits (vLLM's own stats count a waiting request again on
-    every step it fails to be admitted).
+    The waiting phase of a step is :class:`~kvframe.core.admission.AdmissionPhase`.
     """
-
-    num_steps: int = 0
-    num_preemptions: int = 0
-    prefix_cache_queries: int = 0
-    """Prompt tokens looked up at first admissions."""
-    prefix_cache_hits: int = 0
-    """Of those, tokens found in the GPU prefix cache."""
-    connector_prefix_cache_queries: int = 0
-    connector_prefix_cache_hits: int = 0
-    """Tokens found in an offload tier beyond the GPU hit, at first admissions."""
-    preempted_prefix_cache_queries: int = 0
-    preempted_prefix_cache_hits: int = 0
-    """Lookups and hits when preempted requests were re-admitted."""
-    num_recomputed_tokens: int = 0
-    """Tokens computed before a preemption and computed again after it."""
-    num_retentions: int = 0
-    num_retentions_expired: int = 0
-    num_retentions_released: int = 0
-    num_aborted: int = 0
-    num_loaded_requests_released: int = 0
-    """Waiting requests whose loaded blocks were freed to break an admission stall."""
-
-
-class Scheduler:
-    """One token budget per step, shared by prefill and decode, over a paged KV cache."""
 
     def __init__(
         self,
@@ -146,11 +114,10 @@ class Scheduler:
         self._threshold_needs_company = config.fidelity.threshold_needs_company
         self._self_preemption_continues = config.fidelity.self_preemption_continues
         self._victim_cursor_by_position = config.fidelity.victim_cursor_by_position
-        # T20 picks the queue itself only for a policy that keeps the default
-        # choice (vLLM's fcfs and priority); a policy choosing its own keeps it.
-        self._holding_queue_first = config.fidelity.holding_queue_first
-        self._holding_picks_queue = self._holding_queue_first and _default_select_queue(policy)
-        self._cached_tokens_at_admission = config.fidelity.cached_tokens_at_admission
+        # T20: which waiting queue is looked at, where a request set aside waits;
+        # T21: what an admission that starts an async load records (admission.py).
+        self._queue_rule = queue_rule(policy, config.fidelity)
+        self._load_hit = load_hit_rule(config.fidelity)
         # vLLM's AsyncScheduler (kvframe.engine.batch_queue drives it), read once.
         self.async_scheduling = config.async_scheduling
         # T16: the in-flight prefills an async load must leave room for
@@ -172,13 +139,12 @@ class Scheduler:
         self.skipped_waiting: RequestQueue = policy.create_queue()
         self.running: list[Request] = []
         self.finished_req_ids: set[str] = set()
-        self.sessions = Sessions()
-        """Streaming-input sessions (:mod:`kvframe.core.sessions`)."""
+        self.sessions = sessions_for(config.fidelity)
+        """Streaming-input sessions (:mod:`kvframe.core.sessions`; switch S)."""
         self.session_stops: dict[str, RequestStatus] = {}
         """The sessions that stopped in the last ``update_from_output`` and go on
         (resumed with a queued chunk, or waiting for input), with the status their
         stop had: a host reports it as the finish reason of that turn."""
-        self._sessions_from_frontier = config.fidelity.sessions_resume_from_frontier
         self.retained = RetentionTable()
         self.stats = SchedulerStats()
         # Finished requests whose blocks wait for an outbound store to land, and
@@ -197,10 +163,10 @@ class Scheduler:
         # kvframe's OffloadingConnector offers one; other connectors give None.
         make_view = getattr(connector, "tier_view", None)
         self.tier_view: TierView | None = make_view() if make_view is not None else None
-        self._decode_runs_allowed = _allows_decode_runs(policy)
+        self._decode_runs_allowed = allows_decode_runs(policy)
         # The admission decision point: None unless the policy overrides it, so
         # a policy that does not pays one branch per waiting request looked at.
-        self._may_admit = _may_admit(policy)
+        self._may_admit = may_admit_of(policy)
         policy.attach(_SchedulerView(self))
 
     # ------------------------------------------------------------------
@@ -249,7 +215,7 @@ class Scheduler:
         if request.status != _WAITING_FOR_INPUT:
             queue.append(chunk)
         elif chunk is not None:
-            self._resume_session(request, chunk)
+            self.sessions.resume(request, chunk)
         else:
             self.finish_requests(request_id, RequestStatus.FINISHED_ABORTED)
 
@@ -565,276 +531,6 @@ class Scheduler:
             # Fresh drafts arrive with the next model output.
             request.spec_token_ids = []
 
-    def schedule_waiting(self, step: StepPlan) -> None:
-        """Admit waiting requests while budget, sequence slots and blocks last.
-
-        Per step, and per waiting request it looks at (usually one: the blocked
-        head), so each phase of an admission is a method of its own: the prefix
-        lookup, the first chunk's size, the slots, what a failed allocation may
-        free, and the admission itself.
-
-        A request the policy's ``may_admit`` refuses (asked only when the policy
-        overrides it, and only for a request holding no blocks yet) is set aside
-        for this step like one whose connector lookup is not ready: the
-        requests behind it may go, and it joins ``skipped_waiting`` after the
-        loop, to be asked again next step.
-        """
-        # Requests skipped in this pass go to a queue of their own so the loop
-        # never peeks the same blocked request twice; they rejoin skipped-waiting
-        # (ahead of older skipped requests) after the loop.
-        step_skipped: RequestQueue | None = None  # created when first needed
-        # Fidelity switch T20 (0.33.0): requests set aside holding no KV blocks go
-        # back to the front of the waiting queue instead, after the loop.
-        step_requeued: RequestQueue | None = None
-        # The tier's answer for a request retried after a reclaim freed blocks:
-        # vLLM asks the connector once per request per step, and asking again
-        # would touch the tier and count the reuse filter's sightings twice.
-        retry: tuple[Request, int, int, bool] | None = None
-        # Switch S: sessions waiting for input hold sequence slots (vLLM 0.33.0).
-        max_running = self.max_num_running_reqs - (
-            self.sessions.num_waiting_for_input if self._sessions_from_frontier else 0
-        )
-
-        while (self.waiting or self.skipped_waiting) and step.token_budget > 0:
-            if len(self.running) >= max_running:
-                break
-            queue = self._select_queue()
-            request = queue.peek_request()
-
-            if (
-                (request.status == _WAITING_FOR_REMOTE_KVS and not self._promote_loaded(request))
-                or (
-                    # A session waiting for its next input chunk.
-                    request.status == _WAITING_FOR_INPUT
-                )
-                or (
-                    self._may_admit is not None
-                    and request.num_computed_tokens == 0
-                    and not self._admission_allowed(request)
-                )
-            ):
-                # Its load is still in flight, or the policy refused it (asked again
-                # next step): set aside for this step.
-                queue.pop_request()
-                if self._holding_queue_first and not _holds_blocks(request):
-                    step_requeued = self._set_aside(request, step_requeued)
-                else:
-                    step_skipped = self._set_aside(request, step_skipped)
-                continue
-
-            found = self._lookup_prefix(request, retry)
-            if found is None:
-                # The tier cannot answer yet: ask again next step without
-                # blocking the requests behind this one.
-                queue.pop_request()
-                if self._holding_queue_first and not _holds_blocks(request):
-                    step_requeued = self._set_aside(request, step_requeued)
-                else:
-                    step_skipped = self._set_aside(request, step_skipped)
-                continue
-            _, num_local_tokens, num_external_tokens, load_kv_async = found
-            num_computed_tokens = (
-                num_local_tokens + num_external_tokens
-                if request.num_computed_tokens == 0
-                else request.num_computed_tokens
-            )
-            num_new_tokens = self._first_chunk(request, num_computed_tokens, load_kv_async, step)
-            if num_new_tokens is None:
-                break
-
-            if self._allocate_waiting(request, num_new_tokens, found) is None:
-                if self._freed_for(request, num_new_tokens, step, step_skipped):
-                    if request.num_computed_tokens == 0:
-                        retry = (request, num_local_tokens, num_external_tokens, load_kv_async)
-                    continue
-                break
-
-            tokens = (num_new_tokens, num_computed_tokens, num_local_tokens, num_external_tokens)
-            if not self._admit(step, queue, request, tokens, load_kv_async):
-                # Blocks are reserved; the request waits for its load to land.
-                step_skipped = self._set_aside(request, step_skipped)
-
-        if step_skipped is not None and step_skipped:
-            self.skipped_waiting.prepend_requests(step_skipped)
-        if step_requeued is not None and step_requeued:
-            self.waiting.prepend_requests(step_requeued)
-
-    def _admission_allowed(self, request: Request) -> bool:
-        """The policy's :meth:`~kvframe.SchedulingPolicy.may_admit`, held to ``True``/``False``."""
-        answer = self._may_admit(request)  # type: ignore[misc]
-        if answer is True or answer is False:
-            return answer
-        raise PolicyContractError(
-            f"scheduling policy {self.policy.name!r}: may_admit({request.request_id!r}) "
-            f"returned {answer!r}; it must return True or False"
-        )
-
-    def _set_aside(self, request: Request, skipped: RequestQueue | None) -> RequestQueue:
-        """Put ``request`` in this pass's queue of skipped requests (made on first use)."""
-        if skipped is None:
-            skipped = self.policy.create_queue()
-        skipped.prepend_request(request)
-        return skipped
-
-    def _first_chunk(
-        self, request: Request, num_computed_tokens: int, load_kv_async: bool, step: StepPlan
-    ) -> int | None:
-        """Tokens a waiting request computes in its first step: none while its prefix
-        loads asynchronously, else the rest of its tokens cut to the long-prefill
-        threshold and the step's budget; ``None`` when chunked prefill is off and the
-        prompt does not fit the budget (admission stops for this step)."""
-        if load_kv_async:
-            return 0
-        # num_tokens, not the prompt length: a resumed request must also
-        # recompute the tokens it had generated.
-        num_new_tokens = request.num_tokens - num_computed_tokens
-        threshold = step.long_prefill_token_threshold
-        if 0 < threshold < num_new_tokens:
-            num_new_tokens = threshold
-        if not self.config.enable_chunked_prefill and num_new_tokens > step.token_budget:
-            return None
-        return min(num_new_tokens, step.token_budget)
-
-    def _freed_for(
-        self,
-        request: Request,
-        num_new_tokens: int,
-        step: StepPlan,
-        step_skipped: RequestQueue | None,
-    ) -> bool:
-        """An allocation for ``request`` failed: whether blocks were freed so that it is
-        worth trying again -- retained blocks the policy releases, or, where nothing
-        runs, nothing was scheduled and no transfer in flight will free blocks (a
-        real deadlock), a landed load of a waiting request released."""
-        stalled = not self.running and not step.num_scheduled_tokens
-        return bool(
-            self.retained and self._reclaim_retained(request, num_new_tokens, stalled=stalled)
-        ) or (
-            stalled
-            and not self._transfer_will_unblock(step_skipped)
-            and self._release_loaded_waiting(request)
-        )
-
-    def _allocate_waiting(
-        self,
-        request: Request,
-        num_new_tokens: int,
-        found: tuple[Sequence[KVCacheBlock], int, int, bool],
-    ) -> Sequence[KVCacheBlock] | None:
-        """Slots for a waiting request's first chunk after its prefix hits (``found``,
-        from :meth:`_lookup_prefix`); ``None`` when they do not fit, or when
-        ``reserve_full_sequence`` holds back a prompt that would not fit whole."""
-        new_computed_blocks, num_local_tokens, num_external_tokens, load_kv_async = found
-        kv = self.kv_cache_manager
-        if self.config.reserve_full_sequence and not kv.can_fit_full_sequence(
-            request,
-            num_new_computed_tokens=num_local_tokens,
-            new_computed_blocks=new_computed_blocks,
-            num_external_computed_tokens=num_external_tokens,
-        ):
-            return None
-        return kv.allocate_slots(
-            request,
-            num_new_tokens,
-            num_new_computed_tokens=num_local_tokens,
-            new_computed_blocks=new_computed_blocks,
-            num_lookahead_tokens=0
-            if request.num_computed_tokens == 0
-            else self.num_lookahead_tokens,
-            num_external_computed_tokens=num_external_tokens,
-            delay_cache_blocks=load_kv_async,
-            reserved_blocks=self._inflight.reserved_blocks() if load_kv_async else 0,
-        )
-
-    def _lookup_prefix(
-        self, request: Request, retry: tuple[Request, int, int, bool] | None
-    ) -> tuple[Sequence[KVCacheBlock], int, int, bool] | None:
-        """A waiting request's prefix hits: ``(local blocks, local tokens, external
-        tokens, load asynchronously)``, or ``None`` when the tier cannot answer yet.
-
-        A request whose async load completed has its tokens computed already; a
-        request retried after a reclaim reuses the tier's answer of this step
-        (``retry``), as vLLM asks the connector once per request per step.
-        """
-        if request.num_computed_tokens != 0:
-            return (), 0, 0, False
-        new_computed_blocks, num_local_tokens = self.kv_cache_manager.get_computed_blocks(request)
-        connector = self.connector
-        if connector is None:
-            return new_computed_blocks, num_local_tokens, 0, False
-        if retry is not None and retry[0] is request and retry[1] == num_local_tokens:
-            ext_tokens, load_kv_async = retry[2], retry[3]
-        else:
-            ext_tokens, load_kv_async = connector.get_num_new_matched_tokens(
-                request, num_local_tokens
-            )
-        if ext_tokens is None:
-            return None
-        request.num_external_computed_tokens = ext_tokens
-        return new_computed_blocks, num_local_tokens, ext_tokens, load_kv_async
-
-    def _admit(
-        self,
-        step: StepPlan,
-        queue: RequestQueue,
-        request: Request,
-        tokens: tuple[int, int, int, int],
-        load_kv_async: bool,
-    ) -> bool:
-        """Admit ``request`` (its blocks allocated) from ``queue``: ``True`` when it runs
-        this step, ``False`` when it waits for an asynchronous load of its prefix.
-
-        ``tokens`` is ``(new, computed, local hits, external hits)``. Once per
-        admission, not per step: the connector learns the blocks, the first
-        admission's (or a re-admission's) prefix hits are recorded.
-        """
-        num_new_tokens, num_computed_tokens, num_local_tokens, num_external_tokens = tokens
-        kv = self.kv_cache_manager
-        request_id = request.request_id
-        if self.connector is not None:
-            self.connector.update_state_after_alloc(
-                request, kv.get_blocks(request_id), num_external_tokens
-            )
-        queue.pop_request()
-        if request_id not in self._lookup_recorded:
-            # Once per admission: an async load passes here again when it
-            # is promoted, and a stall-released load when it is looked up
-            # again; only the first lookup counts.
-            if request.num_cached_tokens < 0:
-                self._record_first_admission(step, request, num_local_tokens, num_external_tokens)
-            elif request.status == _PREEMPTED:
-                self._record_readmission(step, request, num_local_tokens + num_external_tokens)
-        if load_kv_async:
-            self._lookup_recorded.add(request_id)
-            request.status = _WAITING_FOR_REMOTE_KVS
-            request.num_computed_tokens = num_computed_tokens
-            if self._cached_tokens_at_admission and request.num_cached_tokens < 0:
-                # Fidelity switch T21 (0.33.0): the admitting lookup's hit.
-                request.num_cached_tokens = num_computed_tokens
-            self._inflight.add(request)
-            return False
-        if num_computed_tokens + num_new_tokens < request.num_tokens:
-            self._inflight.add(request)  # still prefilling after this chunk
-        self._lookup_recorded.discard(request_id)
-        self.running.append(request)
-        if request.status == _WAITING:
-            step.scheduled_new.append(request)
-        elif request.status == _PREEMPTED:
-            step.scheduled_resumed.append(request)
-        else:
-            raise RuntimeError(
-                f"request {request_id!r} admitted from a waiting queue in status "
-                f"{request.status.name}"
-            )
-        step.new_block_ids[request_id] = kv.get_block_ids(request_id)
-        step.num_scheduled_tokens[request_id] = num_new_tokens
-        step.token_budget -= num_new_tokens
-        request.status = _RUNNING
-        request.num_computed_tokens = num_computed_tokens
-        if request.num_cached_tokens < 0:
-            request.num_cached_tokens = num_computed_tokens
-        return True
-
     def _make_output(self, step: StepPlan) -> SchedulerOutput:
         new_block_ids = step.new_block_ids
         new_reqs = [
@@ -1043,7 +739,8 @@ class Scheduler:
         stopped_waiting: set[Request],
     ) -> list[Request]:
         """Take the step's stopped requests out of the queues, then free or retain them;
-        a streaming-input session goes on instead (:meth:`_stop_session`). Returns
+        a streaming-input session goes on instead (:meth:`Sessions.stop
+        <kvframe.core.sessions.Sessions.stop>`). Returns
         the requests that finished."""
         if stopped_running:
             self.running = [r for r in self.running if r not in stopped_running]
@@ -1051,68 +748,12 @@ class Scheduler:
             self.waiting.remove_requests(stopped_waiting)
         done = finished
         if self.sessions:
-            done = [r for r in finished if not (r.resumable and self._stop_session(r))]
+            stop = self.sessions.stop
+            waiting, skipped, stops = self.waiting, self.skipped_waiting, self.session_stops
+            done = [r for r in finished if not (r.resumable and stop(r, waiting, skipped, stops))]
         for request in done:
             self._on_finished(request, allow_retention=True)
         return done
-
-    def _stop_session(self, request: Request) -> bool:
-        """A streaming-input session stopped: whether it goes on (``False``: the
-        closing chunk was queued, it finishes as any request).
-
-        It keeps its blocks and takes its next queued chunk at once, or waits for
-        input in the skipped-waiting queue (vLLM's ``_handle_stopped_request``).
-        """
-        request_id = request.request_id
-        queue = self.sessions.queues[request_id]
-        if self._sessions_from_frontier:
-            # Switch S: drop the work in flight; its outputs are discarded on arrival.
-            placeholders = request.num_output_placeholders
-            request.num_computed_tokens -= placeholders
-            if placeholders:
-                self.sessions.stale_outputs[request_id] = placeholders
-            request.num_output_placeholders = 0
-            request.spec_token_ids = []
-        if queue and queue[0] is None:
-            self.sessions.forget(request_id)
-            return False
-        self.session_stops[request_id] = request.status
-        if queue:
-            self._resume_session(request, queue.popleft())  # type: ignore[arg-type]
-            # Switch S: it holds blocks, so it joins the queue of those that do.
-            (self.skipped_waiting if self._sessions_from_frontier else self.waiting).add_request(
-                request
-            )
-        else:
-            request.status = _WAITING_FOR_INPUT
-            self.sessions.num_waiting_for_input += 1
-            self.skipped_waiting.add_request(request)
-        return True
-
-    def _resume_session(self, request: Request, chunk: InputChunk) -> None:
-        """Append ``chunk`` to a stopped session, which waits for admission again.
-
-        It keeps its blocks and ``num_computed_tokens``: admission gives it no
-        prefix lookup and sends it as a new request with its whole block table.
-        What it keeps of its outputs is vLLM's rule (switch S): every token but
-        the last sampled one (0.33.0), or those up to ``num_computed_tokens``
-        (0.19.1, the same in a synchronous step).
-        """
-        if self._sessions_from_frontier:
-            keep = request.num_tokens - 1
-            if keep < request.num_computed_tokens:
-                raise RuntimeError(
-                    f"session {request.request_id!r}: {request.num_computed_tokens} tokens "
-                    f"computed of the {keep} it keeps"
-                )
-            request.max_tokens = chunk.max_tokens
-        else:
-            keep = min(request.num_computed_tokens, request.num_tokens)
-        request.restart_with_prompt(keep, chunk.prompt_token_ids)
-        request.arrival_time = chunk.arrival_time
-        if request.status == _WAITING_FOR_INPUT:
-            self.sessions.num_waiting_for_input -= 1
-        request.status = _WAITING
 
     def _take_drafts(self, model_output: ModelRunnerOutput, prefill_chunks: set[str]) -> None:
         """The draft tokens proposed for next step; a partial prefill's are dropped, as vLLM
@@ -1328,56 +969,6 @@ class Scheduler:
         self.stats.num_preemptions += 1
         self.waiting.prepend_request(request)
 
-    def _select_queue(self) -> RequestQueue:
-        if self._holding_picks_queue:
-            # 0.33.0: requests holding KV blocks first, under fcfs and priority alike.
-            return self.skipped_waiting or self.waiting
-        queue = self.policy.select_queue(self.waiting, self.skipped_waiting)
-        if (queue is not self.waiting and queue is not self.skipped_waiting) or not queue:
-            raise PolicyContractError(
-                f"scheduling policy {self.policy.name!r}: select_queue must return the "
-                "waiting or the skipped-waiting queue, and a non-empty one"
-            )
-        return queue
-
-    def _promote_loaded(self, request: Request) -> bool:
-        """A request waiting for an async load: if the load landed, make it admissible."""
-        request_id = request.request_id
-        if request_id not in self._finished_recving:
-            return False
-        self._finished_recving.discard(request_id)
-        # The loaded blocks hold valid KV now: make them findable.
-        self.kv_cache_manager.cache_blocks(request, request.num_computed_tokens)
-        if request.num_computed_tokens == request.num_tokens:
-            # A full hit still recomputes the last token to sample from it.
-            request.num_computed_tokens = request.num_tokens - 1
-        if request.num_cached_tokens < 0:
-            request.num_cached_tokens = request.num_computed_tokens
-        request.status = _PREEMPTED if request.num_preemptions else _WAITING
-        return True
-
-    def _record_first_admission(
-        self, step: StepPlan, request: Request, local_tokens: int, external_tokens: int
-    ) -> None:
-        stats = self.stats
-        stats.prefix_cache_queries += request.num_tokens
-        stats.prefix_cache_hits += local_tokens
-        if self.connector is not None:
-            stats.connector_prefix_cache_queries += request.num_tokens - local_tokens
-            stats.connector_prefix_cache_hits += external_tokens
-        step.first_admissions.append(
-            PrefixHit(request.request_id, request.num_prompt_tokens, local_tokens, external_tokens)
-        )
-
-    def _record_readmission(self, step: StepPlan, request: Request, hit_tokens: int) -> None:
-        stats = self.stats
-        stats.preempted_prefix_cache_queries += request.num_tokens
-        stats.preempted_prefix_cache_hits += hit_tokens
-        computed_before = self._computed_before_preemption.pop(request.request_id, 0)
-        recomputed = max(0, computed_before - hit_tokens)
-        stats.num_recomputed_tokens += recomputed
-        step.recomputed_tokens[request.request_id] = recomputed
-
     # ------------------------------------------------------------------
     # Introspection
     # ------------------------------------------------------------------
@@ -1425,38 +1016,6 @@ def _kv_cache_manager(
         rollback_uncomputed_blocks=config.rollback_uncomputed_blocks,
         core=config.core,
     )
-
-
-def _allows_decode_runs(policy: SchedulingPolicy) -> bool:
-    """The policy's :attr:`~kvframe.SchedulingPolicy.allows_decode_runs`, its default resolved."""
-    allowed = getattr(policy, "allows_decode_runs", None)
-    if allowed is not None:
-        return bool(allowed)
-    from kvframe.contract.bases import SchedulingPolicy
-
-    return all(
-        getattr(type(policy), name, None) is getattr(SchedulingPolicy, name)
-        for name in ("on_step_start", "on_arrival", "select_queue", "may_admit")
-    )
-
-
-def _default_select_queue(policy: SchedulingPolicy) -> bool:
-    """Whether the policy keeps :meth:`~kvframe.SchedulingPolicy.select_queue`'s default."""
-    from kvframe.contract.bases import SchedulingPolicy
-
-    own = getattr(type(policy), "select_queue", None)
-    return own is None or own is SchedulingPolicy.select_queue
-
-
-def _may_admit(policy: SchedulingPolicy) -> Callable[[Request], bool] | None:
-    """The policy's bound :meth:`~kvframe.SchedulingPolicy.may_admit`, or ``None`` when
-    its class keeps the default (admit everything), so the scheduler skips the call."""
-    from kvframe.contract.bases import SchedulingPolicy
-
-    own = getattr(type(policy), "may_admit", None)
-    if own is None or own is SchedulingPolicy.may_admit:
-        return None  # the default, or a duck-typed policy that offers none
-    return policy.may_admit  # type: ignore[no-any-return]
 
 
 class _SchedulerView:
@@ -1518,8 +1077,3 @@ class _SchedulerView:
         if request_id not in self._scheduler.retained:
             raise KeyError(f"request {request_id!r} is not retained")
         self._scheduler._release_retention(request_id)
-
-
-def _holds_blocks(request: Request) -> bool:
-    """Whether a waiting request holds KV blocks (vLLM 0.33.0's ``_holds_kv_blocks``)."""
-    return request.num_computed_tokens > 0 or request.status == _WAITING_FOR_REMOTE_KVS
