@@ -32,12 +32,12 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from operator import attrgetter
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from kvframe.core.admission import AdmissionPhase, load_hit_rule, queue_rule
 from kvframe.core.compiled import resolve_core
 from kvframe.core.decode_run import DecodeRun
-from kvframe.core.deferred_frees import DeferredFrees, FreeRule, ImmediateFrees
+from kvframe.core.deferred_frees import FreeRule, ImmediateFrees
 from kvframe.core.hashing import make_block_hasher
 from kvframe.core.inflight import load_reservation
 from kvframe.core.kv_cache_manager import KVCacheManager
@@ -78,7 +78,14 @@ class Scheduler(AdmissionPhase):
     """One token budget per step, shared by prefill and decode, over a paged KV cache.
 
     The waiting phase of a step is :class:`~kvframe.core.admission.AdmissionPhase`.
+    This class decides as vLLM's synchronous ``Scheduler``; asynchronous scheduling
+    is :class:`~kvframe.core.async_scheduler.AsyncScheduler`, and
+    :func:`~kvframe.core.factory.make_scheduler` picks the one a config asks for.
     """
+
+    async_scheduling: ClassVar[bool] = False
+    """Whether this scheduler decides as vLLM's ``AsyncScheduler`` (the engine runs its
+    batch queue for one, and the vLLM bridge drops tokens in flight on a reset)."""
 
     def __init__(
         self,
@@ -89,6 +96,13 @@ class Scheduler(AdmissionPhase):
         eviction_policy: EvictionPolicy | None = None,
         cost_model: CostModel | None = None,
     ) -> None:
+        if config.async_scheduling is not self.async_scheduling:
+            raise ValueError(
+                f"SchedulerConfig(async_scheduling={config.async_scheduling}) is scheduled "
+                f"by {'AsyncScheduler' if config.async_scheduling else 'Scheduler'}, not "
+                f"{type(self).__name__}: build it with "
+                "kvframe.core.factory.make_scheduler(config, policy, ...)"
+            )
         self.config = config
         self.cost_model = cost_model
         self.policy = policy
@@ -118,21 +132,12 @@ class Scheduler(AdmissionPhase):
         # T21: what an admission that starts an async load records (admission.py).
         self._queue_rule = queue_rule(policy, config.fidelity)
         self._load_hit = load_hit_rule(config.fidelity)
-        # vLLM's AsyncScheduler (kvframe.engine.batch_queue drives it), read once.
-        self.async_scheduling = config.async_scheduling
         # T16: the in-flight prefills an async load must leave room for
         # (kvframe.core.inflight; a rule that reserves nothing for 0.19.1).
         self._inflight = load_reservation(self.kv_cache_manager, config)
-        # T22: with a connector under asynchronous scheduling, blocks a step in flight
-        # may still write are freed when its output is applied
-        # (kvframe.core.deferred_frees; freed at once otherwise).
-        self._frees: FreeRule = (
-            DeferredFrees(self.kv_cache_manager)
-            if config.fidelity.defer_block_free
-            and config.async_scheduling
-            and connector is not None
-            else ImmediateFrees(self.kv_cache_manager)
-        )
+        # When blocks go back to the pool (kvframe.core.deferred_frees): at once;
+        # the AsyncScheduler may defer them (switch T22).
+        self._frees: FreeRule = self._free_rule(config, connector)
         self.num_lookahead_tokens = config.num_lookahead_tokens
         self.requests: dict[str, Request] = {}
         self.waiting: RequestQueue = policy.create_queue()
@@ -171,6 +176,10 @@ class Scheduler(AdmissionPhase):
 
     # ------------------------------------------------------------------
     # Requests in and out
+    def _free_rule(self, config: SchedulerConfig, connector: SchedulerConnector | None) -> FreeRule:
+        """When blocks go back to the pool: at once (nothing in flight can write them)."""
+        return ImmediateFrees(self.kv_cache_manager)
+
     # ------------------------------------------------------------------
 
     @property
@@ -368,7 +377,6 @@ class Scheduler(AdmissionPhase):
         running = self.running
         if (
             not running
-            or self.async_scheduling
             or not self._decode_runs_allowed
             or self.connector is not None
             or self.retained
@@ -567,37 +575,14 @@ class Scheduler(AdmissionPhase):
         )
 
     def _advance_after_schedule(self, output: SchedulerOutput) -> None:
-        # After the output is built, so it carries the counts the worker starts from.
+        """Scheduled tokens count as computed; after the output is built, so that it
+        carries the counts the worker starts from."""
         requests = self.requests
         for request_id, num_tokens in output.num_scheduled_tokens.items():
             requests[request_id].num_computed_tokens += num_tokens
-        if self.async_scheduling:
-            self.add_output_placeholders(output)
         self._inflight.after_schedule(output.num_scheduled_tokens)
-        self._frees.after_schedule(output.num_scheduled_tokens, output.total_num_scheduled_tokens)
         # A new set: the output keeps the old one.
         self.finished_req_ids = set()
-
-    def add_output_placeholders(self, output: SchedulerOutput) -> None:
-        """Asynchronous scheduling: one output placeholder for every scheduled request
-        that samples in this step (vLLM's ``AsyncScheduler._update_after_schedule``).
-
-        A request samples when its computed tokens, already advanced by the step,
-        reach its known tokens plus the placeholders it carries (it is not a
-        partial prefill chunk). The placeholder stands for the token in flight
-        until :meth:`update_from_output` brings it; the next step schedules from
-        it (``num_tokens_with_spec + num_output_placeholders - num_computed_tokens``).
-        :meth:`schedule` calls this itself when the config says
-        ``async_scheduling``; a host that builds the step by hand (the vLLM
-        bridge) calls it after ``num_computed_tokens`` moved.
-        """
-        requests = self.requests
-        for request_id in output.num_scheduled_tokens:
-            request = requests[request_id]
-            if request.num_computed_tokens >= (
-                request.num_tokens + request.num_output_placeholders
-            ):
-                request.num_output_placeholders += 1
 
     # ------------------------------------------------------------------
     # Model output
@@ -607,42 +592,51 @@ class Scheduler(AdmissionPhase):
         self, scheduler_output: SchedulerOutput, model_output: ModelRunnerOutput
     ) -> list[Request]:
         """Apply a step's sampled tokens; return the requests that finished in it."""
-        # Over 60 lines, on purpose: the loop below runs per scheduled request per step
-        # (4.1 million times on the whole Mooncake trace) with the one-token decode
-        # case inline; a call there costs ~35 ns each (~0.15 s of the trace's ~17 s,
-        # benchmarks/whole_trace.py). Everything off that case is a method.
-        # T22: every write of this step and the ones before it is done.
-        self._frees.after_output(scheduler_output.total_num_scheduled_tokens)
         sampled = model_output.sampled_token_ids
         if self.sessions.stale_outputs:
             sampled = dict(sampled)
             self.sessions.drop_stale(sampled)
         if self.session_stops:
             self.session_stops = {}
+        # vLLM's is_prefill_chunk, as the step was scheduled (before the sampled
+        # tokens move num_tokens): only drafting steps pay.
+        prefill_chunks = (
+            self._prefill_chunks(model_output) if model_output.draft_token_ids else None
+        )
+        finished, stopped_running, stopped_waiting = self._apply_sampled(scheduler_output, sampled)
+        if finished:
+            finished = self._remove_finished(finished, stopped_running, stopped_waiting)
+        if model_output.kv_connector_output is not None:
+            self._update_from_kv_transfers(model_output.kv_connector_output)
+        if prefill_chunks is not None:
+            self._take_drafts(model_output, prefill_chunks)
+        return finished
+
+    def _apply_sampled(
+        self, scheduler_output: SchedulerOutput, sampled: Mapping[str, list[int]]
+    ) -> tuple[list[Request], set[Request], set[Request]]:
+        """Append each scheduled request's sampled tokens and check its stop conditions:
+        the requests that stopped, and of those the ones that were running and the
+        ones that were not (a request preempted while its step ran)."""
+        # The one-token decode case is inline on purpose: this loop runs per scheduled
+        # request per step (4.1 million times on the whole Mooncake trace), and a call
+        # there costs ~35 ns each (~0.15 s of the trace's ~17 s,
+        # benchmarks/whole_trace.py). Everything off that case is a method.
         spec_tokens = scheduler_output.scheduled_spec_decode_tokens
         requests = self.requests
         max_model_len = self.max_model_len
         finished: list[Request] = []
         stopped_running: set[Request] = set()
         stopped_waiting: set[Request] = set()
-        # vLLM's is_prefill_chunk, as the step was scheduled (before the sampled
-        # tokens below move num_tokens): only drafting steps pay.
-        prefill_chunks = (
-            self._prefill_chunks(model_output) if model_output.draft_token_ids else None
-        )
-
-        one_token_inline = not self.async_scheduling
         for request_id in scheduler_output.num_scheduled_tokens:
             request = requests.get(request_id)
             if request is None or request.is_finished():
-                # Aborted while the step ran (or, one step late under asynchronous
-                # scheduling, finished by the output of the step before).
-                continue
+                continue  # aborted while the step ran
             generated = sampled.get(request_id)
             if not generated:
                 continue  # a partial prefill chunk samples nothing
             drafts = spec_tokens.get(request_id) if spec_tokens else None
-            if one_token_inline and not drafts and len(generated) == 1:
+            if not drafts and len(generated) == 1:
                 # One token, no drafts (every decode step): _append_and_check_stop inline.
                 token_id = generated[0]
                 request.append_output_token_ids(token_id)
@@ -670,55 +664,20 @@ class Scheduler(AdmissionPhase):
                     stopped_running.add(request)
                 else:
                     stopped_waiting.add(request)
-
-        if finished:
-            finished = self._remove_finished(finished, stopped_running, stopped_waiting)
-        if model_output.kv_connector_output is not None:
-            self._update_from_kv_transfers(model_output.kv_connector_output)
-        if prefill_chunks is not None:
-            self._take_drafts(model_output, prefill_chunks)
-        return finished
+        return finished, stopped_running, stopped_waiting
 
     def _apply_generated(
         self, request: Request, generated: list[int], drafts: list[int] | None
     ) -> bool:
-        """Several tokens, drafts verified, or any output under asynchronous scheduling:
-        roll back the rejected drafts' computed tokens and placeholders, then append;
-        whether the request stopped."""
+        """Several tokens or drafts verified: roll back the rejected drafts' computed
+        tokens and placeholders, then append; whether the request stopped."""
         if drafts:
             num_rejected = len(drafts) - (len(generated) - 1)
             if request.num_computed_tokens > 0:
                 request.num_computed_tokens -= num_rejected
             if request.num_output_placeholders > 0:
                 request.num_output_placeholders -= num_rejected
-        if not self.async_scheduling:
-            return self._append_and_check_stop(request, generated)
-        running = request.status == _RUNNING
-        stopped = self._append_and_check_stop(request, generated)
-        if running:
-            self._resolve_placeholders(request, len(generated))
-        elif request.num_output_placeholders:
-            # vLLM 0.19.1: a session that stopped with a token in flight keeps its
-            # placeholder until the token arrives (nothing is cached then).
-            request.num_output_placeholders = max(
-                0, request.num_output_placeholders - len(generated)
-            )
-        return stopped
-
-    def _resolve_placeholders(self, request: Request, num_tokens: int) -> None:
-        """Asynchronous scheduling: ``num_tokens`` in-flight tokens of a running request
-        arrived. Their placeholders go, and the blocks they complete are cached now
-        (vLLM caches up to ``num_computed_tokens - num_output_placeholders``: what is
-        computed *and* known). A request preempted while its step ran has no
-        placeholders left (:meth:`_preempt`); its token is appended, nothing cached."""
-        placeholders = request.num_output_placeholders - num_tokens
-        if placeholders < 0:
-            raise RuntimeError(
-                f"request {request.request_id!r}: {num_tokens} sampled tokens arrived for "
-                f"{request.num_output_placeholders} in flight (output applied twice?)"
-            )
-        request.num_output_placeholders = placeholders
-        self.kv_cache_manager.cache_blocks(request, request.num_computed_tokens - placeholders)
+        return self._append_and_check_stop(request, generated)
 
     def _prefill_chunks(self, model_output: ModelRunnerOutput) -> set[str]:
         """The drafting requests whose step was a partial prefill chunk."""

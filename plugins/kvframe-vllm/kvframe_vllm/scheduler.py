@@ -73,7 +73,7 @@ from vllm.v1.request import RequestStatus as VllmStatus
 
 import kvframe
 from kvframe.config import ConfigError
-from kvframe.core.scheduler import Scheduler
+from kvframe.core.factory import make_scheduler
 from kvframe.core.scheduler_config import SchedulerConfig
 from kvframe.core.scheduler_output import KVConnectorOutput as KvConnectorOutput
 from kvframe.core.scheduler_output import ModelRunnerOutput as KvModelRunnerOutput
@@ -224,7 +224,7 @@ class KvframeScheduler(SchedulerInterface):
         self.use_v2_model_runner = compat.uses_v2_model_runner(vllm_config)
         """Model Runner V2 takes resumed requests as new ones (see ``schedule``)."""
         self.policy = _resolve_policy(vllm_config)
-        self.core = Scheduler(
+        self.core = make_scheduler(
             _kvframe_config(vllm_config, kv_cache_config), self.policy, connector=self.tier
         )
         self.clock: Callable[[], float] = time.time
