@@ -8,7 +8,8 @@ bottom:
    each given ``num_tokens_with_spec - num_computed_tokens`` tokens capped by
    the chunking threshold, the remaining budget and ``max_model_len``; when
    blocks run out the policy names a victim, which is preempted by recompute;
-3. :meth:`~Scheduler.schedule_waiting` — only if nothing was preempted: admit
+3. :meth:`~kvframe.core.admission.AdmissionPhase.schedule_waiting` — only if
+   nothing was preempted: admit
    waiting requests (from the queue the policy picks, those its ``may_admit``
    allows) up to ``max_num_seqs`` while budget and blocks last, with
    prefix-cache hits from the GPU cache and then from the connector's tier;
@@ -21,6 +22,14 @@ bottom:
 rejected draft tokens, applies the stop conditions and frees — or, when the
 policy asks, retains — finished requests.
 
+The waiting phase lives in :mod:`kvframe.core.admission`, finishing, retention
+and transfer holds in :mod:`kvframe.core.finishing`; asynchronous scheduling is
+:class:`~kvframe.core.async_scheduler.AsyncScheduler`, and
+:func:`~kvframe.core.factory.make_scheduler` builds the one a config asks for.
+A difference between vLLM releases is a boolean for a one-line rule (switches
+A, B, E) and otherwise an object chosen when the scheduler is built (see
+``docs/scheduler.md``).
+
 The policy is called directly (never through pluggy): it is the object the
 plugin registry built. The same decisions as vLLM 0.19 for the same inputs are
 checked step by step by ``tools/differential``.
@@ -29,29 +38,29 @@ checked step by step by ``tools/differential``.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
-from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar
 
 from kvframe.core.admission import AdmissionPhase, load_hit_rule, queue_rule
 from kvframe.core.compiled import resolve_core
 from kvframe.core.decode_run import DecodeRun
 from kvframe.core.deferred_frees import FreeRule, ImmediateFrees
+from kvframe.core.finishing import FinishingPhase
 from kvframe.core.hashing import make_block_hasher
 from kvframe.core.inflight import load_reservation
 from kvframe.core.kv_cache_manager import KVCacheManager
 from kvframe.core.policy_seams import PolicyContractError, allows_decode_runs, may_admit_of
-from kvframe.core.retention import Retention, RetentionTable
+from kvframe.core.retention import RetentionTable
 from kvframe.core.scheduler_config import SchedulerConfig
 from kvframe.core.scheduler_output import (
     CachedRequestData,
-    KVConnectorOutput,
     ModelRunnerOutput,
     NewRequestData,
     SchedulerOutput,
 )
 from kvframe.core.scheduler_stats import SchedulerStats
+from kvframe.core.scheduler_view import SchedulerView
 from kvframe.core.sessions import InputChunk, sessions_for
 from kvframe.core.step import StepPlan
 from kvframe.domain.queues import RequestQueue
@@ -63,10 +72,10 @@ if TYPE_CHECKING:
     from kvframe.core.block_pool import KVCacheBlock
     from kvframe.core.connector import SchedulerConnector
     from kvframe.domain.costs import CostModel
+    from kvframe.domain.tokens import BlockHash
 
 __all__ = ["PolicyContractError", "Scheduler", "SchedulerConfig", "SchedulerStats"]
 
-_WAITING = RequestStatus.WAITING
 _PREEMPTED = RequestStatus.PREEMPTED
 _RUNNING = RequestStatus.RUNNING
 _WAITING_FOR_REMOTE_KVS = RequestStatus.WAITING_FOR_REMOTE_KVS
@@ -74,10 +83,12 @@ _WAITING_FOR_INPUT = RequestStatus.WAITING_FOR_STREAMING_REQ
 _block_id = attrgetter("block_id")
 
 
-class Scheduler(AdmissionPhase):
+class Scheduler(AdmissionPhase, FinishingPhase):
     """One token budget per step, shared by prefill and decode, over a paged KV cache.
 
-    The waiting phase of a step is :class:`~kvframe.core.admission.AdmissionPhase`.
+    The waiting phase of a step is :class:`~kvframe.core.admission.AdmissionPhase`;
+    what happens to a finished request's blocks is
+    :class:`~kvframe.core.finishing.FinishingPhase`.
     This class decides as vLLM's synchronous ``Scheduler``; asynchronous scheduling
     is :class:`~kvframe.core.async_scheduler.AsyncScheduler`, and
     :func:`~kvframe.core.factory.make_scheduler` picks the one a config asks for.
@@ -97,12 +108,7 @@ class Scheduler(AdmissionPhase):
         cost_model: CostModel | None = None,
     ) -> None:
         if config.async_scheduling is not self.async_scheduling:
-            raise ValueError(
-                f"SchedulerConfig(async_scheduling={config.async_scheduling}) is scheduled "
-                f"by {'AsyncScheduler' if config.async_scheduling else 'Scheduler'}, not "
-                f"{type(self).__name__}: build it with "
-                "kvframe.core.factory.make_scheduler(config, policy, ...)"
-            )
+            raise ValueError(_wrong_class(config, type(self)))
         self.config = config
         self.cost_model = cost_model
         self.policy = policy
@@ -110,42 +116,55 @@ class Scheduler(AdmissionPhase):
         self.block_size = config.block_size
         self.max_model_len = config.max_model_len
         self.max_num_running_reqs = config.max_num_seqs
-        # Hashes are needed whenever something looks blocks up by hash: the GPU
-        # prefix cache or an offload tier behind the connector.
-        self.block_hasher = (
-            make_block_hasher(
-                config.block_size,
-                config.hash_seed,
-                # The core setting covers the hasher too: python forces Python, and
-                # otherwise the compiled hasher runs where it is built.
-                core="python" if resolve_core(config.core) == "python" else "auto",
-            )
-            if config.enable_prefix_caching or connector is not None
-            else None
-        )
+        self.num_lookahead_tokens = config.num_lookahead_tokens
+        self.block_hasher = _block_hasher(config, connector)
         self.kv_cache_manager = _kv_cache_manager(config, eviction_policy)
-        # Fidelity switches, read once (kvframe.domain.fidelity).
-        self._threshold_needs_company = config.fidelity.threshold_needs_company
-        self._self_preemption_continues = config.fidelity.self_preemption_continues
-        self._victim_cursor_by_position = config.fidelity.victim_cursor_by_position
+        self._choose_rules(config, policy, connector)
+        self._init_state(policy)
+        # The read-only tier view policies see (SchedulerContext.offload): only
+        # kvframe's OffloadingConnector offers one; other connectors give None.
+        make_view = getattr(connector, "tier_view", None)
+        self.tier_view: TierView | None = make_view() if make_view is not None else None
+        self._decode_runs_allowed = allows_decode_runs(policy)
+        # The admission decision point: None unless the policy overrides it, so
+        # a policy that does not pays one branch per waiting request looked at.
+        self._may_admit = may_admit_of(policy)
+        policy.attach(SchedulerView(self))
+
+    # ------------------------------------------------------------------
+    # Requests in and out
+    def _choose_rules(
+        self,
+        config: SchedulerConfig,
+        policy: SchedulingPolicy,
+        connector: SchedulerConnector | None,
+    ) -> None:
+        """Read the fidelity target once (:mod:`kvframe.domain.fidelity`): one-line rules
+        as booleans, the rules with state or several seams as objects."""
+        fidelity = config.fidelity
+        self._threshold_needs_company = fidelity.threshold_needs_company  # A
+        self._self_preemption_continues = fidelity.self_preemption_continues  # B
+        self._victim_cursor_by_position = fidelity.victim_cursor_by_position  # E
         # T20: which waiting queue is looked at, where a request set aside waits;
         # T21: what an admission that starts an async load records (admission.py).
-        self._queue_rule = queue_rule(policy, config.fidelity)
-        self._load_hit = load_hit_rule(config.fidelity)
+        self._queue_rule = queue_rule(policy, fidelity)
+        self._load_hit = load_hit_rule(fidelity)
         # T16: the in-flight prefills an async load must leave room for
         # (kvframe.core.inflight; a rule that reserves nothing for 0.19.1).
         self._inflight = load_reservation(self.kv_cache_manager, config)
         # When blocks go back to the pool (kvframe.core.deferred_frees): at once;
         # the AsyncScheduler may defer them (switch T22).
         self._frees: FreeRule = self._free_rule(config, connector)
-        self.num_lookahead_tokens = config.num_lookahead_tokens
+        self.sessions = sessions_for(fidelity)
+        """Streaming-input sessions (:mod:`kvframe.core.sessions`; switch S)."""
+
+    def _init_state(self, policy: SchedulingPolicy) -> None:
+        """The queues, tables and counters a new scheduler starts with."""
         self.requests: dict[str, Request] = {}
         self.waiting: RequestQueue = policy.create_queue()
         self.skipped_waiting: RequestQueue = policy.create_queue()
         self.running: list[Request] = []
         self.finished_req_ids: set[str] = set()
-        self.sessions = sessions_for(config.fidelity)
-        """Streaming-input sessions (:mod:`kvframe.core.sessions`; switch S)."""
         self.session_stops: dict[str, RequestStatus] = {}
         """The sessions that stopped in the last ``update_from_output`` and go on
         (resumed with a queued chunk, or waiting for input), with the status their
@@ -164,18 +183,7 @@ class Scheduler(AdmissionPhase):
         # when it is promoted). Cleared when the request enters RUNNING.
         self._lookup_recorded: set[str] = set()
         self._now = 0.0
-        # The read-only tier view policies see (SchedulerContext.offload): only
-        # kvframe's OffloadingConnector offers one; other connectors give None.
-        make_view = getattr(connector, "tier_view", None)
-        self.tier_view: TierView | None = make_view() if make_view is not None else None
-        self._decode_runs_allowed = allows_decode_runs(policy)
-        # The admission decision point: None unless the policy overrides it, so
-        # a policy that does not pays one branch per waiting request looked at.
-        self._may_admit = may_admit_of(policy)
-        policy.attach(_SchedulerView(self))
 
-    # ------------------------------------------------------------------
-    # Requests in and out
     def _free_rule(self, config: SchedulerConfig, connector: SchedulerConnector | None) -> FreeRule:
         """When blocks go back to the pool: at once (nothing in flight can write them)."""
         return ImmediateFrees(self.kv_cache_manager)
@@ -227,74 +235,6 @@ class Scheduler(AdmissionPhase):
             self.sessions.resume(request, chunk)
         else:
             self.finish_requests(request_id, RequestStatus.FINISHED_ABORTED)
-
-    def finish_requests(
-        self,
-        request_ids: str | Iterable[str] | None,
-        finished_status: RequestStatus = RequestStatus.FINISHED_ABORTED,
-    ) -> list[Request]:
-        """Finish requests from outside (abort). ``None`` finishes every request.
-
-        Unknown or already finished ids are ignored. Finishing a retained
-        request releases its blocks; ``None`` releases every retention too.
-        The policy hears of each request finished here: ``on_abort`` for the
-        abort status, ``on_finish`` for any other (which may retain the
-        request's blocks, except under ``None``). Returns the requests that
-        were finished.
-        """
-        if not RequestStatus.is_finished(finished_status):
-            raise ValueError(f"{finished_status!r} is not a finished status")
-        if isinstance(request_ids, str):
-            ids: Iterable[str] = (request_ids,)
-        elif request_ids is None:
-            ids = [*self.retained, *self.requests]
-        else:
-            ids = dict.fromkeys(request_ids)  # unique, in the caller's order
-
-        running_to_remove: set[Request] = set()
-        waiting_to_remove: list[Request] = []
-        valid: list[Request] = []
-        for request_id in ids:
-            if request_id in self.retained:
-                self._release_retention(request_id)
-                continue
-            request = self.requests.get(request_id)
-            if request is None or request.is_finished():
-                continue
-            valid.append(request)
-            if request.status == _RUNNING:
-                running_to_remove.add(request)
-            else:
-                if request.status == _WAITING_FOR_INPUT:
-                    self.sessions.num_waiting_for_input -= 1
-                waiting_to_remove.append(request)
-        if running_to_remove:
-            self.running = [r for r in self.running if r not in running_to_remove]
-        if waiting_to_remove:
-            self.waiting.remove_requests(waiting_to_remove)
-            self.skipped_waiting.remove_requests(waiting_to_remove)
-
-        for request in valid:
-            # An in-flight load still writes into the request's blocks: keep
-            # them until the worker reports the load done.
-            loading = (
-                request.status == _WAITING_FOR_REMOTE_KVS
-                and request.request_id not in self._finished_recving
-            )
-            self._finished_recving.discard(request.request_id)
-            if request.resumable:
-                self.sessions.forget(request.request_id)
-            request.status = finished_status
-            if finished_status == RequestStatus.FINISHED_ABORTED:
-                self.stats.num_aborted += 1
-            if loading:
-                self._awaiting_load[request.request_id] = request
-            if finished_status == RequestStatus.FINISHED_ABORTED:
-                self._on_finished(request, allow_retention=False)
-                self.policy.on_abort(request)
-            else:  # e.g. a stop string the front end found: a normal finish
-                self._on_finished(request, allow_retention=request_ids is not None, notify=True)
-        return valid
 
     def get_request_counts(self) -> tuple[int, int]:
         """``(num_running, num_waiting)`` with skipped-waiting counted as waiting."""
@@ -422,37 +362,41 @@ class Scheduler(AdmissionPhase):
                 step.token_budget -= 1
                 req_index += 1
                 continue
-
-            # The general path: a prefill chunk, a block boundary, drafts, and every
-            # request under asynchronous scheduling.
-            placeholders = request.num_output_placeholders
-            if (
-                placeholders
-                and computed + 2 - placeholders >= request.num_prompt_tokens + request.max_tokens
-            ):
-                # Asynchronous scheduling: the token in flight is its last one
-                # (max_tokens), so no further step is scheduled for it (vLLM's
-                # AsyncScheduler skips it the same way).
-                req_index += 1
-                continue
-            num_new_tokens = self._running_tokens(request, step)
-            if num_new_tokens <= 0:
-                # Nothing to compute now (e.g. at max_model_len with drafts); vLLM
-                # moves on rather than blocking the requests behind it.
-                req_index += 1
-                continue
-            new_blocks, req_index = self._allocate_running(step, request, num_new_tokens, req_index)
-            if new_blocks is None:
-                # The request itself was preempted. vLLM 0.19.1: nothing more fits
-                # this step. vLLM 0.33: the requests after it (higher priority
-                # under a priority policy) may fit in the blocks it freed; it left
-                # `running`, so req_index already points at the next one. (Not
-                # preempted: T22 found no victim it could free now; the loop ends.)
-                if self._self_preemption_continues and request.status == _PREEMPTED:
-                    continue
+            next_index = self._schedule_general(step, request, req_index)
+            if next_index is None:
                 break
-            self._schedule_running_request(step, request, new_blocks, num_new_tokens)
-            req_index += 1
+            req_index = next_index
+
+    def _schedule_general(self, step: StepPlan, request: Request, req_index: int) -> int | None:
+        """The running loop's general path for ``running[req_index]``: a prefill chunk,
+        a block boundary, drafts, and every request under asynchronous scheduling.
+        Returns the index of the next request to look at, ``None`` to end the loop."""
+        placeholders = request.num_output_placeholders
+        if placeholders and (
+            request.num_computed_tokens + 2 - placeholders
+            >= request.num_prompt_tokens + request.max_tokens
+        ):
+            # Asynchronous scheduling: the token in flight is its last one
+            # (max_tokens), so no further step is scheduled for it (vLLM's
+            # AsyncScheduler skips it the same way).
+            return req_index + 1
+        num_new_tokens = self._running_tokens(request, step)
+        if num_new_tokens <= 0:
+            # Nothing to compute now (e.g. at max_model_len with drafts); vLLM
+            # moves on rather than blocking the requests behind it.
+            return req_index + 1
+        new_blocks, req_index = self._allocate_running(step, request, num_new_tokens, req_index)
+        if new_blocks is None:
+            # The request itself was preempted. vLLM 0.19.1: nothing more fits
+            # this step. vLLM 0.33 (switch B): the requests after it (higher
+            # priority under a priority policy) may fit in the blocks it freed; it
+            # left `running`, so req_index already points at the next one. (Not
+            # preempted: T22 found no victim it could free now; the loop ends.)
+            if self._self_preemption_continues and request.status == _PREEMPTED:
+                return req_index
+            return None
+        self._schedule_running_request(step, request, new_blocks, num_new_tokens)
+        return req_index + 1
 
     def _running_tokens(self, request: Request, step: StepPlan) -> int:
         """Tokens a running request off the decode short path computes this step: what
@@ -742,152 +686,9 @@ class Scheduler(AdmissionPhase):
                 return True
         return False
 
-    def _update_from_kv_transfers(self, output: KVConnectorOutput) -> None:
-        if self.connector is not None:
-            self.connector.update_connector_output(output)
-        # Sorted: these are sets, and freeing order decides eviction order.
-        for request_id in sorted(output.finished_recving):
-            if request_id in self._awaiting_load:
-                self._free_if_unheld(self._awaiting_load.pop(request_id))
-            elif request_id in self.requests:
-                self._finished_recving.add(request_id)
-        for request_id in sorted(output.finished_sending):
-            request = self._awaiting_store.pop(request_id, None)
-            if request is not None:
-                self._free_if_unheld(request)
-
     # ------------------------------------------------------------------
-    # Finishing, retention, preemption
+    # Preemption
     # ------------------------------------------------------------------
-
-    def _on_finished(
-        self, request: Request, *, allow_retention: bool, notify: bool | None = None
-    ) -> None:
-        """A request reached a finished status: free, or hand its blocks to their holders.
-
-        ``notify`` (default: ``allow_retention``) calls the policy's
-        ``on_finish``; its deadline is honoured only with ``allow_retention``.
-        """
-        request_id = request.request_id
-        self.finished_req_ids.add(request_id)
-        del self.requests[request_id]
-        self._computed_before_preemption.pop(request_id, None)
-        self._lookup_recorded.discard(request_id)
-        self._inflight.discard(request_id)
-        if self.connector is not None and self.connector.request_finished(
-            request, self.kv_cache_manager.get_block_ids(request_id)
-        ):
-            self._awaiting_store[request_id] = request
-        if allow_retention if notify is None else notify:
-            deadline = self.policy.on_finish(request)
-            if allow_retention and deadline is not None and deadline > self._now:
-                self.retained.add(Retention(request, float(deadline), self._now))
-                self.stats.num_retentions += 1
-        self._free_if_unheld(request)
-
-    def _free_if_unheld(self, request: Request) -> None:
-        """Free a finished request's blocks unless a retention or a transfer still holds them."""
-        request_id = request.request_id
-        if (
-            request_id in self.retained
-            or request_id in self._awaiting_store
-            or request_id in self._awaiting_load
-        ):
-            return
-        self._frees.free_finished(request)
-
-    def _release_retention(self, request_id: str) -> None:
-        retention = self.retained.pop(request_id)
-        self.stats.num_retentions_released += 1
-        self._free_if_unheld(retention.request)
-
-    def _expire_retentions(self) -> None:
-        if not self.retained:
-            return
-        for retention in self.retained.pop_expired(self._now):
-            self.stats.num_retentions_expired += 1
-            self._free_if_unheld(retention.request)
-
-    def _reclaim_retained(self, request: Request, num_new_tokens: int, *, stalled: bool) -> bool:
-        """An allocation failed while blocks are retained: release some if told to.
-
-        The policy decides first. If it keeps everything but the engine would
-        otherwise make no progress (nothing running, nothing scheduled), the
-        core releases the retention with the earliest deadline: retention must
-        never deadlock the engine.
-        """
-        before = len(self.retained)
-        blocks_needed = max(
-            1,
-            -(-(request.num_computed_tokens + num_new_tokens) // self.block_size)
-            - len(self.kv_cache_manager.get_blocks(request.request_id)),
-        )
-        if self.policy.reclaim_retained(blocks_needed) and len(self.retained) < before:
-            return True
-        if stalled:
-            earliest = self.retained.earliest()
-            if earliest is not None:
-                self._release_retention(earliest.request.request_id)
-                return True
-        return False
-
-    def _transfer_will_unblock(self, step_skipped: RequestQueue | None) -> bool:
-        """Whether a transfer in flight will change what can be admitted once it lands.
-
-        A finished (or aborted) request's blocks wait for its store (or load)
-        to land and are freed then; a waiting request's load that has not
-        landed (``step_skipped`` holds those started in this very step) will
-        make it admissible. vLLM 0.19.1 then schedules nothing for a step and
-        goes on, so the stall breaker must not fire: only with none of these
-        in flight is the admission stall a real deadlock.
-        """
-        if self._awaiting_store or self._awaiting_load:
-            return True
-        landed = self._finished_recving
-        queues = (self.skipped_waiting, self.waiting, step_skipped or ())
-        return any(
-            r.status == _WAITING_FOR_REMOTE_KVS and r.request_id not in landed
-            for queue in queues
-            for r in queue
-        )
-
-    def _release_loaded_waiting(self, request: Request) -> bool:
-        """Free the blocks of another waiting request whose load landed; True if one was found.
-
-        Requests whose connector load completed wait with blocks but are not
-        running. If two of them each hold part of the pool and need more, and
-        nothing runs and no transfer is in flight (:meth:`_transfer_will_unblock`),
-        neither can ever be admitted (vLLM has the same deadlock). This is
-        called only then: the most recently queued such
-        request gives its blocks back and will look its prefix up again (the
-        loaded blocks were cached, so it usually hits them). Requests whose load
-        is still in flight are left alone: the worker is writing their blocks.
-        """
-        kv = self.kv_cache_manager
-        for queue in (self.skipped_waiting, self.waiting):
-            for holder in reversed(list(queue)):
-                holder_id = holder.request_id
-                landed = holder_id in self._finished_recving
-                if (
-                    holder is request
-                    or (holder.status == _WAITING_FOR_REMOTE_KVS and not landed)
-                    or holder.num_computed_tokens == 0
-                    or not kv.get_blocks(holder_id)
-                ):
-                    continue
-                if landed:
-                    # Loaded but not yet promoted: make the loaded blocks findable
-                    # before letting them go, as promotion would have.
-                    self._finished_recving.discard(holder_id)
-                    kv.cache_blocks(holder, holder.num_computed_tokens)
-                    holder.status = _PREEMPTED if holder.num_preemptions else _WAITING
-                kv.free(holder)
-                self._inflight.discard(holder_id)  # back to plain waiting, no blocks
-                holder.num_computed_tokens = 0
-                holder.num_external_computed_tokens = 0
-                self.stats.num_loaded_requests_released += 1
-                return True
-        return False
 
     def _choose_victim(self) -> Request:
         victim = self.policy.choose_victim(self.running)
@@ -958,6 +759,32 @@ class Scheduler(AdmissionPhase):
         return preempted
 
 
+def _wrong_class(config: SchedulerConfig, cls: type) -> str:
+    """The error for a scheduler class that does not match ``config.async_scheduling``."""
+    right = "AsyncScheduler" if config.async_scheduling else "Scheduler"
+    return (
+        f"SchedulerConfig(async_scheduling={config.async_scheduling}) is scheduled by "
+        f"{right}, not {cls.__name__}: build it with "
+        "kvframe.core.factory.make_scheduler(config, policy, ...)"
+    )
+
+
+def _block_hasher(
+    config: SchedulerConfig, connector: SchedulerConnector | None
+) -> Callable[[Request], list[BlockHash]] | None:
+    """The block hasher of a scheduler's requests, or ``None`` when nothing looks blocks
+    up by hash (neither the GPU prefix cache nor an offload tier behind a connector)."""
+    if not (config.enable_prefix_caching or connector is not None):
+        return None
+    return make_block_hasher(
+        config.block_size,
+        config.hash_seed,
+        # The core setting covers the hasher too: python forces Python, and
+        # otherwise the compiled hasher runs where it is built.
+        core="python" if resolve_core(config.core) == "python" else "auto",
+    )
+
+
 def _kv_cache_manager(
     config: SchedulerConfig, eviction_policy: EvictionPolicy | None
 ) -> KVCacheManager:
@@ -975,64 +802,3 @@ def _kv_cache_manager(
         rollback_uncomputed_blocks=config.rollback_uncomputed_blocks,
         core=config.core,
     )
-
-
-class _SchedulerView:
-    """The read-mostly view of the scheduler a policy receives in ``attach``."""
-
-    __slots__ = ("_scheduler",)
-
-    def __init__(self, scheduler: Scheduler) -> None:
-        self._scheduler = scheduler
-
-    @property
-    def now(self) -> float:
-        return self._scheduler._now
-
-    @property
-    def block_size(self) -> int:
-        return self._scheduler.block_size
-
-    @property
-    def cost_model(self) -> CostModel | None:
-        return self._scheduler.cost_model
-
-    @property
-    def num_free_blocks(self) -> int:
-        return self._scheduler.kv_cache_manager.num_free_blocks
-
-    def num_cached_tokens(self, request: Request) -> int:
-        manager = self._scheduler.kv_cache_manager
-        if not manager.enable_caching or request.skip_reading_prefix_cache:
-            return 0
-        block_size = manager.block_size
-        max_blocks = (request.num_tokens - 1) // block_size
-        hits = len(manager.block_pool.get_cached_prefix(request.block_hashes, max_blocks))
-        if manager.use_eagle and hits:
-            hits -= 1  # as get_computed_blocks does
-        return hits * block_size
-
-    @property
-    def running(self) -> Sequence[Request]:
-        return self._scheduler.running
-
-    @property
-    def waiting(self) -> RequestQueue:
-        return self._scheduler.waiting
-
-    @property
-    def skipped_waiting(self) -> RequestQueue:
-        return self._scheduler.skipped_waiting
-
-    @property
-    def retained(self) -> Mapping[str, Retention]:
-        return MappingProxyType(self._scheduler.retained._by_id)
-
-    @property
-    def offload(self) -> TierView | None:
-        return self._scheduler.tier_view
-
-    def release(self, request_id: str) -> None:
-        if request_id not in self._scheduler.retained:
-            raise KeyError(f"request {request_id!r} is not retained")
-        self._scheduler._release_retention(request_id)

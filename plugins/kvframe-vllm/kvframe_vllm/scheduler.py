@@ -173,8 +173,9 @@ def _kvframe_config(vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> 
         reserve_full_sequence=sched.scheduler_reserve_full_isl,
         enable_kv_cache_events=_kv_events_enabled(vllm_config),
         fidelity=compat.fidelity_target() or "0.19.1",
-        # vLLM's AsyncScheduler (its default): kvframe's core adds the output
-        # placeholders itself and takes each step's tokens one step late.
+        # vLLM's AsyncScheduler (its default): make_scheduler then builds kvframe's
+        # AsyncScheduler, which adds the output placeholders itself and takes each
+        # step's tokens one step late.
         async_scheduling=bool(sched.async_scheduling),
     )
 
