@@ -16,14 +16,18 @@ remembers the last step each request was scheduled in (``last_sched_seq``), and
 * in the running loop, stops (``break``) rather than preempt a victim whose blocks
   could not be freed now (``_request_blocks_can_be_freed``).
 
-:class:`DeferredFrees` is that bookkeeping for :class:`~kvframe.core.scheduler.Scheduler`;
-0.19.1 has none of it (it frees at once and preempts any victim).
+The scheduler holds one :class:`FreeRule`, chosen once when it is built
+(:meth:`AsyncScheduler <kvframe.core.async_scheduler.AsyncScheduler>` picks
+:class:`DeferredFrees` under switch T22 with a connector): every other scheduler
+gets :class:`ImmediateFrees`, which frees at once and lets any victim be
+preempted, as 0.19.1 always does -- so the per-step code calls the rule and never
+asks whether the switch is on.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -32,7 +36,55 @@ if TYPE_CHECKING:
     from kvframe.core.kv_cache_manager import KVCacheManager
     from kvframe.domain.request import Request
 
-__all__ = ["DeferredFrees"]
+__all__ = ["DeferredFrees", "FreeRule", "ImmediateFrees"]
+
+
+class FreeRule(Protocol):
+    """When a finished or preempted request's blocks go back to the pool."""
+
+    def free(self, request: Request) -> None:
+        """Free a preempted request's blocks (now, or once no step in flight writes them)."""
+        ...
+
+    def free_finished(self, request: Request) -> None:
+        """Free a finished request's blocks, as :meth:`free`; the request leaves for good."""
+        ...
+
+    def can_free(self, request_id: str) -> bool:
+        """Whether preempting the request frees its blocks now."""
+        ...
+
+    def after_schedule(self, num_scheduled_tokens: dict[str, int], total: int) -> None:
+        """A step was scheduled (asynchronous scheduling calls this)."""
+        ...
+
+    def after_output(self, total: int) -> None:
+        """A step's output is being applied (asynchronous scheduling calls this)."""
+        ...
+
+
+class ImmediateFrees:
+    """The default :class:`FreeRule`: blocks go back to the pool at once.
+
+    ``free`` and ``free_finished`` are the manager's own bound ``free``, so the
+    default costs no call of its own on the per-request paths.
+    """
+
+    __slots__ = ("free", "free_finished")
+
+    def __init__(self, kv_cache_manager: KVCacheManager) -> None:
+        self.free = kv_cache_manager.free
+        self.free_finished = kv_cache_manager.free
+
+    def can_free(self, request_id: str) -> bool:
+        """Always: nothing in flight can still write a request's blocks."""
+        return True
+
+    def after_schedule(self, num_scheduled_tokens: dict[str, int], total: int) -> None:
+        """Nothing to number."""
+
+    def after_output(self, total: int) -> None:
+        """Nothing waits for a step."""
 
 
 class DeferredFrees:
@@ -84,6 +136,11 @@ class DeferredFrees:
         blocks = self._kv.pop_blocks_for_free(request)
         if blocks:
             self._pending.append((self.sched_seq, blocks, request.num_tokens))
+
+    def free_finished(self, request: Request) -> None:
+        """A finished request's blocks: :meth:`free`, then drop its fence."""
+        self.free(request)
+        self._last_sched.pop(request.request_id, None)
 
     def forget(self, request_ids: Iterable[str]) -> None:
         """Drop the fences of requests that left the scheduler."""

@@ -283,16 +283,37 @@ def make_block_hasher(
     if chunk_memo_capacity < 0:
         raise ValueError(f"chunk_memo_capacity must be >= 0, got {chunk_memo_capacity}")
     compiled = _compiled_core(core)
-    root = root_hash(seed)
-    header = _COUNT.pack(block_size)
-    salt_only = extra_keys_fn is cache_salt_extra_keys
     if compiled is None:
         chain = _block_chain(block_size)
         hash_chunks = _hash_chunks
     else:
-        chain = compiled.BlockChain(block_size, header)
+        chain = compiled.BlockChain(block_size, _COUNT.pack(block_size))
         hash_chunks = compiled.hash_chunks
     memos: dict[Hashable, ChunkMemo] = {}
+    hasher = _hasher(
+        block_size, root_hash(seed), extra_keys_fn, chain, hash_chunks, memos, chunk_memo_capacity
+    )
+    # For diagnostics and tests: each chunk namespace's memo (hits, misses).
+    hasher.chunk_memos = memos  # type: ignore[attr-defined]
+    # Read by Request: a token that fills no block needs no call at all.
+    hasher.block_size = block_size  # type: ignore[attr-defined]
+    hasher.core = "python" if compiled is None else "compiled"  # type: ignore[attr-defined]
+    return hasher
+
+
+def _hasher(
+    block_size: int,
+    root: BlockHash,
+    extra_keys_fn: ExtraKeysFn | None,
+    chain: Any,
+    hash_chunks: Any,
+    memos: dict[Hashable, ChunkMemo],
+    chunk_memo_capacity: int,
+) -> Callable[[Request], list[BlockHash]]:
+    """The hasher :func:`make_block_hasher` returns, over the chain and chunk hashing of
+    the core it chose (a closure: its state is read as locals on every call)."""
+    header = _COUNT.pack(block_size)
+    salt_only = extra_keys_fn is cache_salt_extra_keys
 
     def hasher(request: Request) -> list[BlockHash]:
         hashes = request.block_hashes
@@ -331,11 +352,6 @@ def make_block_hasher(
         _hash_keyed(request, extra_keys_fn, parent, header, block_size, start, data, append)
         return new_hashes
 
-    # For diagnostics and tests: each chunk namespace's memo (hits, misses).
-    hasher.chunk_memos = memos  # type: ignore[attr-defined]
-    # Read by Request: a token that fills no block needs no call at all.
-    hasher.block_size = block_size  # type: ignore[attr-defined]
-    hasher.core = "python" if compiled is None else "compiled"  # type: ignore[attr-defined]
     return hasher
 
 

@@ -16,9 +16,11 @@ points at which vLLM 0.33.0 adds it to and discards it from
 sequence needs beyond those it holds (``_request_remaining_blocks`` for one
 full-attention group).
 
-Only the scheduler builds one, and only under the 0.33.0 fidelity switch
-``reserve_for_inflight_prefills`` (:mod:`kvframe.domain.fidelity`); without it
-the scheduler pays one ``None`` check per admission and per step.
+The scheduler holds one reservation rule, chosen once when it is built
+(:func:`load_reservation`): :class:`InflightPrefills` under the 0.33.0 fidelity
+switch ``reserve_for_inflight_prefills`` (:mod:`kvframe.domain.fidelity`),
+else :class:`NoReservation`, whose methods do nothing and reserve no block --
+so the per-step code calls the rule and never asks whether the switch is on.
 """
 
 from __future__ import annotations
@@ -29,9 +31,49 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from kvframe.core.kv_cache_manager import KVCacheManager
+    from kvframe.core.scheduler_config import SchedulerConfig
     from kvframe.domain.request import Request
 
-__all__ = ["InflightPrefills"]
+__all__ = ["InflightPrefills", "NoReservation", "load_reservation"]
+
+
+class NoReservation:
+    """vLLM 0.19.1: an async load may take any free block; nothing is tracked."""
+
+    __slots__ = ()
+
+    def __len__(self) -> int:
+        return 0
+
+    def __contains__(self, request_id: object) -> bool:
+        return False
+
+    def add(self, request: Request) -> None:
+        """Nothing to track."""
+
+    def discard(self, request_id: str) -> None:
+        """Nothing to forget."""
+
+    def after_schedule(self, num_scheduled_tokens: Mapping[str, int]) -> None:
+        """Nothing to drop."""
+
+    def reserved_blocks(self) -> int:
+        """No block is held back."""
+        return 0
+
+
+def load_reservation(
+    kv_cache_manager: KVCacheManager, config: SchedulerConfig
+) -> InflightPrefills | NoReservation:
+    """The reservation rule ``config``'s fidelity target asks for (switch T16)."""
+    if not config.fidelity.reserve_for_inflight_prefills:
+        return NoReservation()
+    return InflightPrefills(
+        kv_cache_manager,
+        max_model_len=config.max_model_len,
+        num_spec_tokens=config.num_speculative_tokens,
+        num_lookahead_tokens=config.num_lookahead_tokens,
+    )
 
 
 class InflightPrefills:

@@ -16,8 +16,8 @@ and only ever grows until :meth:`free`.
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -149,6 +149,12 @@ class KVCacheManager:
         self._free_reversed = getattr(self.block_pool, "free_table_reversed", None)
         # Only a policy-ordered pool learns from lookups; the default skips the call.
         self._reports_lookups = enable_caching and eviction_policy is not None
+        self._init_tables(decode_lookahead, rollback_uncomputed_blocks)
+        if built.allocator is not None:
+            self._use_compiled_paths(built.allocator)
+
+    def _init_tables(self, decode_lookahead: int, rollback_uncomputed_blocks: bool) -> None:
+        """The per-request tables and counters a new manager starts with."""
         self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
         self.num_cached_block: dict[str, int] = {}
         self.decode_lookahead = decode_lookahead
@@ -168,14 +174,15 @@ class KVCacheManager:
         self.one_token_path = True
         """Whether :meth:`allocate_slots` takes its short path for one token of a
         request with a block table (same decisions; tests switch it off to compare)."""
-        if built.allocator is not None:
-            # The compiled core's allocation paths (one-token allocations end to end,
-            # caching and decode limits for every path); instance attributes shadow
-            # the Python methods, which stay the reference.
-            allocator = built.allocator(self, self.allocate_slots)
-            self.allocate_slots = allocator.allocate_slots  # type: ignore[method-assign]
-            self._cache_blocks = allocator.cache_blocks_of  # type: ignore[method-assign]
-            self._set_decode_limit = allocator.set_decode_limit  # type: ignore[method-assign]
+
+    def _use_compiled_paths(self, make_allocator: Callable[..., Any]) -> None:
+        """The compiled core's allocation paths (one-token allocations end to end,
+        caching and decode limits for every path); instance attributes shadow the
+        Python methods, which stay the reference."""
+        allocator = make_allocator(self, self.allocate_slots)
+        self.allocate_slots = allocator.allocate_slots  # type: ignore[method-assign]
+        self._cache_blocks = allocator.cache_blocks_of  # type: ignore[method-assign]
+        self._set_decode_limit = allocator.set_decode_limit  # type: ignore[method-assign]
 
     # ----------------------------------------------------------------- state
 

@@ -8,7 +8,8 @@ bottom:
    each given ``num_tokens_with_spec - num_computed_tokens`` tokens capped by
    the chunking threshold, the remaining budget and ``max_model_len``; when
    blocks run out the policy names a victim, which is preempted by recompute;
-3. :meth:`~Scheduler.schedule_waiting` — only if nothing was preempted: admit
+3. :meth:`~kvframe.core.admission.AdmissionPhase.schedule_waiting` — only if
+   nothing was preempted: admit
    waiting requests (from the queue the policy picks, those its ``may_admit``
    allows) up to ``max_num_seqs`` while budget and blocks last, with
    prefix-cache hits from the GPU cache and then from the connector's tier;
@@ -21,6 +22,14 @@ bottom:
 rejected draft tokens, applies the stop conditions and frees — or, when the
 policy asks, retains — finished requests.
 
+The waiting phase lives in :mod:`kvframe.core.admission`, finishing, retention
+and transfer holds in :mod:`kvframe.core.finishing`; asynchronous scheduling is
+:class:`~kvframe.core.async_scheduler.AsyncScheduler`, and
+:func:`~kvframe.core.factory.make_scheduler` builds the one a config asks for.
+A difference between vLLM releases is a boolean for a one-line rule (switches
+A, B, E) and otherwise an object chosen when the scheduler is built (see
+``docs/scheduler.md``).
+
 The policy is called directly (never through pluggy): it is the object the
 plugin registry built. The same decisions as vLLM 0.19 for the same inputs are
 checked step by step by ``tools/differential``.
@@ -29,30 +38,30 @@ checked step by step by ``tools/differential``.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
-from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
-import attrs
-
+from kvframe.core.admission import AdmissionPhase, load_hit_rule, queue_rule
 from kvframe.core.compiled import resolve_core
 from kvframe.core.decode_run import DecodeRun
-from kvframe.core.deferred_frees import DeferredFrees
+from kvframe.core.deferred_frees import FreeRule, ImmediateFrees
+from kvframe.core.finishing import FinishingPhase
 from kvframe.core.hashing import make_block_hasher
-from kvframe.core.inflight import InflightPrefills
+from kvframe.core.inflight import load_reservation
 from kvframe.core.kv_cache_manager import KVCacheManager
-from kvframe.core.retention import Retention, RetentionTable
+from kvframe.core.policy_seams import PolicyContractError, allows_decode_runs, may_admit_of
+from kvframe.core.retention import RetentionTable
 from kvframe.core.scheduler_config import SchedulerConfig
 from kvframe.core.scheduler_output import (
     CachedRequestData,
-    KVConnectorOutput,
     ModelRunnerOutput,
     NewRequestData,
-    PrefixHit,
     SchedulerOutput,
 )
-from kvframe.core.sessions import InputChunk, Sessions
+from kvframe.core.scheduler_stats import SchedulerStats
+from kvframe.core.scheduler_view import SchedulerView
+from kvframe.core.sessions import InputChunk, sessions_for
 from kvframe.core.step import StepPlan
 from kvframe.domain.queues import RequestQueue
 from kvframe.domain.request import Request, RequestStatus
@@ -63,10 +72,10 @@ if TYPE_CHECKING:
     from kvframe.core.block_pool import KVCacheBlock
     from kvframe.core.connector import SchedulerConnector
     from kvframe.domain.costs import CostModel
+    from kvframe.domain.tokens import BlockHash
 
 __all__ = ["PolicyContractError", "Scheduler", "SchedulerConfig", "SchedulerStats"]
 
-_WAITING = RequestStatus.WAITING
 _PREEMPTED = RequestStatus.PREEMPTED
 _RUNNING = RequestStatus.RUNNING
 _WAITING_FOR_REMOTE_KVS = RequestStatus.WAITING_FOR_REMOTE_KVS
@@ -74,43 +83,20 @@ _WAITING_FOR_INPUT = RequestStatus.WAITING_FOR_STREAMING_REQ
 _block_id = attrgetter("block_id")
 
 
-class PolicyContractError(RuntimeError):
-    """A scheduling policy returned something the contract does not allow."""
+class Scheduler(AdmissionPhase, FinishingPhase):
+    """One token budget per step, shared by prefill and decode, over a paged KV cache.
 
-
-@attrs.define(slots=True)
-class SchedulerStats:
-    """Counters the scheduler keeps across steps (names follow vLLM's metrics).
-
-    Prefix-cache queries and hits are counted once per admission, not once per
-    step a request waits (vLLM's own stats count a waiting request again on
-    every step it fails to be admitted).
+    The waiting phase of a step is :class:`~kvframe.core.admission.AdmissionPhase`;
+    what happens to a finished request's blocks is
+    :class:`~kvframe.core.finishing.FinishingPhase`.
+    This class decides as vLLM's synchronous ``Scheduler``; asynchronous scheduling
+    is :class:`~kvframe.core.async_scheduler.AsyncScheduler`, and
+    :func:`~kvframe.core.factory.make_scheduler` picks the one a config asks for.
     """
 
-    num_steps: int = 0
-    num_preemptions: int = 0
-    prefix_cache_queries: int = 0
-    """Prompt tokens looked up at first admissions."""
-    prefix_cache_hits: int = 0
-    """Of those, tokens found in the GPU prefix cache."""
-    connector_prefix_cache_queries: int = 0
-    connector_prefix_cache_hits: int = 0
-    """Tokens found in an offload tier beyond the GPU hit, at first admissions."""
-    preempted_prefix_cache_queries: int = 0
-    preempted_prefix_cache_hits: int = 0
-    """Lookups and hits when preempted requests were re-admitted."""
-    num_recomputed_tokens: int = 0
-    """Tokens computed before a preemption and computed again after it."""
-    num_retentions: int = 0
-    num_retentions_expired: int = 0
-    num_retentions_released: int = 0
-    num_aborted: int = 0
-    num_loaded_requests_released: int = 0
-    """Waiting requests whose loaded blocks were freed to break an admission stall."""
-
-
-class Scheduler:
-    """One token budget per step, shared by prefill and decode, over a paged KV cache."""
+    async_scheduling: ClassVar[bool] = False
+    """Whether this scheduler decides as vLLM's ``AsyncScheduler`` (the engine runs its
+    batch queue for one, and the vLLM bridge drops tokens in flight on a reset)."""
 
     def __init__(
         self,
@@ -121,6 +107,8 @@ class Scheduler:
         eviction_policy: EvictionPolicy | None = None,
         cost_model: CostModel | None = None,
     ) -> None:
+        if config.async_scheduling is not self.async_scheduling:
+            raise ValueError(_wrong_class(config, type(self)))
         self.config = config
         self.cost_model = cost_model
         self.policy = policy
@@ -128,64 +116,59 @@ class Scheduler:
         self.block_size = config.block_size
         self.max_model_len = config.max_model_len
         self.max_num_running_reqs = config.max_num_seqs
-        # Hashes are needed whenever something looks blocks up by hash: the GPU
-        # prefix cache or an offload tier behind the connector.
-        self.block_hasher = (
-            make_block_hasher(
-                config.block_size,
-                config.hash_seed,
-                # The core setting covers the hasher too: python forces Python, and
-                # otherwise the compiled hasher runs where it is built.
-                core="python" if resolve_core(config.core) == "python" else "auto",
-            )
-            if config.enable_prefix_caching or connector is not None
-            else None
-        )
-        self.kv_cache_manager = _kv_cache_manager(config, eviction_policy)
-        # Fidelity switches, read once (kvframe.domain.fidelity).
-        self._threshold_needs_company = config.fidelity.threshold_needs_company
-        self._self_preemption_continues = config.fidelity.self_preemption_continues
-        self._victim_cursor_by_position = config.fidelity.victim_cursor_by_position
-        # T20 picks the queue itself only for a policy that keeps the default
-        # choice (vLLM's fcfs and priority); a policy choosing its own keeps it.
-        self._holding_queue_first = config.fidelity.holding_queue_first
-        self._holding_picks_queue = self._holding_queue_first and _default_select_queue(policy)
-        self._cached_tokens_at_admission = config.fidelity.cached_tokens_at_admission
-        # vLLM's AsyncScheduler (kvframe.engine.batch_queue drives it), read once.
-        self.async_scheduling = config.async_scheduling
-        # T16: the in-flight prefills an async load must leave room for (None: 0.19.1).
-        self._inflight: InflightPrefills | None = (
-            InflightPrefills(
-                self.kv_cache_manager,
-                max_model_len=config.max_model_len,
-                num_spec_tokens=config.num_speculative_tokens,
-                num_lookahead_tokens=config.num_lookahead_tokens,
-            )
-            if config.fidelity.reserve_for_inflight_prefills
-            else None
-        )
-        # T22: with a connector under asynchronous scheduling, blocks a step in flight
-        # may still write are freed when its output is applied (None: not deferred).
-        self._deferred_frees: DeferredFrees | None = (
-            DeferredFrees(self.kv_cache_manager)
-            if config.fidelity.defer_block_free
-            and config.async_scheduling
-            and connector is not None
-            else None
-        )
         self.num_lookahead_tokens = config.num_lookahead_tokens
+        self.block_hasher = _block_hasher(config, connector)
+        self.kv_cache_manager = _kv_cache_manager(config, eviction_policy)
+        self._choose_rules(config, policy, connector)
+        self._init_state(policy)
+        # The read-only tier view policies see (SchedulerContext.offload): only
+        # kvframe's OffloadingConnector offers one; other connectors give None.
+        make_view = getattr(connector, "tier_view", None)
+        self.tier_view: TierView | None = make_view() if make_view is not None else None
+        self._decode_runs_allowed = allows_decode_runs(policy)
+        # The admission decision point: None unless the policy overrides it, so
+        # a policy that does not pays one branch per waiting request looked at.
+        self._may_admit = may_admit_of(policy)
+        policy.attach(SchedulerView(self))
+
+    # ------------------------------------------------------------------
+    # Requests in and out
+    def _choose_rules(
+        self,
+        config: SchedulerConfig,
+        policy: SchedulingPolicy,
+        connector: SchedulerConnector | None,
+    ) -> None:
+        """Read the fidelity target once (:mod:`kvframe.domain.fidelity`): one-line rules
+        as booleans, the rules with state or several seams as objects."""
+        fidelity = config.fidelity
+        self._threshold_needs_company = fidelity.threshold_needs_company  # A
+        self._self_preemption_continues = fidelity.self_preemption_continues  # B
+        self._victim_cursor_by_position = fidelity.victim_cursor_by_position  # E
+        # T20: which waiting queue is looked at, where a request set aside waits;
+        # T21: what an admission that starts an async load records (admission.py).
+        self._queue_rule = queue_rule(policy, fidelity)
+        self._load_hit = load_hit_rule(fidelity)
+        # T16: the in-flight prefills an async load must leave room for
+        # (kvframe.core.inflight; a rule that reserves nothing for 0.19.1).
+        self._inflight = load_reservation(self.kv_cache_manager, config)
+        # When blocks go back to the pool (kvframe.core.deferred_frees): at once;
+        # the AsyncScheduler may defer them (switch T22).
+        self._frees: FreeRule = self._free_rule(config, connector)
+        self.sessions = sessions_for(fidelity)
+        """Streaming-input sessions (:mod:`kvframe.core.sessions`; switch S)."""
+
+    def _init_state(self, policy: SchedulingPolicy) -> None:
+        """The queues, tables and counters a new scheduler starts with."""
         self.requests: dict[str, Request] = {}
         self.waiting: RequestQueue = policy.create_queue()
         self.skipped_waiting: RequestQueue = policy.create_queue()
         self.running: list[Request] = []
         self.finished_req_ids: set[str] = set()
-        self.sessions = Sessions()
-        """Streaming-input sessions (:mod:`kvframe.core.sessions`)."""
         self.session_stops: dict[str, RequestStatus] = {}
         """The sessions that stopped in the last ``update_from_output`` and go on
         (resumed with a queued chunk, or waiting for input), with the status their
         stop had: a host reports it as the finish reason of that turn."""
-        self._sessions_from_frontier = config.fidelity.sessions_resume_from_frontier
         self.retained = RetentionTable()
         self.stats = SchedulerStats()
         # Finished requests whose blocks wait for an outbound store to land, and
@@ -200,18 +183,11 @@ class Scheduler:
         # when it is promoted). Cleared when the request enters RUNNING.
         self._lookup_recorded: set[str] = set()
         self._now = 0.0
-        # The read-only tier view policies see (SchedulerContext.offload): only
-        # kvframe's OffloadingConnector offers one; other connectors give None.
-        make_view = getattr(connector, "tier_view", None)
-        self.tier_view: TierView | None = make_view() if make_view is not None else None
-        self._decode_runs_allowed = _allows_decode_runs(policy)
-        # The admission decision point: None unless the policy overrides it, so
-        # a policy that does not pays one branch per waiting request looked at.
-        self._may_admit = _may_admit(policy)
-        policy.attach(_SchedulerView(self))
 
-    # ------------------------------------------------------------------
-    # Requests in and out
+    def _free_rule(self, config: SchedulerConfig, connector: SchedulerConnector | None) -> FreeRule:
+        """When blocks go back to the pool: at once (nothing in flight can write them)."""
+        return ImmediateFrees(self.kv_cache_manager)
+
     # ------------------------------------------------------------------
 
     @property
@@ -256,77 +232,9 @@ class Scheduler:
         if request.status != _WAITING_FOR_INPUT:
             queue.append(chunk)
         elif chunk is not None:
-            self._resume_session(request, chunk)
+            self.sessions.resume(request, chunk)
         else:
             self.finish_requests(request_id, RequestStatus.FINISHED_ABORTED)
-
-    def finish_requests(
-        self,
-        request_ids: str | Iterable[str] | None,
-        finished_status: RequestStatus = RequestStatus.FINISHED_ABORTED,
-    ) -> list[Request]:
-        """Finish requests from outside (abort). ``None`` finishes every request.
-
-        Unknown or already finished ids are ignored. Finishing a retained
-        request releases its blocks; ``None`` releases every retention too.
-        The policy hears of each request finished here: ``on_abort`` for the
-        abort status, ``on_finish`` for any other (which may retain the
-        request's blocks, except under ``None``). Returns the requests that
-        were finished.
-        """
-        if not RequestStatus.is_finished(finished_status):
-            raise ValueError(f"{finished_status!r} is not a finished status")
-        if isinstance(request_ids, str):
-            ids: Iterable[str] = (request_ids,)
-        elif request_ids is None:
-            ids = [*self.retained, *self.requests]
-        else:
-            ids = dict.fromkeys(request_ids)  # unique, in the caller's order
-
-        running_to_remove: set[Request] = set()
-        waiting_to_remove: list[Request] = []
-        valid: list[Request] = []
-        for request_id in ids:
-            if request_id in self.retained:
-                self._release_retention(request_id)
-                continue
-            request = self.requests.get(request_id)
-            if request is None or request.is_finished():
-                continue
-            valid.append(request)
-            if request.status == _RUNNING:
-                running_to_remove.add(request)
-            else:
-                if request.status == _WAITING_FOR_INPUT:
-                    self.sessions.num_waiting_for_input -= 1
-                waiting_to_remove.append(request)
-        if running_to_remove:
-            self.running = [r for r in self.running if r not in running_to_remove]
-        if waiting_to_remove:
-            self.waiting.remove_requests(waiting_to_remove)
-            self.skipped_waiting.remove_requests(waiting_to_remove)
-
-        for request in valid:
-            # An in-flight load still writes into the request's blocks: keep
-            # them until the worker reports the load done.
-            loading = (
-                request.status == _WAITING_FOR_REMOTE_KVS
-                and request.request_id not in self._finished_recving
-            )
-            self._finished_recving.discard(request.request_id)
-            if request.resumable:
-                self.sessions.forget(request.request_id)
-            request.status = finished_status
-            if finished_status == RequestStatus.FINISHED_ABORTED:
-                self.stats.num_aborted += 1
-            if loading:
-                self._awaiting_load[request.request_id] = request
-            if finished_status == RequestStatus.FINISHED_ABORTED:
-                self._on_finished(request, allow_retention=False)
-                self.policy.on_abort(request)
-            else:  # e.g. a stop string the front end found: a normal finish
-                self._on_finished(request, allow_retention=request_ids is not None, notify=True)
-        return valid
 
     def get_request_counts(self) -> tuple[int, int]:
         """``(num_running, num_waiting)`` with skipped-waiting counted as waiting."""
@@ -409,7 +317,6 @@ class Scheduler:
         running = self.running
         if (
             not running
-            or self.async_scheduling
             or not self._decode_runs_allowed
             or self.connector is not None
             or self.retained
@@ -455,37 +362,41 @@ class Scheduler:
                 step.token_budget -= 1
                 req_index += 1
                 continue
-
-            # The general path: a prefill chunk, a block boundary, drafts, and every
-            # request under asynchronous scheduling.
-            placeholders = request.num_output_placeholders
-            if (
-                placeholders
-                and computed + 2 - placeholders >= request.num_prompt_tokens + request.max_tokens
-            ):
-                # Asynchronous scheduling: the token in flight is its last one
-                # (max_tokens), so no further step is scheduled for it (vLLM's
-                # AsyncScheduler skips it the same way).
-                req_index += 1
-                continue
-            num_new_tokens = self._running_tokens(request, step)
-            if num_new_tokens <= 0:
-                # Nothing to compute now (e.g. at max_model_len with drafts); vLLM
-                # moves on rather than blocking the requests behind it.
-                req_index += 1
-                continue
-            new_blocks, req_index = self._allocate_running(step, request, num_new_tokens, req_index)
-            if new_blocks is None:
-                # The request itself was preempted. vLLM 0.19.1: nothing more fits
-                # this step. vLLM 0.33: the requests after it (higher priority
-                # under a priority policy) may fit in the blocks it freed; it left
-                # `running`, so req_index already points at the next one. (Not
-                # preempted: T22 found no victim it could free now; the loop ends.)
-                if self._self_preemption_continues and request.status == _PREEMPTED:
-                    continue
+            next_index = self._schedule_general(step, request, req_index)
+            if next_index is None:
                 break
-            self._schedule_running_request(step, request, new_blocks, num_new_tokens)
-            req_index += 1
+            req_index = next_index
+
+    def _schedule_general(self, step: StepPlan, request: Request, req_index: int) -> int | None:
+        """The running loop's general path for ``running[req_index]``: a prefill chunk,
+        a block boundary, drafts, and every request under asynchronous scheduling.
+        Returns the index of the next request to look at, ``None`` to end the loop."""
+        placeholders = request.num_output_placeholders
+        if placeholders and (
+            request.num_computed_tokens + 2 - placeholders
+            >= request.num_prompt_tokens + request.max_tokens
+        ):
+            # Asynchronous scheduling: the token in flight is its last one
+            # (max_tokens), so no further step is scheduled for it (vLLM's
+            # AsyncScheduler skips it the same way).
+            return req_index + 1
+        num_new_tokens = self._running_tokens(request, step)
+        if num_new_tokens <= 0:
+            # Nothing to compute now (e.g. at max_model_len with drafts); vLLM
+            # moves on rather than blocking the requests behind it.
+            return req_index + 1
+        new_blocks, req_index = self._allocate_running(step, request, num_new_tokens, req_index)
+        if new_blocks is None:
+            # The request itself was preempted. vLLM 0.19.1: nothing more fits
+            # this step. vLLM 0.33 (switch B): the requests after it (higher
+            # priority under a priority policy) may fit in the blocks it freed; it
+            # left `running`, so req_index already points at the next one. (Not
+            # preempted: T22 found no victim it could free now; the loop ends.)
+            if self._self_preemption_continues and request.status == _PREEMPTED:
+                return req_index
+            return None
+        self._schedule_running_request(step, request, new_blocks, num_new_tokens)
+        return req_index + 1
 
     def _running_tokens(self, request: Request, step: StepPlan) -> int:
         """Tokens a running request off the decode short path computes this step: what
@@ -521,8 +432,7 @@ class Scheduler:
             if self.retained and self._reclaim_retained(request, num_new_tokens, stalled=False):
                 continue
             victim = self._choose_victim()
-            deferred = self._deferred_frees
-            if deferred is not None and not deferred.can_free(victim.request_id):
+            if not self._frees.can_free(victim.request_id):
                 # T22: a step in flight may still write the victim's blocks, so
                 # preempting it frees nothing now: the request is not scheduled
                 # and the running loop ends (vLLM 0.33.0's ``break``).
@@ -573,280 +483,6 @@ class Scheduler:
             # Fresh drafts arrive with the next model output.
             request.spec_token_ids = []
 
-    def schedule_waiting(self, step: StepPlan) -> None:
-        """Admit waiting requests while budget, sequence slots and blocks last.
-
-        Per step, and per waiting request it looks at (usually one: the blocked
-        head), so each phase of an admission is a method of its own: the prefix
-        lookup, the first chunk's size, the slots, what a failed allocation may
-        free, and the admission itself.
-
-        A request the policy's ``may_admit`` refuses (asked only when the policy
-        overrides it, and only for a request holding no blocks yet) is set aside
-        for this step like one whose connector lookup is not ready: the
-        requests behind it may go, and it joins ``skipped_waiting`` after the
-        loop, to be asked again next step.
-        """
-        # Requests skipped in this pass go to a queue of their own so the loop
-        # never peeks the same blocked request twice; they rejoin skipped-waiting
-        # (ahead of older skipped requests) after the loop.
-        step_skipped: RequestQueue | None = None  # created when first needed
-        # Fidelity switch T20 (0.33.0): requests set aside holding no KV blocks go
-        # back to the front of the waiting queue instead, after the loop.
-        step_requeued: RequestQueue | None = None
-        # The tier's answer for a request retried after a reclaim freed blocks:
-        # vLLM asks the connector once per request per step, and asking again
-        # would touch the tier and count the reuse filter's sightings twice.
-        retry: tuple[Request, int, int, bool] | None = None
-        # Switch S: sessions waiting for input hold sequence slots (vLLM 0.33.0).
-        max_running = self.max_num_running_reqs - (
-            self.sessions.num_waiting_for_input if self._sessions_from_frontier else 0
-        )
-
-        while (self.waiting or self.skipped_waiting) and step.token_budget > 0:
-            if len(self.running) >= max_running:
-                break
-            queue = self._select_queue()
-            request = queue.peek_request()
-
-            if (
-                (request.status == _WAITING_FOR_REMOTE_KVS and not self._promote_loaded(request))
-                or (
-                    # A session waiting for its next input chunk.
-                    request.status == _WAITING_FOR_INPUT
-                )
-                or (
-                    self._may_admit is not None
-                    and request.num_computed_tokens == 0
-                    and not self._admission_allowed(request)
-                )
-            ):
-                # Its load is still in flight, or the policy refused it (asked again
-                # next step): set aside for this step.
-                queue.pop_request()
-                if self._holding_queue_first and not _holds_blocks(request):
-                    step_requeued = self._set_aside(request, step_requeued)
-                else:
-                    step_skipped = self._set_aside(request, step_skipped)
-                continue
-
-            found = self._lookup_prefix(request, retry)
-            if found is None:
-                # The tier cannot answer yet: ask again next step without
-                # blocking the requests behind this one.
-                queue.pop_request()
-                if self._holding_queue_first and not _holds_blocks(request):
-                    step_requeued = self._set_aside(request, step_requeued)
-                else:
-                    step_skipped = self._set_aside(request, step_skipped)
-                continue
-            _, num_local_tokens, num_external_tokens, load_kv_async = found
-            num_computed_tokens = (
-                num_local_tokens + num_external_tokens
-                if request.num_computed_tokens == 0
-                else request.num_computed_tokens
-            )
-            num_new_tokens = self._first_chunk(request, num_computed_tokens, load_kv_async, step)
-            if num_new_tokens is None:
-                break
-
-            if self._allocate_waiting(request, num_new_tokens, found) is None:
-                if self._freed_for(request, num_new_tokens, step, step_skipped):
-                    if request.num_computed_tokens == 0:
-                        retry = (request, num_local_tokens, num_external_tokens, load_kv_async)
-                    continue
-                break
-
-            tokens = (num_new_tokens, num_computed_tokens, num_local_tokens, num_external_tokens)
-            if not self._admit(step, queue, request, tokens, load_kv_async):
-                # Blocks are reserved; the request waits for its load to land.
-                step_skipped = self._set_aside(request, step_skipped)
-
-        if step_skipped is not None and step_skipped:
-            self.skipped_waiting.prepend_requests(step_skipped)
-        if step_requeued is not None and step_requeued:
-            self.waiting.prepend_requests(step_requeued)
-
-    def _admission_allowed(self, request: Request) -> bool:
-        """The policy's :meth:`~kvframe.SchedulingPolicy.may_admit`, held to ``True``/``False``."""
-        answer = self._may_admit(request)  # type: ignore[misc]
-        if answer is True or answer is False:
-            return answer
-        raise PolicyContractError(
-            f"scheduling policy {self.policy.name!r}: may_admit({request.request_id!r}) "
-            f"returned {answer!r}; it must return True or False"
-        )
-
-    def _set_aside(self, request: Request, skipped: RequestQueue | None) -> RequestQueue:
-        """Put ``request`` in this pass's queue of skipped requests (made on first use)."""
-        if skipped is None:
-            skipped = self.policy.create_queue()
-        skipped.prepend_request(request)
-        return skipped
-
-    def _first_chunk(
-        self, request: Request, num_computed_tokens: int, load_kv_async: bool, step: StepPlan
-    ) -> int | None:
-        """Tokens a waiting request computes in its first step: none while its prefix
-        loads asynchronously, else the rest of its tokens cut to the long-prefill
-        threshold and the step's budget; ``None`` when chunked prefill is off and the
-        prompt does not fit the budget (admission stops for this step)."""
-        if load_kv_async:
-            return 0
-        # num_tokens, not the prompt length: a resumed request must also
-        # recompute the tokens it had generated.
-        num_new_tokens = request.num_tokens - num_computed_tokens
-        threshold = step.long_prefill_token_threshold
-        if 0 < threshold < num_new_tokens:
-            num_new_tokens = threshold
-        if not self.config.enable_chunked_prefill and num_new_tokens > step.token_budget:
-            return None
-        return min(num_new_tokens, step.token_budget)
-
-    def _freed_for(
-        self,
-        request: Request,
-        num_new_tokens: int,
-        step: StepPlan,
-        step_skipped: RequestQueue | None,
-    ) -> bool:
-        """An allocation for ``request`` failed: whether blocks were freed so that it is
-        worth trying again -- retained blocks the policy releases, or, where nothing
-        runs, nothing was scheduled and no transfer in flight will free blocks (a
-        real deadlock), a landed load of a waiting request released."""
-        stalled = not self.running and not step.num_scheduled_tokens
-        return bool(
-            self.retained and self._reclaim_retained(request, num_new_tokens, stalled=stalled)
-        ) or (
-            stalled
-            and not self._transfer_will_unblock(step_skipped)
-            and self._release_loaded_waiting(request)
-        )
-
-    def _allocate_waiting(
-        self,
-        request: Request,
-        num_new_tokens: int,
-        found: tuple[Sequence[KVCacheBlock], int, int, bool],
-    ) -> Sequence[KVCacheBlock] | None:
-        """Slots for a waiting request's first chunk after its prefix hits (``found``,
-        from :meth:`_lookup_prefix`); ``None`` when they do not fit, or when
-        ``reserve_full_sequence`` holds back a prompt that would not fit whole."""
-        new_computed_blocks, num_local_tokens, num_external_tokens, load_kv_async = found
-        kv = self.kv_cache_manager
-        if self.config.reserve_full_sequence and not kv.can_fit_full_sequence(
-            request,
-            num_new_computed_tokens=num_local_tokens,
-            new_computed_blocks=new_computed_blocks,
-            num_external_computed_tokens=num_external_tokens,
-        ):
-            return None
-        return kv.allocate_slots(
-            request,
-            num_new_tokens,
-            num_new_computed_tokens=num_local_tokens,
-            new_computed_blocks=new_computed_blocks,
-            num_lookahead_tokens=0
-            if request.num_computed_tokens == 0
-            else self.num_lookahead_tokens,
-            num_external_computed_tokens=num_external_tokens,
-            delay_cache_blocks=load_kv_async,
-            reserved_blocks=self._inflight.reserved_blocks()
-            if load_kv_async and self._inflight is not None
-            else 0,
-        )
-
-    def _lookup_prefix(
-        self, request: Request, retry: tuple[Request, int, int, bool] | None
-    ) -> tuple[Sequence[KVCacheBlock], int, int, bool] | None:
-        """A waiting request's prefix hits: ``(local blocks, local tokens, external
-        tokens, load asynchronously)``, or ``None`` when the tier cannot answer yet.
-
-        A request whose async load completed has its tokens computed already; a
-        request retried after a reclaim reuses the tier's answer of this step
-        (``retry``), as vLLM asks the connector once per request per step.
-        """
-        if request.num_computed_tokens != 0:
-            return (), 0, 0, False
-        new_computed_blocks, num_local_tokens = self.kv_cache_manager.get_computed_blocks(request)
-        connector = self.connector
-        if connector is None:
-            return new_computed_blocks, num_local_tokens, 0, False
-        if retry is not None and retry[0] is request and retry[1] == num_local_tokens:
-            ext_tokens, load_kv_async = retry[2], retry[3]
-        else:
-            ext_tokens, load_kv_async = connector.get_num_new_matched_tokens(
-                request, num_local_tokens
-            )
-        if ext_tokens is None:
-            return None
-        request.num_external_computed_tokens = ext_tokens
-        return new_computed_blocks, num_local_tokens, ext_tokens, load_kv_async
-
-    def _admit(
-        self,
-        step: StepPlan,
-        queue: RequestQueue,
-        request: Request,
-        tokens: tuple[int, int, int, int],
-        load_kv_async: bool,
-    ) -> bool:
-        """Admit ``request`` (its blocks allocated) from ``queue``: ``True`` when it runs
-        this step, ``False`` when it waits for an asynchronous load of its prefix.
-
-        ``tokens`` is ``(new, computed, local hits, external hits)``. Once per
-        admission, not per step: the connector learns the blocks, the first
-        admission's (or a re-admission's) prefix hits are recorded.
-        """
-        num_new_tokens, num_computed_tokens, num_local_tokens, num_external_tokens = tokens
-        kv = self.kv_cache_manager
-        request_id = request.request_id
-        if self.connector is not None:
-            self.connector.update_state_after_alloc(
-                request, kv.get_blocks(request_id), num_external_tokens
-            )
-        queue.pop_request()
-        if request_id not in self._lookup_recorded:
-            # Once per admission: an async load passes here again when it
-            # is promoted, and a stall-released load when it is looked up
-            # again; only the first lookup counts.
-            if request.num_cached_tokens < 0:
-                self._record_first_admission(step, request, num_local_tokens, num_external_tokens)
-            elif request.status == _PREEMPTED:
-                self._record_readmission(step, request, num_local_tokens + num_external_tokens)
-        inflight = self._inflight
-        if load_kv_async:
-            self._lookup_recorded.add(request_id)
-            request.status = _WAITING_FOR_REMOTE_KVS
-            request.num_computed_tokens = num_computed_tokens
-            if self._cached_tokens_at_admission and request.num_cached_tokens < 0:
-                # Fidelity switch T21 (0.33.0): the admitting lookup's hit.
-                request.num_cached_tokens = num_computed_tokens
-            if inflight is not None:
-                inflight.add(request)
-            return False
-        if inflight is not None and num_computed_tokens + num_new_tokens < request.num_tokens:
-            inflight.add(request)  # still prefilling after this chunk
-        self._lookup_recorded.discard(request_id)
-        self.running.append(request)
-        if request.status == _WAITING:
-            step.scheduled_new.append(request)
-        elif request.status == _PREEMPTED:
-            step.scheduled_resumed.append(request)
-        else:
-            raise RuntimeError(
-                f"request {request_id!r} admitted from a waiting queue in status "
-                f"{request.status.name}"
-            )
-        step.new_block_ids[request_id] = kv.get_block_ids(request_id)
-        step.num_scheduled_tokens[request_id] = num_new_tokens
-        step.token_budget -= num_new_tokens
-        request.status = _RUNNING
-        request.num_computed_tokens = num_computed_tokens
-        if request.num_cached_tokens < 0:
-            request.num_cached_tokens = num_computed_tokens
-        return True
-
     def _make_output(self, step: StepPlan) -> SchedulerOutput:
         new_block_ids = step.new_block_ids
         new_reqs = [
@@ -883,41 +519,14 @@ class Scheduler:
         )
 
     def _advance_after_schedule(self, output: SchedulerOutput) -> None:
-        # After the output is built, so it carries the counts the worker starts from.
+        """Scheduled tokens count as computed; after the output is built, so that it
+        carries the counts the worker starts from."""
         requests = self.requests
         for request_id, num_tokens in output.num_scheduled_tokens.items():
             requests[request_id].num_computed_tokens += num_tokens
-        if self.async_scheduling:
-            self.add_output_placeholders(output)
-        if self._inflight is not None:
-            self._inflight.after_schedule(output.num_scheduled_tokens)
-        if self._deferred_frees is not None:
-            self._deferred_frees.after_schedule(
-                output.num_scheduled_tokens, output.total_num_scheduled_tokens
-            )
+        self._inflight.after_schedule(output.num_scheduled_tokens)
         # A new set: the output keeps the old one.
         self.finished_req_ids = set()
-
-    def add_output_placeholders(self, output: SchedulerOutput) -> None:
-        """Asynchronous scheduling: one output placeholder for every scheduled request
-        that samples in this step (vLLM's ``AsyncScheduler._update_after_schedule``).
-
-        A request samples when its computed tokens, already advanced by the step,
-        reach its known tokens plus the placeholders it carries (it is not a
-        partial prefill chunk). The placeholder stands for the token in flight
-        until :meth:`update_from_output` brings it; the next step schedules from
-        it (``num_tokens_with_spec + num_output_placeholders - num_computed_tokens``).
-        :meth:`schedule` calls this itself when the config says
-        ``async_scheduling``; a host that builds the step by hand (the vLLM
-        bridge) calls it after ``num_computed_tokens`` moved.
-        """
-        requests = self.requests
-        for request_id in output.num_scheduled_tokens:
-            request = requests[request_id]
-            if request.num_computed_tokens >= (
-                request.num_tokens + request.num_output_placeholders
-            ):
-                request.num_output_placeholders += 1
 
     # ------------------------------------------------------------------
     # Model output
@@ -927,43 +536,51 @@ class Scheduler:
         self, scheduler_output: SchedulerOutput, model_output: ModelRunnerOutput
     ) -> list[Request]:
         """Apply a step's sampled tokens; return the requests that finished in it."""
-        # Over 60 lines, on purpose: the loop below runs per scheduled request per step
-        # (4.1 million times on the whole Mooncake trace) with the one-token decode
-        # case inline; a call there costs ~35 ns each (~0.15 s of the trace's ~17 s,
-        # benchmarks/whole_trace.py). Everything off that case is a method.
-        if self._deferred_frees is not None:
-            # T22: every write of this step and the ones before it is done.
-            self._deferred_frees.after_output(scheduler_output.total_num_scheduled_tokens)
         sampled = model_output.sampled_token_ids
         if self.sessions.stale_outputs:
             sampled = dict(sampled)
             self.sessions.drop_stale(sampled)
         if self.session_stops:
             self.session_stops = {}
+        # vLLM's is_prefill_chunk, as the step was scheduled (before the sampled
+        # tokens move num_tokens): only drafting steps pay.
+        prefill_chunks = (
+            self._prefill_chunks(model_output) if model_output.draft_token_ids else None
+        )
+        finished, stopped_running, stopped_waiting = self._apply_sampled(scheduler_output, sampled)
+        if finished:
+            finished = self._remove_finished(finished, stopped_running, stopped_waiting)
+        if model_output.kv_connector_output is not None:
+            self._update_from_kv_transfers(model_output.kv_connector_output)
+        if prefill_chunks is not None:
+            self._take_drafts(model_output, prefill_chunks)
+        return finished
+
+    def _apply_sampled(
+        self, scheduler_output: SchedulerOutput, sampled: Mapping[str, list[int]]
+    ) -> tuple[list[Request], set[Request], set[Request]]:
+        """Append each scheduled request's sampled tokens and check its stop conditions:
+        the requests that stopped, and of those the ones that were running and the
+        ones that were not (a request preempted while its step ran)."""
+        # The one-token decode case is inline on purpose: this loop runs per scheduled
+        # request per step (4.1 million times on the whole Mooncake trace), and a call
+        # there costs ~35 ns each (~0.15 s of the trace's ~17 s,
+        # benchmarks/whole_trace.py). Everything off that case is a method.
         spec_tokens = scheduler_output.scheduled_spec_decode_tokens
         requests = self.requests
         max_model_len = self.max_model_len
         finished: list[Request] = []
         stopped_running: set[Request] = set()
         stopped_waiting: set[Request] = set()
-        # vLLM's is_prefill_chunk, as the step was scheduled (before the sampled
-        # tokens below move num_tokens): only drafting steps pay.
-        prefill_chunks = (
-            self._prefill_chunks(model_output) if model_output.draft_token_ids else None
-        )
-
-        one_token_inline = not self.async_scheduling
         for request_id in scheduler_output.num_scheduled_tokens:
             request = requests.get(request_id)
             if request is None or request.is_finished():
-                # Aborted while the step ran (or, one step late under asynchronous
-                # scheduling, finished by the output of the step before).
-                continue
+                continue  # aborted while the step ran
             generated = sampled.get(request_id)
             if not generated:
                 continue  # a partial prefill chunk samples nothing
             drafts = spec_tokens.get(request_id) if spec_tokens else None
-            if one_token_inline and not drafts and len(generated) == 1:
+            if not drafts and len(generated) == 1:
                 # One token, no drafts (every decode step): _append_and_check_stop inline.
                 token_id = generated[0]
                 request.append_output_token_ids(token_id)
@@ -991,55 +608,20 @@ class Scheduler:
                     stopped_running.add(request)
                 else:
                     stopped_waiting.add(request)
-
-        if finished:
-            finished = self._remove_finished(finished, stopped_running, stopped_waiting)
-        if model_output.kv_connector_output is not None:
-            self._update_from_kv_transfers(model_output.kv_connector_output)
-        if prefill_chunks is not None:
-            self._take_drafts(model_output, prefill_chunks)
-        return finished
+        return finished, stopped_running, stopped_waiting
 
     def _apply_generated(
         self, request: Request, generated: list[int], drafts: list[int] | None
     ) -> bool:
-        """Several tokens, drafts verified, or any output under asynchronous scheduling:
-        roll back the rejected drafts' computed tokens and placeholders, then append;
-        whether the request stopped."""
+        """Several tokens or drafts verified: roll back the rejected drafts' computed
+        tokens and placeholders, then append; whether the request stopped."""
         if drafts:
             num_rejected = len(drafts) - (len(generated) - 1)
             if request.num_computed_tokens > 0:
                 request.num_computed_tokens -= num_rejected
             if request.num_output_placeholders > 0:
                 request.num_output_placeholders -= num_rejected
-        if not self.async_scheduling:
-            return self._append_and_check_stop(request, generated)
-        running = request.status == _RUNNING
-        stopped = self._append_and_check_stop(request, generated)
-        if running:
-            self._resolve_placeholders(request, len(generated))
-        elif request.num_output_placeholders:
-            # vLLM 0.19.1: a session that stopped with a token in flight keeps its
-            # placeholder until the token arrives (nothing is cached then).
-            request.num_output_placeholders = max(
-                0, request.num_output_placeholders - len(generated)
-            )
-        return stopped
-
-    def _resolve_placeholders(self, request: Request, num_tokens: int) -> None:
-        """Asynchronous scheduling: ``num_tokens`` in-flight tokens of a running request
-        arrived. Their placeholders go, and the blocks they complete are cached now
-        (vLLM caches up to ``num_computed_tokens - num_output_placeholders``: what is
-        computed *and* known). A request preempted while its step ran has no
-        placeholders left (:meth:`_preempt`); its token is appended, nothing cached."""
-        placeholders = request.num_output_placeholders - num_tokens
-        if placeholders < 0:
-            raise RuntimeError(
-                f"request {request.request_id!r}: {num_tokens} sampled tokens arrived for "
-                f"{request.num_output_placeholders} in flight (output applied twice?)"
-            )
-        request.num_output_placeholders = placeholders
-        self.kv_cache_manager.cache_blocks(request, request.num_computed_tokens - placeholders)
+        return self._append_and_check_stop(request, generated)
 
     def _prefill_chunks(self, model_output: ModelRunnerOutput) -> set[str]:
         """The drafting requests whose step was a partial prefill chunk."""
@@ -1060,7 +642,8 @@ class Scheduler:
         stopped_waiting: set[Request],
     ) -> list[Request]:
         """Take the step's stopped requests out of the queues, then free or retain them;
-        a streaming-input session goes on instead (:meth:`_stop_session`). Returns
+        a streaming-input session goes on instead (:meth:`Sessions.stop
+        <kvframe.core.sessions.Sessions.stop>`). Returns
         the requests that finished."""
         if stopped_running:
             self.running = [r for r in self.running if r not in stopped_running]
@@ -1068,68 +651,12 @@ class Scheduler:
             self.waiting.remove_requests(stopped_waiting)
         done = finished
         if self.sessions:
-            done = [r for r in finished if not (r.resumable and self._stop_session(r))]
+            stop = self.sessions.stop
+            waiting, skipped, stops = self.waiting, self.skipped_waiting, self.session_stops
+            done = [r for r in finished if not (r.resumable and stop(r, waiting, skipped, stops))]
         for request in done:
             self._on_finished(request, allow_retention=True)
         return done
-
-    def _stop_session(self, request: Request) -> bool:
-        """A streaming-input session stopped: whether it goes on (``False``: the
-        closing chunk was queued, it finishes as any request).
-
-        It keeps its blocks and takes its next queued chunk at once, or waits for
-        input in the skipped-waiting queue (vLLM's ``_handle_stopped_request``).
-        """
-        request_id = request.request_id
-        queue = self.sessions.queues[request_id]
-        if self._sessions_from_frontier:
-            # Switch S: drop the work in flight; its outputs are discarded on arrival.
-            placeholders = request.num_output_placeholders
-            request.num_computed_tokens -= placeholders
-            if placeholders:
-                self.sessions.stale_outputs[request_id] = placeholders
-            request.num_output_placeholders = 0
-            request.spec_token_ids = []
-        if queue and queue[0] is None:
-            self.sessions.forget(request_id)
-            return False
-        self.session_stops[request_id] = request.status
-        if queue:
-            self._resume_session(request, queue.popleft())  # type: ignore[arg-type]
-            # Switch S: it holds blocks, so it joins the queue of those that do.
-            (self.skipped_waiting if self._sessions_from_frontier else self.waiting).add_request(
-                request
-            )
-        else:
-            request.status = _WAITING_FOR_INPUT
-            self.sessions.num_waiting_for_input += 1
-            self.skipped_waiting.add_request(request)
-        return True
-
-    def _resume_session(self, request: Request, chunk: InputChunk) -> None:
-        """Append ``chunk`` to a stopped session, which waits for admission again.
-
-        It keeps its blocks and ``num_computed_tokens``: admission gives it no
-        prefix lookup and sends it as a new request with its whole block table.
-        What it keeps of its outputs is vLLM's rule (switch S): every token but
-        the last sampled one (0.33.0), or those up to ``num_computed_tokens``
-        (0.19.1, the same in a synchronous step).
-        """
-        if self._sessions_from_frontier:
-            keep = request.num_tokens - 1
-            if keep < request.num_computed_tokens:
-                raise RuntimeError(
-                    f"session {request.request_id!r}: {request.num_computed_tokens} tokens "
-                    f"computed of the {keep} it keeps"
-                )
-            request.max_tokens = chunk.max_tokens
-        else:
-            keep = min(request.num_computed_tokens, request.num_tokens)
-        request.restart_with_prompt(keep, chunk.prompt_token_ids)
-        request.arrival_time = chunk.arrival_time
-        if request.status == _WAITING_FOR_INPUT:
-            self.sessions.num_waiting_for_input -= 1
-        request.status = _WAITING
 
     def _take_drafts(self, model_output: ModelRunnerOutput, prefill_chunks: set[str]) -> None:
         """The draft tokens proposed for next step; a partial prefill's are dropped, as vLLM
@@ -1159,159 +686,9 @@ class Scheduler:
                 return True
         return False
 
-    def _update_from_kv_transfers(self, output: KVConnectorOutput) -> None:
-        if self.connector is not None:
-            self.connector.update_connector_output(output)
-        # Sorted: these are sets, and freeing order decides eviction order.
-        for request_id in sorted(output.finished_recving):
-            if request_id in self._awaiting_load:
-                self._free_if_unheld(self._awaiting_load.pop(request_id))
-            elif request_id in self.requests:
-                self._finished_recving.add(request_id)
-        for request_id in sorted(output.finished_sending):
-            request = self._awaiting_store.pop(request_id, None)
-            if request is not None:
-                self._free_if_unheld(request)
-
     # ------------------------------------------------------------------
-    # Finishing, retention, preemption
+    # Preemption
     # ------------------------------------------------------------------
-
-    def _on_finished(
-        self, request: Request, *, allow_retention: bool, notify: bool | None = None
-    ) -> None:
-        """A request reached a finished status: free, or hand its blocks to their holders.
-
-        ``notify`` (default: ``allow_retention``) calls the policy's
-        ``on_finish``; its deadline is honoured only with ``allow_retention``.
-        """
-        request_id = request.request_id
-        self.finished_req_ids.add(request_id)
-        del self.requests[request_id]
-        self._computed_before_preemption.pop(request_id, None)
-        self._lookup_recorded.discard(request_id)
-        if self._inflight is not None:
-            self._inflight.discard(request_id)
-        if self.connector is not None and self.connector.request_finished(
-            request, self.kv_cache_manager.get_block_ids(request_id)
-        ):
-            self._awaiting_store[request_id] = request
-        if allow_retention if notify is None else notify:
-            deadline = self.policy.on_finish(request)
-            if allow_retention and deadline is not None and deadline > self._now:
-                self.retained.add(Retention(request, float(deadline), self._now))
-                self.stats.num_retentions += 1
-        self._free_if_unheld(request)
-
-    def _free_if_unheld(self, request: Request) -> None:
-        """Free a finished request's blocks unless a retention or a transfer still holds them."""
-        request_id = request.request_id
-        if (
-            request_id in self.retained
-            or request_id in self._awaiting_store
-            or request_id in self._awaiting_load
-        ):
-            return
-        deferred = self._deferred_frees
-        if deferred is not None:
-            deferred.free(request)
-            deferred.forget((request_id,))
-            return
-        self.kv_cache_manager.free(request)
-
-    def _release_retention(self, request_id: str) -> None:
-        retention = self.retained.pop(request_id)
-        self.stats.num_retentions_released += 1
-        self._free_if_unheld(retention.request)
-
-    def _expire_retentions(self) -> None:
-        if not self.retained:
-            return
-        for retention in self.retained.pop_expired(self._now):
-            self.stats.num_retentions_expired += 1
-            self._free_if_unheld(retention.request)
-
-    def _reclaim_retained(self, request: Request, num_new_tokens: int, *, stalled: bool) -> bool:
-        """An allocation failed while blocks are retained: release some if told to.
-
-        The policy decides first. If it keeps everything but the engine would
-        otherwise make no progress (nothing running, nothing scheduled), the
-        core releases the retention with the earliest deadline: retention must
-        never deadlock the engine.
-        """
-        before = len(self.retained)
-        blocks_needed = max(
-            1,
-            -(-(request.num_computed_tokens + num_new_tokens) // self.block_size)
-            - len(self.kv_cache_manager.get_blocks(request.request_id)),
-        )
-        if self.policy.reclaim_retained(blocks_needed) and len(self.retained) < before:
-            return True
-        if stalled:
-            earliest = self.retained.earliest()
-            if earliest is not None:
-                self._release_retention(earliest.request.request_id)
-                return True
-        return False
-
-    def _transfer_will_unblock(self, step_skipped: RequestQueue | None) -> bool:
-        """Whether a transfer in flight will change what can be admitted once it lands.
-
-        A finished (or aborted) request's blocks wait for its store (or load)
-        to land and are freed then; a waiting request's load that has not
-        landed (``step_skipped`` holds those started in this very step) will
-        make it admissible. vLLM 0.19.1 then schedules nothing for a step and
-        goes on, so the stall breaker must not fire: only with none of these
-        in flight is the admission stall a real deadlock.
-        """
-        if self._awaiting_store or self._awaiting_load:
-            return True
-        landed = self._finished_recving
-        queues = (self.skipped_waiting, self.waiting, step_skipped or ())
-        return any(
-            r.status == _WAITING_FOR_REMOTE_KVS and r.request_id not in landed
-            for queue in queues
-            for r in queue
-        )
-
-    def _release_loaded_waiting(self, request: Request) -> bool:
-        """Free the blocks of another waiting request whose load landed; True if one was found.
-
-        Requests whose connector load completed wait with blocks but are not
-        running. If two of them each hold part of the pool and need more, and
-        nothing runs and no transfer is in flight (:meth:`_transfer_will_unblock`),
-        neither can ever be admitted (vLLM has the same deadlock). This is
-        called only then: the most recently queued such
-        request gives its blocks back and will look its prefix up again (the
-        loaded blocks were cached, so it usually hits them). Requests whose load
-        is still in flight are left alone: the worker is writing their blocks.
-        """
-        kv = self.kv_cache_manager
-        for queue in (self.skipped_waiting, self.waiting):
-            for holder in reversed(list(queue)):
-                holder_id = holder.request_id
-                landed = holder_id in self._finished_recving
-                if (
-                    holder is request
-                    or (holder.status == _WAITING_FOR_REMOTE_KVS and not landed)
-                    or holder.num_computed_tokens == 0
-                    or not kv.get_blocks(holder_id)
-                ):
-                    continue
-                if landed:
-                    # Loaded but not yet promoted: make the loaded blocks findable
-                    # before letting them go, as promotion would have.
-                    self._finished_recving.discard(holder_id)
-                    kv.cache_blocks(holder, holder.num_computed_tokens)
-                    holder.status = _PREEMPTED if holder.num_preemptions else _WAITING
-                kv.free(holder)
-                if self._inflight is not None:
-                    self._inflight.discard(holder_id)  # back to plain waiting, no blocks
-                holder.num_computed_tokens = 0
-                holder.num_external_computed_tokens = 0
-                self.stats.num_loaded_requests_released += 1
-                return True
-        return False
 
     def _choose_victim(self) -> Request:
         victim = self.policy.choose_victim(self.running)
@@ -1338,12 +715,8 @@ class Scheduler:
 
     def _preempt(self, request: Request) -> None:
         """Preempt by recompute: free every block and queue the request at the head."""
-        if self._deferred_frees is not None:
-            self._deferred_frees.free(request)
-        else:
-            self.kv_cache_manager.free(request)
-        if self._inflight is not None:
-            self._inflight.discard(request.request_id)
+        self._frees.free(request)
+        self._inflight.discard(request.request_id)
         self._computed_before_preemption[request.request_id] = request.num_computed_tokens
         request.status = _PREEMPTED
         request.num_computed_tokens = 0
@@ -1355,56 +728,6 @@ class Scheduler:
         request.num_preemptions += 1
         self.stats.num_preemptions += 1
         self.waiting.prepend_request(request)
-
-    def _select_queue(self) -> RequestQueue:
-        if self._holding_picks_queue:
-            # 0.33.0: requests holding KV blocks first, under fcfs and priority alike.
-            return self.skipped_waiting or self.waiting
-        queue = self.policy.select_queue(self.waiting, self.skipped_waiting)
-        if (queue is not self.waiting and queue is not self.skipped_waiting) or not queue:
-            raise PolicyContractError(
-                f"scheduling policy {self.policy.name!r}: select_queue must return the "
-                "waiting or the skipped-waiting queue, and a non-empty one"
-            )
-        return queue
-
-    def _promote_loaded(self, request: Request) -> bool:
-        """A request waiting for an async load: if the load landed, make it admissible."""
-        request_id = request.request_id
-        if request_id not in self._finished_recving:
-            return False
-        self._finished_recving.discard(request_id)
-        # The loaded blocks hold valid KV now: make them findable.
-        self.kv_cache_manager.cache_blocks(request, request.num_computed_tokens)
-        if request.num_computed_tokens == request.num_tokens:
-            # A full hit still recomputes the last token to sample from it.
-            request.num_computed_tokens = request.num_tokens - 1
-        if request.num_cached_tokens < 0:
-            request.num_cached_tokens = request.num_computed_tokens
-        request.status = _PREEMPTED if request.num_preemptions else _WAITING
-        return True
-
-    def _record_first_admission(
-        self, step: StepPlan, request: Request, local_tokens: int, external_tokens: int
-    ) -> None:
-        stats = self.stats
-        stats.prefix_cache_queries += request.num_tokens
-        stats.prefix_cache_hits += local_tokens
-        if self.connector is not None:
-            stats.connector_prefix_cache_queries += request.num_tokens - local_tokens
-            stats.connector_prefix_cache_hits += external_tokens
-        step.first_admissions.append(
-            PrefixHit(request.request_id, request.num_prompt_tokens, local_tokens, external_tokens)
-        )
-
-    def _record_readmission(self, step: StepPlan, request: Request, hit_tokens: int) -> None:
-        stats = self.stats
-        stats.preempted_prefix_cache_queries += request.num_tokens
-        stats.preempted_prefix_cache_hits += hit_tokens
-        computed_before = self._computed_before_preemption.pop(request.request_id, 0)
-        recomputed = max(0, computed_before - hit_tokens)
-        stats.num_recomputed_tokens += recomputed
-        step.recomputed_tokens[request.request_id] = recomputed
 
     # ------------------------------------------------------------------
     # Introspection
@@ -1436,6 +759,32 @@ class Scheduler:
         return preempted
 
 
+def _wrong_class(config: SchedulerConfig, cls: type) -> str:
+    """The error for a scheduler class that does not match ``config.async_scheduling``."""
+    right = "AsyncScheduler" if config.async_scheduling else "Scheduler"
+    return (
+        f"SchedulerConfig(async_scheduling={config.async_scheduling}) is scheduled by "
+        f"{right}, not {cls.__name__}: build it with "
+        "kvframe.core.factory.make_scheduler(config, policy, ...)"
+    )
+
+
+def _block_hasher(
+    config: SchedulerConfig, connector: SchedulerConnector | None
+) -> Callable[[Request], list[BlockHash]] | None:
+    """The block hasher of a scheduler's requests, or ``None`` when nothing looks blocks
+    up by hash (neither the GPU prefix cache nor an offload tier behind a connector)."""
+    if not (config.enable_prefix_caching or connector is not None):
+        return None
+    return make_block_hasher(
+        config.block_size,
+        config.hash_seed,
+        # The core setting covers the hasher too: python forces Python, and
+        # otherwise the compiled hasher runs where it is built.
+        core="python" if resolve_core(config.core) == "python" else "auto",
+    )
+
+
 def _kv_cache_manager(
     config: SchedulerConfig, eviction_policy: EvictionPolicy | None
 ) -> KVCacheManager:
@@ -1453,101 +802,3 @@ def _kv_cache_manager(
         rollback_uncomputed_blocks=config.rollback_uncomputed_blocks,
         core=config.core,
     )
-
-
-def _allows_decode_runs(policy: SchedulingPolicy) -> bool:
-    """The policy's :attr:`~kvframe.SchedulingPolicy.allows_decode_runs`, its default resolved."""
-    allowed = getattr(policy, "allows_decode_runs", None)
-    if allowed is not None:
-        return bool(allowed)
-    from kvframe.contract.bases import SchedulingPolicy
-
-    return all(
-        getattr(type(policy), name, None) is getattr(SchedulingPolicy, name)
-        for name in ("on_step_start", "on_arrival", "select_queue", "may_admit")
-    )
-
-
-def _default_select_queue(policy: SchedulingPolicy) -> bool:
-    """Whether the policy keeps :meth:`~kvframe.SchedulingPolicy.select_queue`'s default."""
-    from kvframe.contract.bases import SchedulingPolicy
-
-    own = getattr(type(policy), "select_queue", None)
-    return own is None or own is SchedulingPolicy.select_queue
-
-
-def _may_admit(policy: SchedulingPolicy) -> Callable[[Request], bool] | None:
-    """The policy's bound :meth:`~kvframe.SchedulingPolicy.may_admit`, or ``None`` when
-    its class keeps the default (admit everything), so the scheduler skips the call."""
-    from kvframe.contract.bases import SchedulingPolicy
-
-    own = getattr(type(policy), "may_admit", None)
-    if own is None or own is SchedulingPolicy.may_admit:
-        return None  # the default, or a duck-typed policy that offers none
-    return policy.may_admit  # type: ignore[no-any-return]
-
-
-class _SchedulerView:
-    """The read-mostly view of the scheduler a policy receives in ``attach``."""
-
-    __slots__ = ("_scheduler",)
-
-    def __init__(self, scheduler: Scheduler) -> None:
-        self._scheduler = scheduler
-
-    @property
-    def now(self) -> float:
-        return self._scheduler._now
-
-    @property
-    def block_size(self) -> int:
-        return self._scheduler.block_size
-
-    @property
-    def cost_model(self) -> CostModel | None:
-        return self._scheduler.cost_model
-
-    @property
-    def num_free_blocks(self) -> int:
-        return self._scheduler.kv_cache_manager.num_free_blocks
-
-    def num_cached_tokens(self, request: Request) -> int:
-        manager = self._scheduler.kv_cache_manager
-        if not manager.enable_caching or request.skip_reading_prefix_cache:
-            return 0
-        block_size = manager.block_size
-        max_blocks = (request.num_tokens - 1) // block_size
-        hits = len(manager.block_pool.get_cached_prefix(request.block_hashes, max_blocks))
-        if manager.use_eagle and hits:
-            hits -= 1  # as get_computed_blocks does
-        return hits * block_size
-
-    @property
-    def running(self) -> Sequence[Request]:
-        return self._scheduler.running
-
-    @property
-    def waiting(self) -> RequestQueue:
-        return self._scheduler.waiting
-
-    @property
-    def skipped_waiting(self) -> RequestQueue:
-        return self._scheduler.skipped_waiting
-
-    @property
-    def retained(self) -> Mapping[str, Retention]:
-        return MappingProxyType(self._scheduler.retained._by_id)
-
-    @property
-    def offload(self) -> TierView | None:
-        return self._scheduler.tier_view
-
-    def release(self, request_id: str) -> None:
-        if request_id not in self._scheduler.retained:
-            raise KeyError(f"request {request_id!r} is not retained")
-        self._scheduler._release_retention(request_id)
-
-
-def _holds_blocks(request: Request) -> bool:
-    """Whether a waiting request holds KV blocks (vLLM 0.33.0's ``_holds_kv_blocks``)."""
-    return request.num_computed_tokens > 0 or request.status == _WAITING_FOR_REMOTE_KVS

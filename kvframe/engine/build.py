@@ -15,6 +15,7 @@ import attrs
 
 from kvframe.config import ConfigError
 from kvframe.contract.offload import OffloadContext
+from kvframe.core.factory import make_scheduler
 from kvframe.core.scheduler import Scheduler
 from kvframe.domain.fidelity import fidelity_for
 from kvframe.executors.sim import SimExecutor
@@ -86,7 +87,7 @@ def assemble(config: EngineConfig, registry: PluginRegistry | None = None) -> En
                 kv_bytes_per_token=None if plan is None else plan.kv_bytes_per_token(),
                 real_bytes=plan is not None,
             )
-        scheduler = Scheduler(
+        scheduler = make_scheduler(
             config.scheduler_config(enable_kv_cache_events=events),
             policy,
             eviction_policy=eviction,

@@ -494,7 +494,7 @@ class _Driver:
         *,
         connector: bool = False,
     ) -> None:
-        from kvframe.core.scheduler import Scheduler
+        from kvframe.core.factory import make_scheduler
 
         self.target = target
         self.workload = workload
@@ -503,7 +503,7 @@ class _Driver:
         self.config = workload.config()
         self.policy = _CheckedPolicy(target.create())
         self.connector = ScriptedConnector(self.config.block_size) if connector else None
-        self.scheduler = Scheduler(self.config, self.policy, connector=self.connector)
+        self.scheduler = make_scheduler(self.config, self.policy, connector=self.connector)
         self.step = 0
         self.now = 0.0
         self.finished_at: dict[str, int] = {}
@@ -917,7 +917,7 @@ class SchedulingPolicySuite(PluginSuite):
 
 def _engine_records(target: PluginTarget, *, step_by_step: bool) -> dict[str, list[tuple]]:
     """Per-request (id, first token, finish, outputs, preemptions) of two small engine runs."""
-    from kvframe.core.scheduler import Scheduler
+    from kvframe.core.factory import make_scheduler
     from kvframe.engine import Engine, EngineConfig
     from kvframe.executors.sim import SimExecutor
     from kvframe.workloads.agentic import generate_agentic
@@ -938,7 +938,7 @@ def _engine_records(target: PluginTarget, *, step_by_step: bool) -> dict[str, li
     for name, specs in workloads.items():
         config = EngineConfig(num_gpu_blocks=260, max_num_seqs=12, step_by_step=step_by_step)
         policy = target.create()
-        scheduler = Scheduler(config.scheduler_config(), policy)
+        scheduler = make_scheduler(config.scheduler_config(), policy)
         engine = Engine(config, scheduler, SimExecutor(config.preset_object.cost_model))
         summary = engine.run(specs).summary
         records[name] = [

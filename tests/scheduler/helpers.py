@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from kvframe_fcfs import FCFSPolicy
 
+from kvframe.core import factory
 from kvframe.core.scheduler import Scheduler
 from kvframe.core.scheduler_config import SchedulerConfig
 from kvframe.core.scheduler_output import ModelRunnerOutput, SchedulerOutput
@@ -24,7 +25,7 @@ def make_scheduler(policy=None, **overrides) -> Scheduler:
         max_model_len=256,
     )
     settings.update(overrides)
-    return Scheduler(SchedulerConfig(**settings), policy or FCFSPolicy())
+    return factory.make_scheduler(SchedulerConfig(**settings), policy or FCFSPolicy())
 
 
 def add(

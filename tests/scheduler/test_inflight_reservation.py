@@ -34,6 +34,7 @@ import attrs
 import pytest
 from kvframe_fcfs import FCFSPolicy
 
+from kvframe.core.inflight import InflightPrefills, NoReservation
 from kvframe.core.scheduler import Scheduler
 from kvframe.core.scheduler_config import SchedulerConfig
 from kvframe.core.scheduler_output import KVConnectorOutput, ModelRunnerOutput
@@ -152,9 +153,11 @@ def test_the_reservation_counts_what_each_prefill_still_needs(target: str) -> No
     assert out.num_scheduled_tokens == {"a": 8, "c": 4}
     inflight = s._inflight
     if target == "0.19.1":
-        assert inflight is None
+        assert isinstance(inflight, NoReservation)  # tracks nothing, reserves nothing
+        assert "a" not in inflight
+        assert inflight.reserved_blocks() == 0
         return
-    assert inflight is not None
+    assert isinstance(inflight, InflightPrefills)
     assert "a" in inflight
     assert "c" not in inflight  # its one chunk reached its last token
     assert inflight.reserved_blocks() == 16 - 2  # a holds 2 of its 16 blocks

@@ -162,10 +162,14 @@ def _first_group(ids: Any) -> list[int]:
 
 
 class KvframeAdapter:
-    """:class:`stepping.SchedulerAdapter` over ``kvframe.core.scheduler.Scheduler``."""
+    """:class:`stepping.SchedulerAdapter` over kvframe's scheduler (``Scheduler``, or
+    ``AsyncScheduler`` under asynchronous scheduling)."""
 
     def __init__(self, config: dict[str, Any], *, record_blocks: bool = False) -> None:
-        from kvframe.core.scheduler import Scheduler
+        try:
+            from kvframe.core.factory import make_scheduler
+        except ImportError:  # a kvframe before the factory: one class for both modes
+            from kvframe.core.scheduler import Scheduler as make_scheduler
         from kvframe.core.scheduler_output import ModelRunnerOutput
         from kvframe.domain.request import Request
 
@@ -208,7 +212,7 @@ class KvframeAdapter:
             connector.manager.prepare_store = recording_prepare_store
         config = {k: v for k, v in config.items() if k != "tier"}
         self._step = 0
-        self.scheduler = Scheduler(
+        self.scheduler = make_scheduler(
             _scheduler_config(config), _policy(config["policy"]), connector=connector
         )
 

@@ -74,7 +74,7 @@ from vllm.v1.request import RequestStatus as VllmStatus
 
 import kvframe
 from kvframe.config import ConfigError
-from kvframe.core.scheduler import Scheduler
+from kvframe.core.factory import make_scheduler
 from kvframe.core.scheduler_config import SchedulerConfig
 from kvframe.core.scheduler_output import KVConnectorOutput as KvConnectorOutput
 from kvframe.core.scheduler_output import ModelRunnerOutput as KvModelRunnerOutput
@@ -180,8 +180,9 @@ def _kvframe_config(vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> 
             fidelity_for(compat.fidelity_target() or "0.19.1"),
             resumed_sent_as_new=compat.uses_v2_model_runner(vllm_config),
         ),
-        # vLLM's AsyncScheduler (its default): kvframe's core adds the output
-        # placeholders itself and takes each step's tokens one step late.
+        # vLLM's AsyncScheduler (its default): make_scheduler then builds kvframe's
+        # AsyncScheduler, which adds the output placeholders itself and takes each
+        # step's tokens one step late.
         async_scheduling=bool(sched.async_scheduling),
     )
 
@@ -229,7 +230,7 @@ class KvframeScheduler(SchedulerInterface):
         self.ec_connector = None
         """vLLM 0.33's engine reads this too (no encoder-cache connector)."""
         self.policy = _resolve_policy(vllm_config)
-        self.core = Scheduler(
+        self.core = make_scheduler(
             _kvframe_config(vllm_config, kv_cache_config), self.policy, connector=self.tier
         )
         self.use_v2_model_runner = self.core.config.fidelity.resumed_sent_as_new
