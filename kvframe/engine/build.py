@@ -16,7 +16,6 @@ import attrs
 from kvframe.config import ConfigError
 from kvframe.contract.offload import OffloadContext
 from kvframe.core.scheduler import Scheduler
-from kvframe.domain.fidelity import fidelity_for
 from kvframe.executors.sim import SimExecutor
 
 if TYPE_CHECKING:
@@ -198,7 +197,7 @@ def build_offload(
     cost_model = preset.cost_model
     if config.offload_bandwidth is not None:
         cost_model = attrs.evolve(cost_model, transfer_bytes_per_s=float(config.offload_bandwidth))
-    if fidelity_for(config.vllm).offload_jobs:
+    if config.fidelity.offload_jobs:
         # vLLM 0.33.0's tier: its job-numbered connector, ledger and worker.
         from kvframe.engine.job_tier import build_job_tier
 

@@ -24,7 +24,7 @@ from kvframe.config import ConfigError, PluginSpec, format_spec, parse_size, par
 from kvframe.core.compiled import check_core, resolve_core
 from kvframe.core.scheduler_config import SchedulerConfig
 from kvframe.domain.costs import num_gpu_blocks_for
-from kvframe.domain.fidelity import DEFAULT_VLLM, fidelity_for
+from kvframe.domain.fidelity import DEFAULT_VLLM, Fidelity, fidelity_for
 from kvframe.executors.catalog import get_preset
 
 if TYPE_CHECKING:
@@ -155,6 +155,13 @@ class EngineConfig:
     vllm: str = attrs.field(default=DEFAULT_VLLM, converter=lambda v: fidelity_for(v).vllm)
     """The vLLM release whose scheduling rules the core follows (``"0.19.1"``, the
     default, or ``"0.33"`` = ``"0.33.0"``): :mod:`kvframe.domain.fidelity`."""
+    fidelity: Fidelity = attrs.field(
+        init=False,
+        repr=False,
+        default=attrs.Factory(lambda self: fidelity_for(self.vllm), takes_self=True),
+    )
+    """The switches of :attr:`vllm`, resolved once here: the builders and the core
+    read this object (:class:`~kvframe.domain.fidelity.Fidelity`), never the name."""
     async_scheduling: bool = attrs.field(default=False, validator=_is_bool)
     """vLLM's asynchronous scheduling (``--async-scheduling``; vLLM's own default in
     0.19.1 and 0.33.0): step N+1 is scheduled before step N's tokens come back, in
@@ -179,7 +186,12 @@ class EngineConfig:
             if "scheduler" in fields:
                 raise TypeError("give scheduler or its alias scheduling, not both")
             fields["scheduler"] = scheduling
-        self.__attrs_init__(**fields)  # type: ignore[attr-defined]  # attrs makes it (init=False)
+        self.__attrs_init__(**fields)
+
+    if TYPE_CHECKING:
+
+        def __attrs_init__(self, **fields: Any) -> None:
+            """The initialiser attrs writes for ``init=False``; declared for type checkers."""
 
     @property
     def scheduling(self) -> PluginSelection:
@@ -274,7 +286,7 @@ class EngineConfig:
             rollback_uncomputed_blocks=self.rollback_uncomputed_blocks,
             hash_seed=self.seed,
             enable_kv_cache_events=enable_kv_cache_events,
-            fidelity=self.vllm,
+            fidelity=self.fidelity,
             async_scheduling=self.async_scheduling,
             core=self.core,
         )
