@@ -38,8 +38,8 @@ DEFAULT_PRESET = "llama3.1-8b-h100"
 
 DEFAULT_MAX_MODEL_LEN = 131072
 """The context length of the bundled presets' models (Llama 3.1's
-``max_position_embeddings`` in its config.json), used when neither the config
-nor the preset's model shape says otherwise."""
+``max_position_embeddings`` in its config.json), used when the config gives
+none (a preset's model shape carries no context length)."""
 
 PluginSelection = str | PluginSpec
 
@@ -101,7 +101,8 @@ class EngineConfig:
     per block), not both; with neither, the preset's own KV budget is used
     (what vLLM would leave for KV on that hardware).
 
-    ``max_model_len`` defaults to the preset model's context length. Requests
+    ``max_model_len`` defaults to the bundled presets' model's context length
+    (:data:`DEFAULT_MAX_MODEL_LEN`). Requests
     whose prompt does not fit it, or whose prompt + ``max_tokens`` could never
     fit the GPU pool even alone, are finished as ignored (see
     :meth:`kvframe.engine.Engine.run`).
@@ -261,8 +262,7 @@ class EngineConfig:
     def resolved_max_model_len(self) -> int:
         if self.max_model_len is not None:
             return self.max_model_len
-        shape = self.preset_object.shape
-        return int(getattr(shape, "max_model_len", None) or DEFAULT_MAX_MODEL_LEN)
+        return DEFAULT_MAX_MODEL_LEN
 
     def scheduler_config(self, *, enable_kv_cache_events: bool = False) -> SchedulerConfig:
         """The core's :class:`SchedulerConfig` for these settings.

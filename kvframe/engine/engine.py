@@ -355,14 +355,14 @@ class Engine:
             "core": scheduler.kv_cache_manager.core,
             "core_note": scheduler.kv_cache_manager.core_note,
             # python or compiled (kvframe.core.hashing); None: nothing hashed.
-            "hasher": getattr(hasher, "core", None),
+            "hasher": None if hasher is None else hasher.core,
             "scheduling_policy": self.policy_name,
             "preset": self.preset.describe(),
         }
         description = self.executor.description
         if description:
             metadata["executor"] = description
-        metadata["clock"] = getattr(self.executor, "clock", "virtual")
+        metadata["clock"] = self.executor.clock
         return self._collector.summary(
             counters=counters, wall_clock_seconds=wall, partial=partial, metadata=metadata
         )
