@@ -57,10 +57,18 @@ def _child(
     from kvframe.workloads import load_workload
 
     if mode == "eager":
-        import kvframe.engine.engine as engine_module
+        import importlib
 
-        # The reference representation: prompts as lists of Python ints.
-        engine_module.PromptTokens = lambda prompt: prompt.token_ids()  # type: ignore[assignment]
+        # The reference representation: prompts as lists of Python ints. The module
+        # that builds requests: kvframe.engine.step (kvframe.engine.engine before it).
+        for name in ("kvframe.engine.step", "kvframe.engine.engine"):
+            try:
+                module = importlib.import_module(name)
+            except ImportError:
+                continue
+            if hasattr(module, "PromptTokens"):
+                module.PromptTokens = lambda prompt: prompt.token_ids()
+                break
     wall0, cpu0 = time.perf_counter(), time.process_time()
     workload = load_workload(trace, limit=limit or None)
     if mode == "tree":

@@ -22,6 +22,7 @@ The ref-count lifecycle of a block in a tier (vLLM's ``BlockStatus``)::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -32,10 +33,13 @@ if TYPE_CHECKING:
     from kvframe.domain.tokens import BlockHash
 
 __all__ = [
+    "NO_TIER",
     "ConnectorSemantics",
+    "NoTier",
     "OffloadContext",
     "OffloadManager",
     "PrepareStoreResult",
+    "Tier",
     "TransferHandler",
 ]
 
@@ -208,3 +212,90 @@ class TransferHandler(Protocol):
         GPU blocks a store reads are about to be reused). They are still reported
         by the next ``finished_transfers``."""
         ...
+
+
+class Tier(Protocol):
+    """An offload tier as the engine runs it: a connector, its worker and a transfer handler.
+
+    vLLM splits a KV connector in two: the scheduler half decides which blocks
+    to load and store (``connector``, which the scheduler asks at admission,
+    allocation and output), the worker half carries the decisions out around
+    each forward pass (``worker``, which the executor runs), on a handler that
+    moves or times the bytes (``handler``). The host's two tier builders return
+    one each -- vLLM 0.19.1's ``OffloadingConnector`` and 0.33.0's job-numbered
+    connector -- and :data:`NO_TIER` stands for a run without a tier, so the
+    engine's loops ask the same questions in every run and never test for
+    ``None``.
+
+    The three parts are typed ``Any`` here because their classes live on floors
+    above the contract (the core's ``SchedulerConnector``, the offload workers,
+    the sim's transfer handler); the builders that make them know the types.
+    The loops read only the members below the parts.
+    """
+
+    @property
+    def connector(self) -> Any:
+        """The scheduler-side connector (:class:`kvframe.core.connector.SchedulerConnector`);
+        ``None`` without a tier."""
+        ...
+
+    @property
+    def worker(self) -> Any:
+        """The worker half the executor runs around every step; ``None`` without a tier."""
+        ...
+
+    @property
+    def handler(self) -> Any:
+        """The transfer handler whose clock times the transfers; ``None`` without a tier."""
+        ...
+
+    @property
+    def moves_blocks(self) -> bool:
+        """Whether there is a tier at all: a step that schedules nothing still runs its
+        connector (vLLM's model runner does, without a forward pass)."""
+        ...
+
+    @property
+    def busy(self) -> bool:
+        """Transfers are planned or in flight on either half, or a finished request's
+        stores are still due: the run is not over while this holds."""
+        ...
+
+    @property
+    def has_deferred_stores(self) -> bool:
+        """Stores wait for the next step's start to be submitted (vLLM 0.33.0 offers a
+        finished request's last stores in a step that may schedule nothing): step
+        again rather than wait for a transfer."""
+        ...
+
+    def next_completion(self) -> float:
+        """When the earliest transfer in flight lands on the engine's clock (``inf``: none)."""
+        ...
+
+    def counters(self, hit_tokens: int) -> dict[str, int | float]:
+        """The tier's counters for the run's summary (``offload_*``), given the prefix
+        tokens the scheduler took from it; empty without a tier."""
+        ...
+
+
+class NoTier:
+    """The tier of a run without one: nothing moves, nothing is busy, nothing to count."""
+
+    __slots__ = ()
+
+    connector = None
+    worker = None
+    handler = None
+    moves_blocks = False
+    busy = False
+    has_deferred_stores = False
+
+    def next_completion(self) -> float:
+        return math.inf
+
+    def counters(self, hit_tokens: int) -> dict[str, int | float]:
+        return {}
+
+
+NO_TIER: Tier = NoTier()
+"""The do-nothing :class:`Tier`: what the engine runs with when no tier is selected."""

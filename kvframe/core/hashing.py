@@ -56,7 +56,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Hashable, Sequence
 from hashlib import blake2b
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kvframe.core.build_digest import stale_build
 from kvframe.domain.tokens import encode_tokens
@@ -75,6 +75,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CORES",
     "DIGEST_SIZE",
+    "BlockHasher",
     "ChunkMemo",
     "ExtraKeysFn",
     "cache_salt_extra_keys",
@@ -93,6 +94,19 @@ CORES = ("auto", "python", "compiled")
 
 ExtraKeysFn = Callable[["Request", int, int], "tuple[Any, ...] | None"]
 """``f(request, start_token, end_token)`` -> extra keys of that block, or ``None``."""
+
+
+class BlockHasher(Protocol):
+    """What :func:`make_block_hasher` returns: the hash function and what it tells about itself."""
+
+    block_size: int
+    """Read by :class:`~kvframe.domain.request.Request`: a token that fills no block needs
+    no call."""
+    core: str
+    """``python`` or ``compiled``: the core it runs on (a run's summary names it)."""
+
+    def __call__(self, request: Request) -> list[BlockHash]: ...
+
 
 _COUNT = struct.Struct("<I")
 
@@ -248,7 +262,7 @@ def make_block_hasher(
     extra_keys_fn: ExtraKeysFn | None = cache_salt_extra_keys,
     chunk_memo_capacity: int = 65_536,
     core: str = "auto",
-) -> Callable[[Request], list[BlockHash]]:
+) -> BlockHasher:
     """Build the function a :class:`~kvframe.domain.request.Request` uses to hash its blocks.
 
     The returned ``hasher(request)`` hashes the request's full blocks that are
@@ -298,7 +312,7 @@ def make_block_hasher(
     # Read by Request: a token that fills no block needs no call at all.
     hasher.block_size = block_size  # type: ignore[attr-defined]
     hasher.core = "python" if compiled is None else "compiled"  # type: ignore[attr-defined]
-    return hasher
+    return hasher  # type: ignore[return-value]  # a function given the attributes above
 
 
 def _hasher(

@@ -2,7 +2,12 @@
 
 * :mod:`kvframe.engine.config` -- :class:`EngineConfig`, validated settings;
 * :mod:`kvframe.engine.arrivals` -- open-loop and closed-loop (agentic) arrivals;
-* :mod:`kvframe.engine.engine` -- :class:`Engine`, the step loop, and its results.
+* :mod:`kvframe.engine.engine` -- :class:`Engine`, the synchronous loop, and its results;
+* :mod:`kvframe.engine.step` -- one engine step as public phases (``decide``,
+  ``execute``, ``apply``) that the synchronous loop and the batch queue
+  (:mod:`kvframe.engine.batch_queue`, asynchronous scheduling) both compose;
+* :mod:`kvframe.engine.build` -- the plugins, scheduler, executor and offload
+  tier (:mod:`kvframe.engine.tier`) a config selects.
 
 ::
 

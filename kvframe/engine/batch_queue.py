@@ -22,10 +22,14 @@ with a worker that is never done before the engine blocks on it:
 3. otherwise wait for the oldest queued step (the clock moves to its end) and
    apply its output: first tokens, finished requests.
 
-When a step schedules nothing although every output before it was applied,
-and nothing is in flight, the clock jumps as
-the synchronous loop's does (:meth:`Engine._idle`): to the next arrival or
-retention deadline, or :class:`~kvframe.engine.engine.EngineStalled`.
+Each iteration composes the public phases of
+:class:`~kvframe.engine.step.EngineStep` that the synchronous loop composes
+too -- ``decide``, ``execute`` at the step's start, ``apply`` when the step
+leaves the queue -- so the two loops differ only in their order. When a step
+schedules nothing although every output before it was applied, and nothing
+is in flight, the clock jumps as the synchronous loop's does
+(:meth:`EngineStep.idle <kvframe.engine.step.EngineStep.idle>`): to the next
+arrival or retention deadline, or :class:`~kvframe.engine.step.EngineStalled`.
 
 With an offload tier (vLLM 0.19.1's OffloadingConnector, or 0.33.0's job
 connector, whose scheduler also holds a freed request's blocks until the steps
@@ -49,23 +53,13 @@ every step goes through the scheduler and the executor.
 
 from __future__ import annotations
 
-import math
 from collections import deque
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, cast
-
-from kvframe.core.scheduler_output import ModelRunnerOutput
-from kvframe.engine.records import snapshot, trace_decision, trace_kv_events
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kvframe.core.scheduler import Scheduler
     from kvframe.core.scheduler_output import SchedulerOutput
-    from kvframe.domain.request import Request
-    from kvframe.engine.arrivals import ArrivalQueue
-    from kvframe.engine.metrics import MetricsCollector
-    from kvframe.executors.base import Executor, StepResult
-    from kvframe.host.registry import Tracing
-    from kvframe.offload.offloading_connector import OffloadingConnector
+    from kvframe.engine.step import EngineStep, Flight
 
 __all__ = ["BATCH_QUEUE_SIZE", "run_batch_queue"]
 
@@ -74,205 +68,60 @@ BATCH_QUEUE_SIZE = 2
 pipeline parallelism)."""
 
 
-class EngineParts(Protocol):
-    """What the loop uses of :class:`~kvframe.engine.engine.Engine` (which passes itself;
-    a protocol so that this module does not import the engine module)."""
-
-    scheduler: Scheduler
-    executor: Executor
-    tracing: Tracing | None
-    _collector: MetricsCollector
-    _now: float
-
-    def _arrive(self, arrivals: ArrivalQueue, now: float, hook: Any) -> None: ...
-
-    def _check_no_turn_held(self, arrivals: ArrivalQueue) -> None: ...
-
-    def _record_decision(self, output: SchedulerOutput, now: float) -> None: ...
-
-    def _idle(
-        self,
-        arrivals: ArrivalQueue,
-        now: float,
-        output: SchedulerOutput,
-        idle_steps: int,
-        next_transfer: float = math.inf,
-    ) -> float: ...
-
-    def _empty_step(
-        self,
-        output: SchedulerOutput,
-        arrivals: ArrivalQueue,
-        now: float,
-        idle_steps: int,
-        hook: Any,
-    ) -> tuple[float, int] | None: ...
-
-    def _finish(
-        self,
-        finished: Sequence[Request],
-        arrivals: ArrivalQueue,
-        step: int,
-        now: float,
-        end: float,
-        hook: Any,
-    ) -> None: ...
-
-
-class _InFlight:
-    """A step handed to the worker: its decision, its result and when it runs."""
-
-    __slots__ = ("end", "output", "result", "start", "step")
-
-    def __init__(
-        self,
-        output: SchedulerOutput,
-        result: StepResult | None,
-        start: float,
-        end: float,
-        step: int,
-    ) -> None:
-        self.output = output
-        self.result = result
-        self.start = start
-        self.end = end
-        self.step = step
-
-    @property
-    def reported_transfers(self) -> bool:
-        """Whether the worker reported finished transfers in this step's output."""
-        if self.result is None:
-            return False
-        done = self.result.model_output.kv_connector_output
-        return done is not None and bool(done.finished_recving or done.finished_sending)
-
-
-def run_batch_queue(
-    engine: EngineParts, arrivals: ArrivalQueue, progress: Callable[[], Any] | None
-) -> None:
-    """Replay the arrivals through ``engine`` in the batch queue's order (module doc);
-    ``progress`` is called after every iteration that applied an output."""
-    scheduler = engine.scheduler
-    executor = engine.executor
-    collector = engine._collector
-    requests = scheduler.requests
+def run_batch_queue(step: EngineStep, progress: Callable[[], Any] | None) -> None:
+    """Replay ``step``'s arrivals in the batch queue's order (module doc); ``progress``
+    is called after every iteration that applied an output."""
+    scheduler = step.scheduler
     has_requests = scheduler.has_requests
     keeps_queue = scheduler.config.fidelity.empty_step_keeps_queue
-    handler = executor.transfer_handler
-    worker = executor.offload_worker
-    connector = cast("OffloadingConnector | None", scheduler.connector)
-    hook = engine.tracing.hook if engine.tracing is not None and engine.tracing.active else None
-    queue: deque[_InFlight] = deque()
-    now = arrivals.next_time if arrivals.next_time != math.inf else 0.0
-    gpu_free = now
+    arrivals = step.arrivals
+    queue: deque[Flight] = deque()
+    gpu_free = step.now  # the GPU runs steps back to back
     idle_steps = 0
     while True:
-        if arrivals.next_time <= now:
-            engine._arrive(arrivals, now, hook)
+        if arrivals.next_time <= step.now:
+            step.arrive()
         if not queue and not has_requests():
-            if arrivals.next_time == math.inf:
-                if worker is not None and connector is not None and (connector.busy or worker.busy):
-                    # The last stores still land: steps without requests, applied at
-                    # once, as the synchronous loop's (vLLM's engine would stop here).
-                    woke = _drain_step(engine, arrivals, now, idle_steps, hook)
-                    if woke is not None:
-                        now, idle_steps = woke
-                    continue
-                engine._check_no_turn_held(arrivals)
+            if arrivals.next_time == float("inf") and step.tier.busy:
+                # The last stores still land: steps without requests, applied at
+                # once, as the synchronous loop's (vLLM's engine would stop here).
+                woke = step.run_empty(step.decide(), idle_steps)
+                idle_steps = idle_steps if woke is None else woke
+            elif not step.wait_for_arrival():
                 break
-            now = engine._now = max(now, arrivals.next_time)
             continue
-
         output: SchedulerOutput | None = None
         if has_requests():
-            if hook is not None:
-                hook.kvframe_step_snapshot(snapshot=snapshot(scheduler, now))
-            output = scheduler.schedule(now)
-            step = scheduler.stats.num_steps
-            if hook is not None:
-                trace_decision(hook, output, step, now)
-            engine._record_decision(output, now)
-            executed = output.total_num_scheduled_tokens > 0
-            result = None
-            start = end = max(now, gpu_free)
-            if executed:
-                result = executor.execute(output, requests, start)
-                collector.on_step(
-                    start,
-                    result.duration,
-                    num_generated_tokens=len(result.sampled),
-                    num_computed_tokens=output.total_num_scheduled_tokens,
-                )
-                end += result.duration
-                gpu_free = end
-            elif handler is not None:
-                # vLLM's model runner runs the connector without a forward pass:
-                # this step's loads start, finished transfers are reported (in
-                # its output, applied when the step leaves the queue). No time.
-                result = executor.execute(output, requests, start)
-            queue.append(_InFlight(output, result, start, end, step))
-            if len(queue) < BATCH_QUEUE_SIZE and (executed or (keeps_queue and has_requests())):
+            output = step.decide()
+            flight = step.execute(output, max(step.now, gpu_free))
+            gpu_free = flight.end
+            queue.append(flight)
+            if len(queue) < BATCH_QUEUE_SIZE and (
+                output.total_num_scheduled_tokens or (keeps_queue and has_requests())
+            ):
                 continue  # schedule the next step before waiting for this one
-
         done = queue.popleft()
-        now = engine._now = max(now, done.end)
-        _apply(engine, done, arrivals, hook)
-        if (
-            output is not None
-            and not output.total_num_scheduled_tokens
-            and not done.output.total_num_scheduled_tokens
-            and requests
-            and not any(q.output.total_num_scheduled_tokens for q in queue)
-            and not done.reported_transfers
-            and not any(q.reported_transfers for q in queue)
-        ):
-            # Nothing scheduled after the last output was applied, and nothing in
-            # flight that could change that: no step with tokens, no transfer
-            # reported but not yet seen by the scheduler. The clock moves to the
-            # next arrival or the end of the next transfer.
-            next_transfer = handler.next_completion() if handler is not None else math.inf
-            woke = engine._idle(arrivals, now, output, idle_steps, next_transfer)
-            idle_steps = idle_steps + 1 if woke == now else 0
-            now = engine._now = woke
+        step.now = max(step.now, done.end)
+        step.apply(done, done.end)
+        if output is not None and _stalled(output, done, queue) and scheduler.requests:
+            # The clock moves to the next arrival or the end of the next transfer.
+            woke = step.idle(output, idle_steps, step.tier.next_completion())
+            idle_steps = idle_steps + 1 if woke == step.now else 0
+            step.now = woke
         else:
             idle_steps = 0
         if progress is not None:
             progress()
 
 
-def _apply(engine: EngineParts, done: _InFlight, arrivals: ArrivalQueue, hook: Any) -> None:
-    """Apply a finished step's output, one step late: tokens, first-token times, finishes."""
-    scheduler = engine.scheduler
-    result = done.result
-    if result is None:
-        # vLLM applies the empty output of a step that scheduled nothing too.
-        scheduler.update_from_output(done.output, ModelRunnerOutput(sampled_token_ids={}))
-        return
-    # With a tier, the worker's report (finished sending / receiving) rides on
-    # the step's output: the scheduler sees a transfer land one step late too.
-    finished = scheduler.update_from_output(done.output, result.model_output)
-    end = done.end
-    on_first_token = engine._collector.on_first_token
-    for request in result.sampled:
-        if request.first_token_time is None and request.num_output_tokens:
-            request.first_token_time = end
-            on_first_token(request.request_id, end)
-    if hook is not None:
-        trace_kv_events(hook, scheduler.kv_cache_manager, done.step, end, scheduler.connector)
-    if finished:
-        engine._finish(finished, arrivals, done.step, done.start, end, hook)
-
-
-def _drain_step(
-    engine: EngineParts, arrivals: ArrivalQueue, now: float, idle_steps: int, hook: Any
-) -> tuple[float, int] | None:
-    """A step after the last request left the scheduler while the tier still moves
-    blocks: scheduled, run and applied at once (:meth:`Engine._empty_step`)."""
-    scheduler = engine.scheduler
-    if hook is not None:
-        hook.kvframe_step_snapshot(snapshot=snapshot(scheduler, now))
-    output = scheduler.schedule(now)
-    if hook is not None:
-        trace_decision(hook, output, scheduler.stats.num_steps, now)
-    engine._record_decision(output, now)
-    return engine._empty_step(output, arrivals, now, idle_steps, hook)
+def _stalled(output: SchedulerOutput, done: Flight, queue: deque[Flight]) -> bool:
+    """Nothing scheduled after the last output was applied, and nothing in flight that
+    could change that: no step with tokens, no transfer reported but not yet seen by
+    the scheduler."""
+    return (
+        not output.total_num_scheduled_tokens
+        and not done.output.total_num_scheduled_tokens
+        and not any(q.output.total_num_scheduled_tokens for q in queue)
+        and not done.reported_transfers
+        and not any(q.reported_transfers for q in queue)
+    )

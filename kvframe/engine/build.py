@@ -14,25 +14,26 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from kvframe.config import ConfigError
-from kvframe.contract.offload import OffloadContext
+from kvframe.contract.offload import NO_TIER, OffloadContext
 from kvframe.core.factory import make_scheduler
 from kvframe.core.scheduler import Scheduler
-from kvframe.domain.fidelity import fidelity_for
+from kvframe.engine.tier import OffloadTier
 from kvframe.executors.sim import SimExecutor
 
 if TYPE_CHECKING:
     from kvframe.contract.bases import EvictionPolicy
-    from kvframe.contract.offload import ConnectorSemantics
+    from kvframe.contract.offload import ConnectorSemantics, Tier
     from kvframe.domain.costs import CostModel
     from kvframe.engine.config import EngineConfig
     from kvframe.executors.base import Executor
     from kvframe.executors.presets import Preset
     from kvframe.executors.torch.build import ModelPlan
+    from kvframe.executors.torch.executor import RealBytesTransferHandler
     from kvframe.executors.torch.options import TorchOptions
     from kvframe.host.registry import PluginRegistry
     from kvframe.host.tracing import Tracing
     from kvframe.offload.offloading_connector import OffloadingConnector
-    from kvframe.offload.worker import OffloadWorker
+    from kvframe.offload.worker import SimTransferHandler
 
 __all__ = ["EngineParts", "assemble", "build_offload"]
 
@@ -46,6 +47,8 @@ class EngineParts:
     executor: Executor
     tracing: Tracing | None
     preset: Preset
+    tier: Tier
+    """The offload tier (:data:`~kvframe.contract.offload.NO_TIER` without one)."""
 
 
 def assemble(config: EngineConfig, registry: PluginRegistry | None = None) -> EngineParts:
@@ -78,15 +81,16 @@ def assemble(config: EngineConfig, registry: PluginRegistry | None = None) -> En
     tracing = registry.create_tracing(config.tracers) if config.tracers else None
     events = tracing is not None and tracing.active
     try:
-        connector = worker = handler = None
+        tier: Tier = NO_TIER
         if config.offload is not None:
-            connector, worker, handler = build_offload(
+            tier = build_offload(
                 config,
                 registry,
                 events,
                 kv_bytes_per_token=None if plan is None else plan.kv_bytes_per_token(),
                 real_bytes=plan is not None,
             )
+        connector = tier.connector
         scheduler = make_scheduler(
             config.scheduler_config(enable_kv_cache_events=events),
             policy,
@@ -101,10 +105,12 @@ def assemble(config: EngineConfig, registry: PluginRegistry | None = None) -> En
     executor: Executor
     if model is not None:
         assert plan is not None and torch_options is not None
-        executor = _torch_executor(model, plan, torch_options, preset, worker, handler)
+        executor = _torch_executor(model, plan, torch_options, preset, tier)
     else:
-        executor = SimExecutor(preset.cost_model, offload_worker=worker, transfer_handler=handler)
-    return EngineParts(config, scheduler, executor, tracing, preset)
+        executor = SimExecutor(
+            preset.cost_model, offload_worker=tier.worker, transfer_handler=tier.handler
+        )
+    return EngineParts(config, scheduler, executor, tracing, preset, tier)
 
 
 def _plan_model(config: EngineConfig, options: TorchOptions) -> tuple[ModelPlan, EngineConfig]:
@@ -127,7 +133,7 @@ def _gpu_eviction(
     """The GPU prefix cache's eviction policy, if one replaces vLLM's free queue."""
     if config.gpu_eviction is None:
         return None
-    eviction = registry.create("eviction", config.gpu_eviction, num_gpu_blocks)
+    eviction: EvictionPolicy = registry.create("eviction", config.gpu_eviction, num_gpu_blocks)
     from kvframe.core.block_pool import gpu_eviction_problem
 
     problem = gpu_eviction_problem(eviction)
@@ -135,7 +141,7 @@ def _gpu_eviction(
         selected = config.gpu_eviction
         text = selected if isinstance(selected, str) else type(eviction).name
         raise ConfigError(f"--gpu-eviction {text}: {problem}")
-    return eviction  # type: ignore[no-any-return]
+    return eviction
 
 
 def _torch_executor(
@@ -143,21 +149,20 @@ def _torch_executor(
     plan: ModelPlan,
     options: TorchOptions,
     preset: Preset,
-    worker: OffloadWorker | None,
-    handler: Any,
+    tier: Tier,
 ) -> Executor:
     from kvframe.executors.torch.executor import TorchExecutor
 
-    if handler is not None:
-        handler.register_kv_caches(model.kv_caches)
+    if tier.moves_blocks:
+        tier.handler.register_kv_caches(model.kv_caches)
     eos = options.eos if options.eos is not None else plan.config.eos_token_id
     return TorchExecutor(
         model,
         preset.cost_model,
         clock=options.clock,
         stop_token_ids=() if eos is None or eos < 0 else (eos,),
-        offload_worker=worker,
-        transfer_handler=handler,
+        offload_worker=tier.worker,
+        transfer_handler=tier.handler,
         description=plan.describe(),
         tokenizer=plan.tokenizer,
     )
@@ -170,8 +175,8 @@ def build_offload(
     *,
     kv_bytes_per_token: int | None = None,
     real_bytes: bool = False,
-) -> tuple[OffloadingConnector, OffloadWorker, Any]:
-    """The tier's manager (wrapped in the reuse filter), its connector and the worker.
+) -> OffloadTier:
+    """The tier's manager (wrapped in the reuse filter), its connector, worker and handler.
 
     The sim executor's worker runs a :class:`SimTransferHandler`. With
     ``real_bytes`` (the torch executor) the tier's own transfer handler moves
@@ -182,7 +187,7 @@ def build_offload(
     ``config.eviction`` sets the tier's ``eviction`` option; if the offload
     config string sets it too, they must name the same policy with the same options.
     """
-    from kvframe.offload.worker import OffloadWorker, SimTransferHandler
+    from kvframe.offload.worker import OffloadWorker
 
     assert config.offload is not None
     resolved = registry.resolve("offload", config.offload)
@@ -199,31 +204,35 @@ def build_offload(
     cost_model = preset.cost_model
     if config.offload_bandwidth is not None:
         cost_model = attrs.evolve(cost_model, transfer_bytes_per_s=float(config.offload_bandwidth))
-    if fidelity_for(config.vllm).offload_jobs:
+    handler = _transfer_handler(cost_model, context, preset, spec if real_bytes else None)
+    if config.fidelity.offload_jobs:
         # vLLM 0.33.0's tier: its job-numbered connector, ledger and worker.
         from kvframe.engine.job_tier import build_job_tier
 
-        handler = SimTransferHandler(cost_model, context.gpu_block_bytes, preset.shape.num_layers)
-        if real_bytes:
-            from kvframe.executors.torch.executor import RealBytesTransferHandler
-
-            handler = RealBytesTransferHandler(handler, spec.create_transfer_handler(context))
-        job_connector, job_worker = build_job_tier(
-            config, registry, resolved, spec, context, handler
-        )
-        return job_connector, job_worker, handler  # type: ignore[return-value]
+        return build_job_tier(config, registry, resolved, spec, context, handler)
     manager, factor = _offload_manager(config, registry, resolved.name, spec, context)
     # A spec that is no OffloadSpec subclass (a registered hook factory) gets
     # vLLM's native connector.
     semantics_of = getattr(spec, "connector_semantics", None)
     semantics = semantics_of() if callable(semantics_of) else None
     connector = _offload_connector(config, manager, factor, cost_model, context, preset, semantics)
-    handler: Any = SimTransferHandler(cost_model, context.gpu_block_bytes, preset.shape.num_layers)
-    if real_bytes:
-        from kvframe.executors.torch.executor import RealBytesTransferHandler
+    return OffloadTier(connector, OffloadWorker(handler, semantics), handler)
 
-        handler = RealBytesTransferHandler(handler, spec.create_transfer_handler(context))
-    return connector, OffloadWorker(handler, semantics), handler
+
+def _transfer_handler(
+    cost_model: CostModel, context: OffloadContext, preset: Preset, real_bytes_spec: Any
+) -> SimTransferHandler | RealBytesTransferHandler:
+    """The sim's handler, which times the tier's transfers; given the tier's spec
+    (``real_bytes_spec``, the torch executor), wrapped so that the spec's own
+    handler moves the bytes while the sim's keeps the time."""
+    from kvframe.offload.worker import SimTransferHandler
+
+    handler = SimTransferHandler(cost_model, context.gpu_block_bytes, preset.shape.num_layers)
+    if real_bytes_spec is None:
+        return handler
+    from kvframe.executors.torch.executor import RealBytesTransferHandler
+
+    return RealBytesTransferHandler(handler, real_bytes_spec.create_transfer_handler(context))
 
 
 def _offload_spec(config: EngineConfig, registry: PluginRegistry, resolved: Any) -> Any:

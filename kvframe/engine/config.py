@@ -24,7 +24,7 @@ from kvframe.config import ConfigError, PluginSpec, format_spec, parse_size, par
 from kvframe.core.compiled import check_core, resolve_core
 from kvframe.core.scheduler_config import SchedulerConfig
 from kvframe.domain.costs import num_gpu_blocks_for
-from kvframe.domain.fidelity import DEFAULT_VLLM, fidelity_for
+from kvframe.domain.fidelity import DEFAULT_VLLM, Fidelity, fidelity_for
 from kvframe.executors.catalog import get_preset
 
 if TYPE_CHECKING:
@@ -38,8 +38,8 @@ DEFAULT_PRESET = "llama3.1-8b-h100"
 
 DEFAULT_MAX_MODEL_LEN = 131072
 """The context length of the bundled presets' models (Llama 3.1's
-``max_position_embeddings`` in its config.json), used when neither the config
-nor the preset's model shape says otherwise."""
+``max_position_embeddings`` in its config.json), used when the config gives
+none (a preset's model shape carries no context length)."""
 
 PluginSelection = str | PluginSpec
 
@@ -101,7 +101,8 @@ class EngineConfig:
     per block), not both; with neither, the preset's own KV budget is used
     (what vLLM would leave for KV on that hardware).
 
-    ``max_model_len`` defaults to the preset model's context length. Requests
+    ``max_model_len`` defaults to the bundled presets' model's context length
+    (:data:`DEFAULT_MAX_MODEL_LEN`). Requests
     whose prompt does not fit it, or whose prompt + ``max_tokens`` could never
     fit the GPU pool even alone, are finished as ignored (see
     :meth:`kvframe.engine.Engine.run`).
@@ -155,6 +156,13 @@ class EngineConfig:
     vllm: str = attrs.field(default=DEFAULT_VLLM, converter=lambda v: fidelity_for(v).vllm)
     """The vLLM release whose scheduling rules the core follows (``"0.19.1"``, the
     default, or ``"0.33"`` = ``"0.33.0"``): :mod:`kvframe.domain.fidelity`."""
+    fidelity: Fidelity = attrs.field(
+        init=False,
+        repr=False,
+        default=attrs.Factory(lambda self: fidelity_for(self.vllm), takes_self=True),
+    )
+    """The switches of :attr:`vllm`, resolved once here: the builders and the core
+    read this object (:class:`~kvframe.domain.fidelity.Fidelity`), never the name."""
     async_scheduling: bool = attrs.field(default=False, validator=_is_bool)
     """vLLM's asynchronous scheduling (``--async-scheduling``; vLLM's own default in
     0.19.1 and 0.33.0): step N+1 is scheduled before step N's tokens come back, in
@@ -179,7 +187,12 @@ class EngineConfig:
             if "scheduler" in fields:
                 raise TypeError("give scheduler or its alias scheduling, not both")
             fields["scheduler"] = scheduling
-        self.__attrs_init__(**fields)  # type: ignore[attr-defined]  # attrs makes it (init=False)
+        self.__attrs_init__(**fields)
+
+    if TYPE_CHECKING:
+
+        def __attrs_init__(self, **fields: Any) -> None:
+            """The initialiser attrs writes for ``init=False``; declared for type checkers."""
 
     @property
     def scheduling(self) -> PluginSelection:
@@ -249,8 +262,7 @@ class EngineConfig:
     def resolved_max_model_len(self) -> int:
         if self.max_model_len is not None:
             return self.max_model_len
-        shape = self.preset_object.shape
-        return int(getattr(shape, "max_model_len", None) or DEFAULT_MAX_MODEL_LEN)
+        return DEFAULT_MAX_MODEL_LEN
 
     def scheduler_config(self, *, enable_kv_cache_events: bool = False) -> SchedulerConfig:
         """The core's :class:`SchedulerConfig` for these settings.
@@ -274,7 +286,7 @@ class EngineConfig:
             rollback_uncomputed_blocks=self.rollback_uncomputed_blocks,
             hash_seed=self.seed,
             enable_kv_cache_events=enable_kv_cache_events,
-            fidelity=self.vllm,
+            fidelity=self.fidelity,
             async_scheduling=self.async_scheduling,
             core=self.core,
         )

@@ -17,13 +17,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kvframe.config import ConfigError
+from kvframe.engine.tier import OffloadTier
 
 if TYPE_CHECKING:
     from kvframe.contract.offload import OffloadContext
     from kvframe.engine.config import EngineConfig
     from kvframe.host.registry import PluginRegistry, Resolved
-    from kvframe.offload.job_connector import JobOffloadingConnector
-    from kvframe.offload.job_worker import JobOffloadWorker
 
 __all__ = ["build_job_tier"]
 
@@ -35,8 +34,8 @@ def build_job_tier(
     spec: Any,
     context: OffloadContext,
     handler: Any,
-) -> tuple[JobOffloadingConnector, JobOffloadWorker]:
-    """The 0.33.0 connector and worker of tier ``resolved`` (its ``spec`` built).
+) -> OffloadTier:
+    """The 0.33.0 connector and worker of tier ``resolved`` (its ``spec`` built), on ``handler``.
 
     :raises ConfigError: for a tier, an eviction policy or a reuse filter with no
         vLLM 0.33.0 model, naming it.
@@ -92,7 +91,7 @@ def build_job_tier(
         block_size_factor=factor,
         enable_prefix_caching=config.enable_prefix_caching,
     )
-    return connector, JobOffloadWorker(handler)
+    return OffloadTier(connector, JobOffloadWorker(handler), handler)
 
 
 def _threshold(config: EngineConfig, registry: PluginRegistry, where: str) -> tuple[int, int]:

@@ -302,11 +302,11 @@ class MetricsSummary:
     def write_json(self, path: str | os.PathLike[str] | IO[str]) -> None:
         """Write ``metrics.json`` (without the per-request rows; see :meth:`write_csv`)."""
         text = json.dumps(self.to_dict(), indent=2, sort_keys=False, allow_nan=False) + "\n"
-        if hasattr(path, "write"):
-            path.write(text)  # type: ignore[union-attr]
+        if isinstance(path, str | os.PathLike):
+            with open(path, "w", encoding="utf-8") as out:
+                out.write(text)
             return
-        with open(path, "w", encoding="utf-8") as out:  # type: ignore[arg-type]
-            out.write(text)
+        path.write(text)
 
     def write_csv(self, path: str | os.PathLike[str] | IO[str]) -> None:
         """Write one row per request (empty cells for times a request never reached)."""
@@ -320,11 +320,11 @@ class MetricsSummary:
                     for value in (getattr(row, name) for name in CSV_COLUMNS)
                 )
 
-        if hasattr(path, "write"):
-            emit(path)  # type: ignore[arg-type]
+        if isinstance(path, str | os.PathLike):
+            with open(path, "w", encoding="utf-8", newline="") as out:
+                emit(out)
             return
-        with open(path, "w", encoding="utf-8", newline="") as out:  # type: ignore[arg-type]
-            emit(out)
+        emit(path)
 
     # -- the text table --------------------------------------------------------
 

@@ -186,6 +186,9 @@ class Executor(Protocol):
     """Token ids that finish a request (the model's end of sequence; none in the sim)."""
     description: Mapping[str, Any] | None
     """What ran, for the summary's configuration line (``None``: the cost model alone)."""
+    clock: str
+    """What moves the engine's clock: ``virtual`` (the cost model), or the torch
+    executor's measured ``wall`` or ``cpu`` time (for the summary's metadata)."""
     supports_decode_runs: bool
     """Whether every step's effects are the scheduler's and the cost model's alone, so
     the engine may take runs of plain decode steps in one go

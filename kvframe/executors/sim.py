@@ -69,6 +69,8 @@ class SimExecutor:
 
     supports_decode_runs = True
     """A step's effects are the scheduler's and the cost model's alone."""
+    clock = "virtual"
+    """The cost model moves the clock."""
     stop_token_ids: tuple[int, ...] = ()
     description: str | None = None
 

@@ -73,6 +73,12 @@ class OffloadWorker:
         """Transfers are pending, or a request's stores must still be reported."""
         return bool(self._jobs or self._unsubmitted_stores or self._store_jobs)
 
+    @property
+    def has_deferred_stores(self) -> bool:
+        """Stores wait for the next step's start to be submitted. Never so after a step
+        that scheduled nothing: its start submitted them, and it offers none itself."""
+        return bool(self._unsubmitted_stores)
+
     def _submit_stores(self) -> None:
         start = self.handler.start_transfers
         jobs = self._jobs

@@ -156,7 +156,7 @@ def test_a_stall_still_raises(registry: PluginRegistry):
     )
     with pytest.raises(EngineStalled, match="stalled"):
         engine.run([spec("a", 16, 1), spec("b", 16, 1, arrival=50.0)])
-    assert engine._now == 50.0  # it jumped to b's arrival, then gave up
+    assert engine.now == 50.0  # it jumped to b's arrival, then gave up
 
 
 @pytest.mark.parametrize(

@@ -48,7 +48,7 @@ def _state(engine: Engine, result: Any) -> dict[str, Any]:
         "free_order": free_order,
         "cached": sorted((b.block_id, b.block_hash) for b in pool.blocks if b.block_hash),
         "tables": {r: [b.block_id for b in t] for r, t in kv.req_to_blocks.items()},
-        "now": engine._now,
+        "now": engine.now,
     }
 
 

@@ -158,7 +158,7 @@ def test_a_blocked_request_waits_for_the_next_arrival_before_stalling(registry: 
     )
     with pytest.raises(EngineStalled):
         engine.run([spec("a", 16, 1), spec("b", 16, 1, arrival=50.0)])
-    assert engine._now == 50.0  # it jumped to b's arrival, then gave up
+    assert engine.now == 50.0  # it jumped to b's arrival, then gave up
 
 
 # -- interruption ------------------------------------------------------------------

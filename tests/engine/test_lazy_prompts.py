@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import kvframe.engine.engine as engine_module
+import kvframe.engine.step as step_module
 from kvframe.core.hashing import ChunkMemo, make_block_hasher
 from kvframe.domain.request import Request
 from kvframe.domain.tokens import encode_tokens as token_bytes
@@ -27,7 +27,7 @@ HEAD = Path(__file__).resolve().parents[1] / "core" / "data" / "mooncake_convers
 
 def _run(monkeypatch: pytest.MonkeyPatch, eager: bool, limit: int, **config) -> tuple:
     if eager:
-        monkeypatch.setattr(engine_module, "PromptTokens", lambda prompt: prompt.token_ids())
+        monkeypatch.setattr(step_module, "PromptTokens", lambda prompt: prompt.token_ids())
     else:
         monkeypatch.undo()
     engine = Engine.from_config(EngineConfig(num_gpu_blocks=3000, **config))

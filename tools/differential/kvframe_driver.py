@@ -44,13 +44,14 @@ def _policy(name: str) -> Any:
     raise ValueError(f"unknown policy {name!r}")
 
 
-def _scheduler_config(config: dict[str, Any]) -> Any:
+def _scheduler_config(config: dict[str, Any], fidelity: Any) -> Any:
     """kvframe's SchedulerConfig from the workload config, refusing silent drops.
 
     The workload config names a few settings that kvframe may not model under
     the same name (``reserve_full_sequence`` is vLLM's
     ``scheduler_reserve_full_isl``); if kvframe lacks one, the run is refused
-    rather than compared against a vLLM that used it.
+    rather than compared against a vLLM that used it. ``fidelity`` is the
+    workload's ``vllm`` target, resolved once by the caller.
     """
     import attrs
 
@@ -68,7 +69,7 @@ def _scheduler_config(config: dict[str, Any]) -> Any:
             # The vLLM release the workload is compared against: kvframe's fidelity target.
             if "fidelity" not in fields:
                 raise RuntimeError(f"this kvframe has no fidelity targets (wanted vLLM {value})")
-            kwargs["fidelity"] = value
+            kwargs["fidelity"] = fidelity
             continue
         if key in fields:
             kwargs[key] = value
@@ -180,9 +181,10 @@ class KvframeAdapter:
         connector = None
         self._namer: stepping.BlockNamer | None = None
         self._evicted: list[Any] = []
-        from kvframe.domain.fidelity import fidelity_for
+        from kvframe.domain.fidelity import DEFAULT_VLLM, fidelity_for
 
-        self._jobs = fidelity_for(config.get("vllm", "0.19.1")).offload_jobs
+        fidelity = fidelity_for(config.get("vllm", DEFAULT_VLLM))
+        self._jobs = fidelity.offload_jobs
         """vLLM 0.33.0's connector (fidelity switch ``offload_jobs``): numbered jobs."""
         self._block_size = config["block_size"]
         self._loaded_tokens: dict[str, int] = {}
@@ -213,7 +215,7 @@ class KvframeAdapter:
         config = {k: v for k, v in config.items() if k != "tier"}
         self._step = 0
         self.scheduler = make_scheduler(
-            _scheduler_config(config), _policy(config["policy"]), connector=connector
+            _scheduler_config(config, fidelity), _policy(config["policy"]), connector=connector
         )
 
     def _tier_view(self, out: Any, new: list[str]) -> stepping.TierView:
