@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from kvframe.domain.tokens import BlockHash
     from kvframe.executors.catalog import get_preset
     from kvframe.host.registry import PluginRegistry, get_registry
-    from kvframe.offload.manager import SlotOffloadManager
+    from kvframe.offload.slots.manager import SlotOffloadManager
 
 
 # Loaded on first access (PEP 562; every name here is in __all__ too) so that
@@ -95,7 +95,7 @@ _LAZY: dict[str, str] = {
     "BlockHash": "kvframe.domain.tokens",
     "get_preset": "kvframe.executors.catalog",
     **dict.fromkeys(("PluginRegistry", "get_registry"), "kvframe.host.registry"),
-    "SlotOffloadManager": "kvframe.offload.manager",
+    "SlotOffloadManager": "kvframe.offload.slots.manager",
 }
 
 
@@ -118,6 +118,16 @@ MOVED: dict[str, tuple[str, ...]] = {
     "kvframe.executors.cost_model": ("kvframe.domain.costs",),
     "kvframe.executors.torch.calibrate": ("kvframe.calibrate.torch_timing",),
     "kvframe.executors.torch.replay": ("kvframe.calibrate.replay",),
+    # issue 45: the two offload models by release, vLLM 0.19.1's and 0.33.0's.
+    "kvframe.offload.offloading_connector": (
+        "kvframe.offload.slots.connector",
+        "kvframe.offload.stats",
+    ),
+    "kvframe.offload.manager": ("kvframe.offload.slots.manager", "kvframe.offload.blocks"),
+    "kvframe.offload.worker": ("kvframe.offload.slots.worker",),
+    "kvframe.offload.job_connector": ("kvframe.offload.jobs.connector",),
+    "kvframe.offload.job_worker": ("kvframe.offload.jobs.worker",),
+    "kvframe.offload.request_manager": ("kvframe.offload.jobs.manager",),
 }
 """Old module paths that still import, for one release, with a :class:`DeprecationWarning`
 naming the new path. An old module whose names now live in several modules imports as a

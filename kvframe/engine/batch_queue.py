@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from kvframe.engine.metrics import MetricsCollector
     from kvframe.executors.base import Executor, StepResult
     from kvframe.host.registry import Tracing
-    from kvframe.offload.offloading_connector import OffloadingConnector
+    from kvframe.offload.slots.connector import OffloadingConnector
 
 __all__ = ["BATCH_QUEUE_SIZE", "run_batch_queue"]
 

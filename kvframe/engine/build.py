@@ -30,8 +30,8 @@ if TYPE_CHECKING:
     from kvframe.executors.torch.options import TorchOptions
     from kvframe.host.registry import PluginRegistry
     from kvframe.host.tracing import Tracing
-    from kvframe.offload.offloading_connector import OffloadingConnector
-    from kvframe.offload.worker import OffloadWorker
+    from kvframe.offload.slots.connector import OffloadingConnector
+    from kvframe.offload.slots.worker import OffloadWorker
 
 __all__ = ["EngineParts", "assemble", "build_offload"]
 
@@ -181,7 +181,7 @@ def build_offload(
     ``config.eviction`` sets the tier's ``eviction`` option; if the offload
     config string sets it too, they must name the same policy with the same options.
     """
-    from kvframe.offload.worker import OffloadWorker, SimTransferHandler
+    from kvframe.offload.slots.worker import OffloadWorker, SimTransferHandler
 
     assert config.offload is not None
     resolved = registry.resolve("offload", config.offload)
@@ -251,7 +251,7 @@ def _offload_manager(
     config: EngineConfig, registry: PluginRegistry, name: str, spec: Any, context: OffloadContext
 ) -> tuple[Any, int]:
     """The tier's manager behind the reuse filter, and how many GPU blocks a tier block spans."""
-    from kvframe.offload.manager import FilteredOffloadManager
+    from kvframe.offload.slots.manager import FilteredOffloadManager
 
     try:
         manager = spec.create_manager(context)
@@ -282,7 +282,7 @@ def _offload_connector(
     vLLM's native connector); its tier view prices a load with the sim's transfer
     model (what a load costs here), copies counted by the preset's block layout."""
     from kvframe.domain.transfers import num_chunks
-    from kvframe.offload.offloading_connector import OffloadingConnector
+    from kvframe.offload.slots.connector import OffloadingConnector
 
     kv_bytes = context.kv_bytes_per_token
     layers = preset.shape.num_layers

@@ -69,7 +69,7 @@ if TYPE_CHECKING:
     from kvframe.executors.base import Executor
     from kvframe.executors.presets import Preset
     from kvframe.host.registry import PluginRegistry, Tracing
-    from kvframe.offload.offloading_connector import OffloadingConnector
+    from kvframe.offload.slots.connector import OffloadingConnector
     from kvframe.workloads.spec import RequestSpec, Workload
 
 __all__ = ["Engine", "EngineStalled", "RunProgress", "RunResult"]

@@ -1,12 +1,12 @@
 """An offload tier under the vLLM 0.33.0 target: 0.33.0's CPU tier, built from a config.
 
 Under fidelity switch ``offload_jobs`` (the 0.33 target) the tier is vLLM
-0.33.0's: :class:`~kvframe.offload.job_connector.JobOffloadingConnector` over
-:class:`~kvframe.offload.request_manager.RequestScopedOffloadManager`, with
+0.33.0's: :class:`~kvframe.offload.jobs.connector.JobOffloadingConnector` over
+:class:`~kvframe.offload.jobs.manager.RequestScopedOffloadManager`, with
 the eviction plugin's request-scoped form (``request_scoped_form``: the
 bundled ``lru`` and ``arc`` have one) and the reuse filter *inside* the
 manager, as 0.33.0's ``CPUOffloadingManager`` keeps it (``store_threshold``,
-``max_tracker_size``), and :class:`~kvframe.offload.job_worker.JobOffloadWorker`
+``max_tracker_size``), and :class:`~kvframe.offload.jobs.worker.JobOffloadWorker`
 as its worker. vLLM 0.33.0 has only its CPU tier modelled here, so a tier
 without a request-scoped model is refused with the reason, never run as
 0.19.1's under a 0.33 label.
@@ -22,8 +22,8 @@ if TYPE_CHECKING:
     from kvframe.contract.offload import OffloadContext
     from kvframe.engine.config import EngineConfig
     from kvframe.host.registry import PluginRegistry, Resolved
-    from kvframe.offload.job_connector import JobOffloadingConnector
-    from kvframe.offload.job_worker import JobOffloadWorker
+    from kvframe.offload.jobs.connector import JobOffloadingConnector
+    from kvframe.offload.jobs.worker import JobOffloadWorker
 
 __all__ = ["build_job_tier"]
 
@@ -41,9 +41,9 @@ def build_job_tier(
     :raises ConfigError: for a tier, an eviction policy or a reuse filter with no
         vLLM 0.33.0 model, naming it.
     """
-    from kvframe.offload.job_connector import JobOffloadingConnector
-    from kvframe.offload.job_worker import JobOffloadWorker
-    from kvframe.offload.request_manager import RequestScopedOffloadManager
+    from kvframe.offload.jobs.connector import JobOffloadingConnector
+    from kvframe.offload.jobs.manager import RequestScopedOffloadManager
+    from kvframe.offload.jobs.worker import JobOffloadWorker
 
     where = f"vllm={config.vllm}"
     eviction = getattr(spec, "eviction", None)

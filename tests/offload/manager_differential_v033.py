@@ -99,7 +99,7 @@ class KvframeSide:
     """kvframe's ``RequestScopedOffloadManager`` with the 0.33 policy forms."""
 
     def __init__(self, scenario: dict[str, Any]) -> None:
-        from kvframe.offload.request_manager import RequestAccess, RequestScopedOffloadManager
+        from kvframe.offload.jobs.manager import RequestAccess, RequestScopedOffloadManager
 
         if scenario["policy"] == "lru":
             from kvframe_lru.rank import RankLRUPolicy as Policy

@@ -22,7 +22,7 @@ import kvframe
 from kvframe.contract.views import EvictableBlock
 from kvframe.domain.queues import RequestQueue
 from kvframe.domain.request import Request
-from kvframe.offload.manager import SlotOffloadManager
+from kvframe.offload.slots.manager import SlotOffloadManager
 
 Victim = tuple[Hashable, EvictableBlock]
 

@@ -2,7 +2,7 @@
 
 vLLM 0.19's ``FilterReusedOffloadingManager`` (``vllm/v1/kv_offload/reuse_manager.py``)
 as a :class:`kvframe.ReuseFilter`. The host's
-:class:`kvframe.offload.manager.FilteredOffloadManager` does the wrapping, so
+:class:`kvframe.offload.slots.manager.FilteredOffloadManager` does the wrapping, so
 the filter sees exactly what vLLM's decorator sees:
 
 * every hash passed to ``lookup`` is one *sighting*, hit or miss, including the

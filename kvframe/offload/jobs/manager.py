@@ -40,7 +40,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from kvframe.offload.manager import OffloadBlock
+from kvframe.offload.blocks import OffloadBlock
 
 __all__ = [
     "LookupResult",
