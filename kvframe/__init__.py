@@ -50,6 +50,12 @@ if TYPE_CHECKING:
         StepDecision,
         StepSnapshot,
     )
+    from kvframe.contract.request_scoped import (
+        InManagerReuseFilter,
+        RequestAccess,
+        RequestScopedPolicy,
+        RequestScopedSlots,
+    )
     from kvframe.contract.support import TouchWalkCache, claimed_max_evictable
     from kvframe.contract.views import EvictableBlock, Retention, SchedulerContext, TierView
     from kvframe.domain.costs import CostModel, ModelShape, prefill_pairs
@@ -82,6 +88,10 @@ _LAZY: dict[str, str] = {
             "StepSnapshot",
         ),
         "kvframe.contract.records",
+    ),
+    **dict.fromkeys(
+        ("InManagerReuseFilter", "RequestAccess", "RequestScopedPolicy", "RequestScopedSlots"),
+        "kvframe.contract.request_scoped",
     ),
     **dict.fromkeys(("TouchWalkCache", "claimed_max_evictable"), "kvframe.contract.support"),
     **dict.fromkeys(
@@ -127,7 +137,10 @@ MOVED: dict[str, tuple[str, ...]] = {
     "kvframe.offload.worker": ("kvframe.offload.slots.worker",),
     "kvframe.offload.job_connector": ("kvframe.offload.jobs.connector",),
     "kvframe.offload.job_worker": ("kvframe.offload.jobs.worker",),
-    "kvframe.offload.request_manager": ("kvframe.offload.jobs.manager",),
+    "kvframe.offload.request_manager": (
+        "kvframe.offload.jobs.manager",
+        "kvframe.contract.request_scoped",
+    ),
 }
 """Old module paths that still import, for one release, with a :class:`DeprecationWarning`
 naming the new path. An old module whose names now live in several modules imports as a
@@ -219,6 +232,7 @@ __all__ = [
     "EvictableBlock",
     "EvictionPolicy",
     "FIFORequestQueue",
+    "InManagerReuseFilter",
     "KVEvent",
     "ModelShape",
     "OffloadContext",
@@ -228,8 +242,11 @@ __all__ = [
     "PluginSpec",
     "PrefixCacheEvent",
     "Request",
+    "RequestAccess",
     "RequestFinished",
     "RequestQueue",
+    "RequestScopedPolicy",
+    "RequestScopedSlots",
     "RequestStatus",
     "Retention",
     "ReuseFilter",

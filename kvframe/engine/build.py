@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from kvframe.config import ConfigError
+from kvframe.contract.bases import OffloadSpec
 from kvframe.contract.offload import OffloadContext
 from kvframe.core.scheduler import Scheduler
 from kvframe.domain.fidelity import fidelity_for
@@ -212,10 +213,7 @@ def build_offload(
         )
         return job_connector, job_worker, handler  # type: ignore[return-value]
     manager, factor = _offload_manager(config, registry, resolved.name, spec, context)
-    # A spec that is no OffloadSpec subclass (a registered hook factory) gets
-    # vLLM's native connector.
-    semantics_of = getattr(spec, "connector_semantics", None)
-    semantics = semantics_of() if callable(semantics_of) else None
+    semantics = spec.connector_semantics()
     connector = _offload_connector(config, manager, factor, cost_model, context, preset, semantics)
     handler: Any = SimTransferHandler(cost_model, context.gpu_block_bytes, preset.shape.num_layers)
     if real_bytes:
@@ -225,7 +223,7 @@ def build_offload(
     return connector, OffloadWorker(handler, semantics), handler
 
 
-def _offload_spec(config: EngineConfig, registry: PluginRegistry, resolved: Any) -> Any:
+def _offload_spec(config: EngineConfig, registry: PluginRegistry, resolved: Any) -> OffloadSpec:
     """The tier's spec, built with the eviction policy selected on its own (``--eviction``),
     which must agree with one the offload config string names."""
     options = dict(resolved.options)
@@ -242,13 +240,20 @@ def _offload_spec(config: EngineConfig, registry: PluginRegistry, resolved: Any)
                 )
         options["eviction"] = wanted.spec.source or wanted.name
     try:
-        return resolved.cls(**options)
+        spec = resolved.cls(**options)
     except ValueError as err:
         raise ConfigError(f"offload tier {resolved.name!r} rejected its options: {err}") from err
+    if not isinstance(spec, OffloadSpec):  # the registry admits only subclasses
+        raise ConfigError(f"offload tier {resolved.name!r} is not a kvframe.OffloadSpec")
+    return spec
 
 
 def _offload_manager(
-    config: EngineConfig, registry: PluginRegistry, name: str, spec: Any, context: OffloadContext
+    config: EngineConfig,
+    registry: PluginRegistry,
+    name: str,
+    spec: OffloadSpec,
+    context: OffloadContext,
 ) -> tuple[Any, int]:
     """The tier's manager behind the reuse filter, and how many GPU blocks a tier block spans."""
     from kvframe.offload.slots.manager import FilteredOffloadManager

@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvframe.offload.jobs.manager import (
-    LookupResult,
-    RequestAccess,
-    RequestScopedOffloadManager,
-)
+from kvframe.contract.request_scoped import RequestAccess
+from kvframe.offload.jobs.manager import LookupResult, RequestScopedOffloadManager
 from kvframe.offload.slots.manager import FilteredOffloadManager, SlotOffloadManager
 
 kvframe_lru = pytest.importorskip("kvframe_lru")

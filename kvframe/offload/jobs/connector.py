@@ -51,8 +51,9 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from kvframe.contract.request_scoped import RequestAccess
 from kvframe.domain.request import RequestStatus
-from kvframe.offload.jobs.manager import LookupResult, RequestAccess
+from kvframe.offload.jobs.manager import LookupResult
 from kvframe.offload.stats import OffloadStats
 
 if TYPE_CHECKING:
