@@ -18,7 +18,7 @@ two seams on the base classes:
 and an offload spec says what vLLM 0.33.0's model of it is built from
 (``OffloadSpec.request_scoped_slots``, a :class:`RequestScopedSlots`). The host's manager is
 :class:`kvframe.offload.jobs.manager.RequestScopedOffloadManager`;
-``docs/plugin-authors.md`` ("vLLM 0.33's request-scoped tier") has a whole example.
+``docs/plugin-authors.md`` ("vLLM 0.33: the request-scoped seams") has a whole example.
 """
 
 from __future__ import annotations

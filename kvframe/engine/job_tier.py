@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = ["build_job_tier"]
 
-SEAMS_DOC = 'docs/plugin-authors.md, section "vLLM 0.33\'s request-scoped tier"'
+SEAMS_DOC = 'docs/plugin-authors.md, section "vLLM 0.33: the request-scoped seams"'
 """Where an author reads how to offer the 0.33 seams (named in the refusals)."""
 
 

@@ -54,7 +54,7 @@ def _no_form_message(target: PluginTarget) -> str:
     return (
         f"{target.label} offers no vLLM 0.33.0 form (request_scoped_form is None): it runs "
         "under --vllm 0.19.1, and an offload tier under --vllm 0.33 refuses it. To run there, "
-        'see docs/plugin-authors.md, "vLLM 0.33\'s request-scoped tier"'
+        'see docs/plugin-authors.md, "vLLM 0.33: the request-scoped seams"'
     )
 
 

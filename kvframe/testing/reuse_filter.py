@@ -252,7 +252,7 @@ class ReuseFilterSuite(PluginSuite):
             pytest.skip(
                 f"{kvframe_target.label} offers no vLLM 0.33.0 form (in_manager_form is None): "
                 "it runs under --vllm 0.19.1, and an offload tier under --vllm 0.33 refuses it. "
-                'To run there, see docs/plugin-authors.md, "vLLM 0.33\'s request-scoped tier"'
+                'To run there, see docs/plugin-authors.md, "vLLM 0.33: the request-scoped seams"'
             )
         call = f"in_manager_form(**{dict(kvframe_target.options)!r})"
         try:
