@@ -107,9 +107,7 @@ class ARCPolicy(kvframe.EvictionPolicy):
     description = "Adaptive Replacement Cache: vLLM 0.19's ARCCachePolicy, or variant=paper."
 
     @classmethod
-    def request_scoped_form(
-        cls, capacity: int, *, variant: str = "vllm"
-    ) -> RequestScopedPolicy:
+    def request_scoped_form(cls, capacity: int, *, variant: str = "vllm") -> RequestScopedPolicy:
         """vLLM 0.33.0's form of this policy (:class:`kvframe_arc.request_arc.RequestARCPolicy`),
         for a tier under the 0.33 fidelity target (vLLM's variant only)."""
         if variant != "vllm":
