@@ -30,7 +30,7 @@ import time
 from typing import Any
 
 from kvframe.engine import Engine, EngineConfig
-from kvframe.offload.manager import SlotOffloadManager
+from kvframe.offload.slots.manager import SlotOffloadManager
 from kvframe.workloads import load_workload
 
 TRACE = "mooncake:conversation"

@@ -50,6 +50,12 @@ if TYPE_CHECKING:
         StepDecision,
         StepSnapshot,
     )
+    from kvframe.contract.request_scoped import (
+        InManagerReuseFilter,
+        RequestAccess,
+        RequestScopedPolicy,
+        RequestScopedSlots,
+    )
     from kvframe.contract.support import TouchWalkCache, claimed_max_evictable
     from kvframe.contract.views import EvictableBlock, Retention, SchedulerContext, TierView
     from kvframe.domain.costs import CostModel, ModelShape, prefill_pairs
@@ -58,7 +64,7 @@ if TYPE_CHECKING:
     from kvframe.domain.tokens import BlockHash
     from kvframe.executors.catalog import get_preset
     from kvframe.host.registry import PluginRegistry, get_registry
-    from kvframe.offload.manager import SlotOffloadManager
+    from kvframe.offload.slots.manager import SlotOffloadManager
 
 
 # Loaded on first access (PEP 562; every name here is in __all__ too) so that
@@ -83,6 +89,10 @@ _LAZY: dict[str, str] = {
         ),
         "kvframe.contract.records",
     ),
+    **dict.fromkeys(
+        ("InManagerReuseFilter", "RequestAccess", "RequestScopedPolicy", "RequestScopedSlots"),
+        "kvframe.contract.request_scoped",
+    ),
     **dict.fromkeys(("TouchWalkCache", "claimed_max_evictable"), "kvframe.contract.support"),
     **dict.fromkeys(
         ("EvictableBlock", "Retention", "SchedulerContext", "TierView"), "kvframe.contract.views"
@@ -95,7 +105,7 @@ _LAZY: dict[str, str] = {
     "BlockHash": "kvframe.domain.tokens",
     "get_preset": "kvframe.executors.catalog",
     **dict.fromkeys(("PluginRegistry", "get_registry"), "kvframe.host.registry"),
-    "SlotOffloadManager": "kvframe.offload.manager",
+    "SlotOffloadManager": "kvframe.offload.slots.manager",
 }
 
 
@@ -118,6 +128,19 @@ MOVED: dict[str, tuple[str, ...]] = {
     "kvframe.executors.cost_model": ("kvframe.domain.costs",),
     "kvframe.executors.torch.calibrate": ("kvframe.calibrate.torch_timing",),
     "kvframe.executors.torch.replay": ("kvframe.calibrate.replay",),
+    # issue 45: the two offload models by release, vLLM 0.19.1's and 0.33.0's.
+    "kvframe.offload.offloading_connector": (
+        "kvframe.offload.slots.connector",
+        "kvframe.offload.stats",
+    ),
+    "kvframe.offload.manager": ("kvframe.offload.slots.manager", "kvframe.offload.blocks"),
+    "kvframe.offload.worker": ("kvframe.offload.slots.worker",),
+    "kvframe.offload.job_connector": ("kvframe.offload.jobs.connector",),
+    "kvframe.offload.job_worker": ("kvframe.offload.jobs.worker",),
+    "kvframe.offload.request_manager": (
+        "kvframe.offload.jobs.manager",
+        "kvframe.contract.request_scoped",
+    ),
 }
 """Old module paths that still import, for one release, with a :class:`DeprecationWarning`
 naming the new path. An old module whose names now live in several modules imports as a
@@ -209,6 +232,7 @@ __all__ = [
     "EvictableBlock",
     "EvictionPolicy",
     "FIFORequestQueue",
+    "InManagerReuseFilter",
     "KVEvent",
     "ModelShape",
     "OffloadContext",
@@ -218,8 +242,11 @@ __all__ = [
     "PluginSpec",
     "PrefixCacheEvent",
     "Request",
+    "RequestAccess",
     "RequestFinished",
     "RequestQueue",
+    "RequestScopedPolicy",
+    "RequestScopedSlots",
     "RequestStatus",
     "Retention",
     "ReuseFilter",

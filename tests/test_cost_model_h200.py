@@ -27,7 +27,7 @@ from kvframe.domain.transfers import chunk_bytes, num_chunks
 from kvframe.executors.catalog import CALIBRATED_DIR, get_preset
 from kvframe.executors.cost_model_file import load_cost_model_file
 from kvframe.executors.presets import LLAMA_3_1_8B
-from kvframe.offload.worker import SimTransferHandler
+from kvframe.offload.slots.worker import SimTransferHandler
 
 DATA = Path(__file__).resolve().parents[1] / "kvframe" / "data" / "gpu" / "h200-llama3.1-8b"
 STEPS = read_step_timings(DATA / "step_times.csv")

@@ -71,7 +71,7 @@ class _Log:
 
 def run(limit: int, config: str) -> tuple[str, str, int]:
     from kvframe.engine import Engine, EngineConfig
-    from kvframe.offload.manager import SlotOffloadManager
+    from kvframe.offload.slots.manager import SlotOffloadManager
     from kvframe.workloads import load_workload
 
     offload, _, reuse = config.partition("|")

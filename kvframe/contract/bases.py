@@ -29,7 +29,7 @@ through pluggy once the engine is running: the hook specs in
 from __future__ import annotations
 
 import abc
-from collections.abc import Hashable, Iterable, Sequence, Set
+from collections.abc import Callable, Hashable, Iterable, Sequence, Set
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
@@ -45,6 +45,11 @@ if TYPE_CHECKING:
         RequestFinished,
         StepDecision,
         StepSnapshot,
+    )
+    from kvframe.contract.request_scoped import (
+        InManagerReuseFilter,
+        RequestScopedPolicy,
+        RequestScopedSlots,
     )
     from kvframe.contract.views import EvictableBlock, SchedulerContext
     from kvframe.domain.queues import RequestQueue
@@ -340,6 +345,36 @@ class EvictionPolicy(PluginBase):
     is a promise the conformance suite checks.
     """
 
+    request_scoped_form: ClassVar[Callable[..., RequestScopedPolicy] | None] = None
+    """vLLM 0.33.0's form of this policy, for an offload tier under ``--vllm 0.33``; ``None``
+    (the default): the policy has none.
+
+    Set it to a class method (or any callable) taking ``(capacity, **options)``
+    -- the capacity in chunks and this policy's own options, as the
+    constructor takes them -- and returning a new, empty
+    :class:`~kvframe.contract.request_scoped.RequestScopedPolicy`::
+
+        @classmethod
+        def request_scoped_form(cls, capacity: int, **options: object) -> RequestScopedPolicy:
+            return MyRequestScopedLRU(capacity)
+
+    Called once per tier, when the engine is built, and only under the 0.33
+    target with an offload tier (``--vllm 0.33 --offload cpu:...``): vLLM
+    0.33.0's CPU manager drives its policy per request (each request's accesses,
+    committed when it finishes), which the five operations above cannot
+    express. The host's :class:`~kvframe.offload.jobs.manager.RequestScopedOffloadManager`
+    is then the form's only user; this class is not built. Raise
+    ``ValueError`` for options the form cannot honour (the host reports it
+    naming the policy).
+
+    ``None`` means the policy runs under ``--vllm 0.19.1`` (and on the GPU
+    prefix cache under either release) but an offload tier under ``--vllm 0.33``
+    refuses it, naming the policy and this seam. The bundled ``lru`` and
+    ``arc`` have one. The conformance suite runs a form through the host's
+    manager and checks the protocol's contract; it skips that check, saying
+    so, for a policy with none.
+    """
+
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
 
@@ -512,6 +547,24 @@ class OffloadSpec(PluginBase):
 
         return ConnectorSemantics()
 
+    def request_scoped_slots(self, context: OffloadContext) -> RequestScopedSlots | None:
+        """What vLLM 0.33.0's model of this tier is built from; ``None`` (the default): none.
+
+        Called once, when the engine is built under ``--vllm 0.33`` with this
+        tier (:meth:`create_manager` is then not called: vLLM 0.33.0's tier
+        has its own manager, connector and worker, in
+        :mod:`kvframe.offload.jobs`). Return a
+        :class:`~kvframe.contract.request_scoped.RequestScopedSlots`: the
+        eviction policy plugin whose
+        :attr:`~EvictionPolicy.request_scoped_form` orders the chunks, the
+        number of chunks and the GPU blocks per chunk. kvframe models vLLM
+        0.33.0's CPU tier only, so a tier that returns ``None`` (or keeps
+        connector semantics other than vLLM's) is refused under ``--vllm 0.33``
+        with the reason, never run as 0.19.1's under a 0.33 label. The bundled
+        ``cpu`` spec has one.
+        """
+        return None
+
 
 # ==========================================================================
 # Reuse filter
@@ -525,6 +578,24 @@ class ReuseFilter(PluginBase):
     """
 
     kind: ClassVar[str] = "reuse_filter"
+
+    in_manager_form: ClassVar[Callable[..., InManagerReuseFilter] | None] = None
+    """vLLM 0.33.0's form of this filter, for an offload tier under ``--vllm 0.33``; ``None``
+    (the default): the filter has none.
+
+    Set it to a class method (or any callable) taking this filter's options, as
+    the constructor takes them, and returning an
+    :class:`~kvframe.contract.request_scoped.InManagerReuseFilter`
+    ``(store_threshold, max_tracker_size)``. Called once, when the engine is
+    built, and only under the 0.33 target with an offload tier: vLLM 0.33.0's
+    CPU manager keeps the reuse filter inside itself and counts store offers
+    (not lookups), so a filter there is those two numbers; this class is not
+    built. Raise ``ValueError`` for options it cannot honour.
+
+    ``None`` means the filter runs under ``--vllm 0.19.1`` only: an offload
+    tier under ``--vllm 0.33`` refuses it, naming the filter and this seam.
+    The bundled ``threshold`` has one.
+    """
 
     @abc.abstractmethod
     def on_lookup(self, block_hashes: Sequence[BlockHash]) -> None:

@@ -139,7 +139,7 @@ class SchedulerContext(Protocol):
         """The offload tier behind the connector, read-only; ``None`` without a tier.
 
         Also ``None`` when the connector offers no view (a connector that is
-        not kvframe's :class:`~kvframe.offload.offloading_connector.OffloadingConnector`
+        not kvframe's :class:`~kvframe.offload.slots.connector.OffloadingConnector`
         or one built without a load-time estimate). Policies should treat
         ``None`` as "every freed block must be recomputed".
         """

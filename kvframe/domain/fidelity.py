@@ -104,8 +104,8 @@ class Fidelity:
     (the last token is recomputed). Accounting only: nothing scheduled changes."""
     offload_jobs: bool = False
     """T1-T12. An offload tier runs vLLM 0.33.0's ``OffloadingConnector``
-    (:class:`kvframe.offload.job_connector.JobOffloadingConnector`) over 0.33.0's
-    ``CPUOffloadingManager`` (:class:`kvframe.offload.request_manager.RequestScopedOffloadManager`)
+    (:class:`kvframe.offload.jobs.connector.JobOffloadingConnector`) over 0.33.0's
+    ``CPUOffloadingManager`` (:class:`kvframe.offload.jobs.manager.RequestScopedOffloadManager`)
     with the request-scoped forms of ``lru`` / ``arc``: transfers are numbered
     jobs completed one by one, a finished request frees its blocks at once and
     its last stores are fenced, only the prompt is offloaded, a lookup answers

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from kvframe.config import ConfigError
+from kvframe.contract.bases import OffloadSpec
 from kvframe.contract.offload import NO_TIER, OffloadContext
 from kvframe.core.factory import make_scheduler
 from kvframe.core.scheduler import Scheduler
@@ -32,8 +33,8 @@ if TYPE_CHECKING:
     from kvframe.executors.torch.options import TorchOptions
     from kvframe.host.registry import PluginRegistry
     from kvframe.host.tracing import Tracing
-    from kvframe.offload.offloading_connector import OffloadingConnector
-    from kvframe.offload.worker import SimTransferHandler
+    from kvframe.offload.slots.connector import OffloadingConnector
+    from kvframe.offload.slots.worker import SimTransferHandler
 
 __all__ = ["EngineParts", "assemble", "build_offload"]
 
@@ -187,7 +188,7 @@ def build_offload(
     ``config.eviction`` sets the tier's ``eviction`` option; if the offload
     config string sets it too, they must name the same policy with the same options.
     """
-    from kvframe.offload.worker import OffloadWorker
+    from kvframe.offload.slots.worker import OffloadWorker
 
     assert config.offload is not None
     resolved = registry.resolve("offload", config.offload)
@@ -211,10 +212,7 @@ def build_offload(
 
         return build_job_tier(config, registry, resolved, spec, context, handler)
     manager, factor = _offload_manager(config, registry, resolved.name, spec, context)
-    # A spec that is no OffloadSpec subclass (a registered hook factory) gets
-    # vLLM's native connector.
-    semantics_of = getattr(spec, "connector_semantics", None)
-    semantics = semantics_of() if callable(semantics_of) else None
+    semantics = spec.connector_semantics()
     connector = _offload_connector(config, manager, factor, cost_model, context, preset, semantics)
     return OffloadTier(connector, OffloadWorker(handler, semantics), handler)
 
@@ -225,7 +223,7 @@ def _transfer_handler(
     """The sim's handler, which times the tier's transfers; given the tier's spec
     (``real_bytes_spec``, the torch executor), wrapped so that the spec's own
     handler moves the bytes while the sim's keeps the time."""
-    from kvframe.offload.worker import SimTransferHandler
+    from kvframe.offload.slots.worker import SimTransferHandler
 
     handler = SimTransferHandler(cost_model, context.gpu_block_bytes, preset.shape.num_layers)
     if real_bytes_spec is None:
@@ -235,7 +233,7 @@ def _transfer_handler(
     return RealBytesTransferHandler(handler, real_bytes_spec.create_transfer_handler(context))
 
 
-def _offload_spec(config: EngineConfig, registry: PluginRegistry, resolved: Any) -> Any:
+def _offload_spec(config: EngineConfig, registry: PluginRegistry, resolved: Any) -> OffloadSpec:
     """The tier's spec, built with the eviction policy selected on its own (``--eviction``),
     which must agree with one the offload config string names."""
     options = dict(resolved.options)
@@ -252,16 +250,23 @@ def _offload_spec(config: EngineConfig, registry: PluginRegistry, resolved: Any)
                 )
         options["eviction"] = wanted.spec.source or wanted.name
     try:
-        return resolved.cls(**options)
+        spec = resolved.cls(**options)
     except ValueError as err:
         raise ConfigError(f"offload tier {resolved.name!r} rejected its options: {err}") from err
+    if not isinstance(spec, OffloadSpec):  # the registry admits only subclasses
+        raise ConfigError(f"offload tier {resolved.name!r} is not a kvframe.OffloadSpec")
+    return spec
 
 
 def _offload_manager(
-    config: EngineConfig, registry: PluginRegistry, name: str, spec: Any, context: OffloadContext
+    config: EngineConfig,
+    registry: PluginRegistry,
+    name: str,
+    spec: OffloadSpec,
+    context: OffloadContext,
 ) -> tuple[Any, int]:
     """The tier's manager behind the reuse filter, and how many GPU blocks a tier block spans."""
-    from kvframe.offload.manager import FilteredOffloadManager
+    from kvframe.offload.slots.manager import FilteredOffloadManager
 
     try:
         manager = spec.create_manager(context)
@@ -292,7 +297,7 @@ def _offload_connector(
     vLLM's native connector); its tier view prices a load with the sim's transfer
     model (what a load costs here), copies counted by the preset's block layout."""
     from kvframe.domain.transfers import num_chunks
-    from kvframe.offload.offloading_connector import OffloadingConnector
+    from kvframe.offload.slots.connector import OffloadingConnector
 
     kv_bytes = context.kv_bytes_per_token
     layers = preset.shape.num_layers

@@ -1,15 +1,19 @@
 """An offload tier under the vLLM 0.33.0 target: 0.33.0's CPU tier, built from a config.
 
 Under fidelity switch ``offload_jobs`` (the 0.33 target) the tier is vLLM
-0.33.0's: :class:`~kvframe.offload.job_connector.JobOffloadingConnector` over
-:class:`~kvframe.offload.request_manager.RequestScopedOffloadManager`, with
-the eviction plugin's request-scoped form (``request_scoped_form``: the
-bundled ``lru`` and ``arc`` have one) and the reuse filter *inside* the
-manager, as 0.33.0's ``CPUOffloadingManager`` keeps it (``store_threshold``,
-``max_tracker_size``), and :class:`~kvframe.offload.job_worker.JobOffloadWorker`
-as its worker. vLLM 0.33.0 has only its CPU tier modelled here, so a tier
-without a request-scoped model is refused with the reason, never run as
-0.19.1's under a 0.33 label.
+0.33.0's: :class:`~kvframe.offload.jobs.connector.JobOffloadingConnector` over
+:class:`~kvframe.offload.jobs.manager.RequestScopedOffloadManager`, with the
+eviction plugin's request-scoped form (the contract's seam
+:attr:`kvframe.EvictionPolicy.request_scoped_form`: the bundled ``lru`` and
+``arc`` have one) and the reuse filter *inside* the manager, as 0.33.0's
+``CPUOffloadingManager`` keeps it (``store_threshold``, ``max_tracker_size``:
+:attr:`kvframe.ReuseFilter.in_manager_form`), and
+:class:`~kvframe.offload.jobs.worker.JobOffloadWorker` as its worker. The
+offload spec says what the tier is built from
+(:meth:`kvframe.OffloadSpec.request_scoped_slots`). vLLM 0.33.0 has only its
+CPU tier modelled here, so a tier, a policy or a filter without a request-scoped
+model is refused with the reason and the seam it lacks, never run as 0.19.1's
+under a 0.33 label.
 """
 
 from __future__ import annotations
@@ -17,99 +21,138 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kvframe.config import ConfigError
+from kvframe.contract.bases import EvictionPolicy, ReuseFilter
 from kvframe.engine.tier import OffloadTier
 
 if TYPE_CHECKING:
+    from kvframe.contract.bases import OffloadSpec
     from kvframe.contract.offload import OffloadContext
+    from kvframe.contract.request_scoped import (
+        InManagerReuseFilter,
+        RequestScopedPolicy,
+        RequestScopedSlots,
+    )
     from kvframe.engine.config import EngineConfig
     from kvframe.host.registry import PluginRegistry, Resolved
 
 __all__ = ["build_job_tier"]
+
+SEAMS_DOC = 'docs/plugin-authors.md, section "vLLM 0.33: the request-scoped seams"'
+"""Where an author reads how to offer the 0.33 seams (named in the refusals)."""
 
 
 def build_job_tier(
     config: EngineConfig,
     registry: PluginRegistry,
     resolved: Resolved,
-    spec: Any,
+    spec: OffloadSpec,
     context: OffloadContext,
     handler: Any,
 ) -> OffloadTier:
     """The 0.33.0 connector and worker of tier ``resolved`` (its ``spec`` built), on ``handler``.
 
     :raises ConfigError: for a tier, an eviction policy or a reuse filter with no
-        vLLM 0.33.0 model, naming it.
+        vLLM 0.33.0 model, naming it and the seam it lacks.
     """
-    from kvframe.offload.job_connector import JobOffloadingConnector
-    from kvframe.offload.job_worker import JobOffloadWorker
-    from kvframe.offload.request_manager import RequestScopedOffloadManager
+    from kvframe.offload.jobs.connector import JobOffloadingConnector
+    from kvframe.offload.jobs.manager import RequestScopedOffloadManager
+    from kvframe.offload.jobs.worker import JobOffloadWorker
 
     where = f"vllm={config.vllm}"
-    eviction = getattr(spec, "eviction", None)
-    num_blocks_of = getattr(spec, "num_blocks", None)
-    factor = getattr(spec, "block_size_factor", None)
-    semantics_of = getattr(spec, "connector_semantics", None)
-    semantics = semantics_of() if callable(semantics_of) else None
-    if eviction is None or not callable(num_blocks_of) or not isinstance(factor, int):
-        raise ConfigError(
-            f"{where}: the offload tier {resolved.name!r} has no vLLM 0.33.0 model; "
-            "kvframe models vLLM 0.33.0's CPU tier (--offload cpu:...)",
-            hints=["run this tier with --vllm 0.19.1"],
-        )
-    if semantics is not None and (
-        not semantics.async_load or semantics.blocking_store or not semantics.store_outputs
-    ):
-        raise ConfigError(
-            f"{where}: the offload tier {resolved.name!r} asks for its own connector "
-            "semantics, which vLLM 0.33.0's OffloadingConnector does not have",
-            hints=["run this tier with --vllm 0.19.1"],
-        )
-    form = getattr(eviction.cls, "request_scoped_form", None)
-    if form is None:
-        raise ConfigError(
-            f"{where}: the offload tier's eviction policy {eviction.name!r} has no vLLM "
-            "0.33.0 (request-scoped) form; lru and arc have one",
-            hints=["use --eviction lru or --eviction arc, or --vllm 0.19.1"],
-        )
-    num_blocks = int(num_blocks_of(context))
-    if num_blocks < 1:
-        raise ConfigError(
-            f"offload tier {resolved.name!r}: its capacity holds no block of "
-            f"{factor} GPU block(s) of {context.gpu_block_size} tokens"
-        )
-    try:
-        policy = form(num_blocks, **dict(eviction.options))
-    except (TypeError, ValueError) as err:
-        raise ConfigError(f"{where}: eviction policy {eviction.name!r}: {err}") from err
-    store_threshold, max_tracker_size = _threshold(config, registry, where)
+    slots = _slots(spec, context, resolved.name, where)
+    policy = _policy(slots, context, resolved.name, where)
+    reuse = _in_manager_filter(config, registry, where)
     manager = RequestScopedOffloadManager(
-        policy, num_blocks, store_threshold=store_threshold, max_tracker_size=max_tracker_size
+        policy,
+        slots.num_blocks,
+        store_threshold=reuse.store_threshold,
+        max_tracker_size=reuse.max_tracker_size,
     )
     connector = JobOffloadingConnector(
         manager,
         gpu_block_size=config.block_size,
-        block_size_factor=factor,
+        block_size_factor=slots.block_size_factor,
         enable_prefix_caching=config.enable_prefix_caching,
     )
     return OffloadTier(connector, JobOffloadWorker(handler), handler)
 
 
-def _threshold(config: EngineConfig, registry: PluginRegistry, where: str) -> tuple[int, int]:
-    """``(store_threshold, max_tracker_size)`` of the reuse filter, which 0.33.0 keeps
-    inside its manager: the filter plugin's ``in_manager_form`` (the bundled
-    ``threshold`` has one), as eviction plugins offer ``request_scoped_form``."""
+def _slots(spec: OffloadSpec, context: OffloadContext, name: str, where: str) -> RequestScopedSlots:
+    """What the tier's spec builds vLLM 0.33.0's model from, and its connector semantics
+    checked to be vLLM's (0.33.0's ``OffloadingConnector`` has no other)."""
+    slots = spec.request_scoped_slots(context)
+    if slots is None:
+        raise ConfigError(
+            f"{where}: the offload tier {name!r} has no vLLM 0.33.0 model (its spec's "
+            "request_scoped_slots is None); kvframe models vLLM 0.33.0's CPU tier "
+            "(--offload cpu:...)",
+            hints=["run this tier with --vllm 0.19.1"],
+        )
+    semantics = spec.connector_semantics()
+    if not semantics.async_load or semantics.blocking_store or not semantics.store_outputs:
+        raise ConfigError(
+            f"{where}: the offload tier {name!r} asks for its own connector "
+            "semantics, which vLLM 0.33.0's OffloadingConnector does not have",
+            hints=["run this tier with --vllm 0.19.1"],
+        )
+    return slots
+
+
+def _policy(
+    slots: RequestScopedSlots, context: OffloadContext, name: str, where: str
+) -> RequestScopedPolicy:
+    """The eviction plugin's request-scoped form, built for the tier's chunks."""
+    eviction = slots.eviction
+    form = eviction.request_scoped_form if issubclass(eviction, EvictionPolicy) else None
+    if form is None:
+        raise ConfigError(
+            f"{where}: the offload tier's eviction policy {slots.eviction_name!r} has no "
+            "vLLM 0.33.0 (request-scoped) form; lru and arc have one. vLLM 0.33.0's CPU "
+            "tier drives its policy per request, through the plugin's "
+            f"request_scoped_form, which {eviction.__module__}.{eviction.__qualname__} "
+            "leaves None",
+            hints=[
+                f"give the class a request_scoped_form ({SEAMS_DOC})",
+                "or use --eviction lru or --eviction arc, or --vllm 0.19.1",
+            ],
+        )
+    if slots.num_blocks < 1:
+        raise ConfigError(
+            f"offload tier {name!r}: its capacity holds no block of "
+            f"{slots.block_size_factor} GPU block(s) of {context.gpu_block_size} tokens"
+        )
+    try:
+        return form(slots.num_blocks, **dict(slots.eviction_options))
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{where}: eviction policy {slots.eviction_name!r}: {err}") from err
+
+
+def _in_manager_filter(
+    config: EngineConfig, registry: PluginRegistry, where: str
+) -> InManagerReuseFilter:
+    """The reuse filter, which 0.33.0 keeps inside its manager: the filter plugin's
+    ``in_manager_form`` (the bundled ``threshold`` has one); none selected, a
+    manager that stores every offer."""
+    from kvframe.contract.request_scoped import InManagerReuseFilter
+
     if config.reuse_filter is None:
-        return 0, 64_000
+        return InManagerReuseFilter(0, 64_000)
     selected = registry.resolve("reuse_filter", config.reuse_filter)
-    form = getattr(selected.cls, "in_manager_form", None)
+    cls = selected.cls
+    form = cls.in_manager_form if issubclass(cls, ReuseFilter) else None
     if form is None:
         raise ConfigError(
             f"{where}: reuse filter {selected.name!r} has no vLLM 0.33.0 form: 0.33.0's "
-            "CPU tier counts store offers inside its manager (the threshold filter)",
-            hints=["use --reuse-filter threshold:store_threshold=N, or --vllm 0.19.1"],
+            "CPU tier counts store offers inside its manager (the threshold filter), "
+            f"through the plugin's in_manager_form, which {cls.__module__}.{cls.__qualname__} "
+            "leaves None",
+            hints=[
+                f"give the class an in_manager_form ({SEAMS_DOC})",
+                "or use --reuse-filter threshold:store_threshold=N, or --vllm 0.19.1",
+            ],
         )
     try:
         store_threshold, max_tracker_size = form(**dict(selected.options))
     except (TypeError, ValueError) as err:
         raise ConfigError(f"{where}: reuse filter {selected.name!r}: {err}") from err
-    return int(store_threshold), int(max_tracker_size)
+    return InManagerReuseFilter(int(store_threshold), int(max_tracker_size))

@@ -18,10 +18,10 @@ import attrs
 
 if TYPE_CHECKING:
     from kvframe.executors.torch.executor import RealBytesTransferHandler
-    from kvframe.offload.job_connector import JobOffloadingConnector
-    from kvframe.offload.job_worker import JobOffloadWorker
-    from kvframe.offload.offloading_connector import OffloadingConnector
-    from kvframe.offload.worker import OffloadWorker, SimTransferHandler
+    from kvframe.offload.jobs.connector import JobOffloadingConnector
+    from kvframe.offload.jobs.worker import JobOffloadWorker
+    from kvframe.offload.slots.connector import OffloadingConnector
+    from kvframe.offload.slots.worker import OffloadWorker, SimTransferHandler
 
 __all__ = ["OffloadTier"]
 

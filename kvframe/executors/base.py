@@ -34,7 +34,7 @@ if TYPE_CHECKING:
         SchedulerOutput,
     )
     from kvframe.domain.request import Request
-    from kvframe.offload.worker import OffloadWorker, SimTransferHandler
+    from kvframe.offload.slots.worker import OffloadWorker, SimTransferHandler
 
 __all__ = ["Executor", "OffloadBracket", "StepResult", "StepShape", "classify_step"]
 

@@ -27,8 +27,8 @@ Speculative decoding is not modelled: drafts are never proposed, so exactly one
 token is sampled per finished computation.
 
 **Offload.** With an offload tier the executor also runs the worker half of
-the connector (:class:`~kvframe.offload.worker.OffloadWorker`) on a
-:class:`~kvframe.offload.worker.SimTransferHandler`: at the step's start the
+the connector (:class:`~kvframe.offload.slots.worker.OffloadWorker`) on a
+:class:`~kvframe.offload.slots.worker.SimTransferHandler`: at the step's start the
 deferred stores and this step's loads are submitted (and a preempted
 request's stores waited for, which delays the step), at its end this step's
 stores are deferred and finished transfers are reported in
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from kvframe.core.scheduler_output import SchedulerOutput
     from kvframe.domain.costs import CostModel
     from kvframe.domain.request import Request
-    from kvframe.offload.worker import OffloadWorker, SimTransferHandler
+    from kvframe.offload.slots.worker import OffloadWorker, SimTransferHandler
 
 __all__ = ["SAMPLED_TOKEN_ID", "SimExecutor", "StepResult"]
 

@@ -34,7 +34,12 @@ model (a plain dict of what the tier has inserted and not yet removed):
   runs with the policy (:mod:`kvframe.testing.gpu_tier`), or rejects it if it
   declares ``may_refuse``; a prefix hit's ``on_hit`` takes a key out until it
   is inserted again, and what a policy keeps at ``on_hit`` stays bounded
-  (:mod:`kvframe.testing.gpu_hits`).
+  (:mod:`kvframe.testing.gpu_hits`);
+* (optional, :attr:`kvframe.EvictionPolicy.request_scoped_form`) the policy's
+  vLLM 0.33.0 form, run by the host's request-scoped manager, keeps
+  :class:`kvframe.RequestScopedPolicy`'s contract and is deterministic
+  (:mod:`kvframe.testing.request_scoped`); skipped, saying so, for a policy
+  with none.
 
 Keys are small ints so that a failure reads like
 ``after insert(0), insert(1), touch([0]), evict(1, protected={1}) ...``.
@@ -67,6 +72,7 @@ from kvframe.testing.eviction_run import (
 )
 from kvframe.testing.eviction_twin import check_refusal_against_twin
 from kvframe.testing.gpu_hits import GPUHitChecks
+from kvframe.testing.request_scoped import RequestScopedChecks
 
 __all__ = ["EvictionPolicySuite", "SimpleBlock"]
 
@@ -242,7 +248,7 @@ def _capacities() -> Any:
     return st.sampled_from((1, 2, 3, 4, 5, 6, 8, 12))
 
 
-class EvictionPolicySuite(GPUHitChecks, PluginSuite):
+class EvictionPolicySuite(RequestScopedChecks, GPUHitChecks, PluginSuite):
     """Conformance checks for an :class:`kvframe.EvictionPolicy`.
 
     Subclass it and set :attr:`plugin`, or run ``pytest --kvframe-plugin eviction:NAME``.

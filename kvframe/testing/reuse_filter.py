@@ -14,7 +14,11 @@ remembers), with values the suite varies unless the user fixed them:
   times (thresholds below 2 admit everything);
 * a hash looked up that many times is admitted while the filter has seen no
   more distinct hashes than it remembers;
-* memory stays bounded by ``max_tracker_size`` however many hashes pass.
+* memory stays bounded by ``max_tracker_size`` however many hashes pass;
+* (optional, :attr:`kvframe.ReuseFilter.in_manager_form`) the filter's vLLM
+  0.33.0 form is a :class:`kvframe.InManagerReuseFilter` the host's
+  request-scoped manager accepts, with the threshold and tracker size the
+  filter's own options set; skipped, saying so, for a filter with none.
 
 The option names are class attributes, so a filter with other names can
 subclass the suite and set them (or ``None`` to skip those checks).
@@ -235,6 +239,57 @@ class ReuseFilterSuite(PluginSuite):
                 f"after {short} distinct hashes and {objects_long} ({bytes_long} bytes) after "
                 f"{long}: its memory is not bounded by {tracker_name}"
             )
+
+    def test_in_manager_form_applies_the_same_threshold(self, kvframe_target: PluginTarget) -> None:
+        """vLLM 0.33.0's form: ``(store_threshold, max_tracker_size)`` the manager accepts,
+        equal to the filter's own options where it has them."""
+        from kvframe.contract.bases import ReuseFilter
+        from kvframe.offload.jobs.manager import RequestScopedOffloadManager
+
+        cls = kvframe_target.cls
+        form = cls.in_manager_form if issubclass(cls, ReuseFilter) else None
+        if form is None:
+            pytest.skip(
+                f"{kvframe_target.label} offers no vLLM 0.33.0 form (in_manager_form is None): "
+                "it runs under --vllm 0.19.1, and an offload tier under --vllm 0.33 refuses it. "
+                'To run there, see docs/plugin-authors.md, "vLLM 0.33: the request-scoped seams"'
+            )
+        call = f"in_manager_form(**{dict(kvframe_target.options)!r})"
+        try:
+            answer = form(**dict(kvframe_target.options))
+        except ValueError as err:
+            pytest.skip(f"{kvframe_target.label}: in_manager_form rejects these options ({err})")
+        if not (
+            isinstance(answer, tuple)
+            and len(answer) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in answer)
+        ):
+            raise ContractViolation(
+                f"{call} returned {answer!r}: it must return an InManagerReuseFilter "
+                "(store_threshold, max_tracker_size) of two ints"
+            )
+        store_threshold, max_tracker_size = answer
+        try:
+            RequestScopedOffloadManager(
+                _NoPolicy(), 1, store_threshold=store_threshold, max_tracker_size=max_tracker_size
+            )
+        except ValueError as err:
+            raise ContractViolation(
+                f"{call} returned {answer!r}, which the manager refuses: {err}"
+            ) from err
+        for option, got in zip(self._options(kvframe_target), answer, strict=True):
+            if option is None:
+                continue
+            wanted = kvframe_target.options.get(option, _default(kvframe_target, option))
+            if wanted is not None and got != wanted:
+                raise ContractViolation(
+                    f"{call} returned {answer!r}: its {option} is {got}, but the filter's "
+                    f"option is {wanted}; vLLM 0.33.0's manager would apply another rule"
+                )
+
+
+class _NoPolicy:
+    """Stands in for a policy where the manager is only built, never called."""
 
 
 def _default(target: PluginTarget, option: str) -> Any:

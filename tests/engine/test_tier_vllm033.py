@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from kvframe.engine.config import EngineConfig
 from kvframe.engine.engine import Engine
-from kvframe.offload.job_connector import JobOffloadingConnector
+from kvframe.offload.jobs.connector import JobOffloadingConnector
 from kvframe.workloads.spec import RequestSpec
 
 

@@ -83,7 +83,7 @@ def build_kvframe(scenario: dict[str, Any]) -> Any:
         # What --reuse-filter threshold:store_threshold=N,max_tracker_size=40 builds.
         from kvframe_cpu_offload import ThresholdReuseFilter
 
-        from kvframe.offload.manager import FilteredOffloadManager
+        from kvframe.offload.slots.manager import FilteredOffloadManager
 
         manager = FilteredOffloadManager(
             manager,

@@ -99,7 +99,8 @@ class KvframeSide:
     """kvframe's ``RequestScopedOffloadManager`` with the 0.33 policy forms."""
 
     def __init__(self, scenario: dict[str, Any]) -> None:
-        from kvframe.offload.request_manager import RequestAccess, RequestScopedOffloadManager
+        from kvframe.contract.request_scoped import RequestAccess
+        from kvframe.offload.jobs.manager import RequestScopedOffloadManager
 
         if scenario["policy"] == "lru":
             from kvframe_lru.rank import RankLRUPolicy as Policy

@@ -20,9 +20,9 @@ from kvframe.core.scheduler_output import (
     SchedulerOutput,
 )
 from kvframe.executors.catalog import get_preset
-from kvframe.offload.manager import FilteredOffloadManager
-from kvframe.offload.offloading_connector import OffloadingConnector
-from kvframe.offload.worker import OffloadWorker
+from kvframe.offload.slots.connector import OffloadingConnector
+from kvframe.offload.slots.manager import FilteredOffloadManager
+from kvframe.offload.slots.worker import OffloadWorker
 
 
 class ScriptedManager:

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 from kvframe.contract.offload import ConnectorSemantics
 from kvframe.core.scheduler_output import KVConnectorOutput, NewRequestData
-from kvframe.offload.offloading_connector import OffloadingConnector
-from kvframe.offload.worker import OffloadWorker
+from kvframe.offload.slots.connector import OffloadingConnector
+from kvframe.offload.slots.worker import OffloadWorker
 
 from .test_connector import ScriptedManager, _block, _output, _request
 

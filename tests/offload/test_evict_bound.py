@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvframe.contract.bases import EvictionPolicy
-from kvframe.offload.manager import OffloadStateError, SlotOffloadManager
+from kvframe.offload.slots.manager import OffloadStateError, SlotOffloadManager
 
 _OPS = st.lists(
     st.one_of(

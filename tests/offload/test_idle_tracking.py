@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvframe.offload.manager import OffloadStateError, SlotOffloadManager
+from kvframe.offload.slots.manager import OffloadStateError, SlotOffloadManager
 from kvframe.testing.eviction import SimpleBlock
 
 POLICIES = [

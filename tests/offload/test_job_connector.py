@@ -21,10 +21,10 @@ from kvframe_lru.rank import RankLRUPolicy
 
 from kvframe.core.scheduler_output import CachedRequestData, KVConnectorOutput
 from kvframe.domain.request import RequestStatus
-from kvframe.offload.job_connector import JobOffloadingConnector
-from kvframe.offload.manager import SlotOffloadManager
-from kvframe.offload.offloading_connector import OffloadingConnector
-from kvframe.offload.request_manager import RequestScopedOffloadManager
+from kvframe.offload.jobs.connector import JobOffloadingConnector
+from kvframe.offload.jobs.manager import RequestScopedOffloadManager
+from kvframe.offload.slots.connector import OffloadingConnector
+from kvframe.offload.slots.manager import SlotOffloadManager
 
 BLOCK = 4
 

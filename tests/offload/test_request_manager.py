@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from kvframe.offload.manager import FilteredOffloadManager, SlotOffloadManager
-from kvframe.offload.request_manager import (
-    LookupResult,
-    RequestAccess,
-    RequestScopedOffloadManager,
-)
+from kvframe.contract.request_scoped import RequestAccess
+from kvframe.offload.jobs.manager import LookupResult, RequestScopedOffloadManager
+from kvframe.offload.slots.manager import FilteredOffloadManager, SlotOffloadManager
 
 kvframe_lru = pytest.importorskip("kvframe_lru")
 kvframe_arc = pytest.importorskip("kvframe_arc")

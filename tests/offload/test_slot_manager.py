@@ -25,7 +25,7 @@ from kvframe import EvictionPolicy, ReuseFilter
 from kvframe.contract.offload import PrepareStoreResult
 from kvframe.contract.records import BlockRemoved, BlockStored
 from kvframe.contract.views import EvictableBlock
-from kvframe.offload.manager import (
+from kvframe.offload.slots.manager import (
     FilteredOffloadManager,
     OffloadStateError,
     SlotOffloadManager,

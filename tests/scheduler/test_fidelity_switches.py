@@ -184,9 +184,9 @@ def test_engine_setting_error_names_its_origin() -> None:
 def test_the_0_33_target_runs_vllm_033s_tier() -> None:
     """Under 0.33 a tier is vLLM 0.33.0's connector and ledger (not 0.19.1's)."""
     from kvframe.engine.engine import Engine
-    from kvframe.offload.job_connector import JobOffloadingConnector
-    from kvframe.offload.job_worker import JobOffloadWorker
-    from kvframe.offload.offloading_connector import OffloadingConnector
+    from kvframe.offload.jobs.connector import JobOffloadingConnector
+    from kvframe.offload.jobs.worker import JobOffloadWorker
+    from kvframe.offload.slots.connector import OffloadingConnector
 
     newer = Engine.from_config(
         EngineConfig(num_gpu_blocks=64, vllm="0.33", offload="cpu:capacity=1GiB")

@@ -15,14 +15,14 @@ import inspect
 import itertools
 import math
 from collections import Counter, OrderedDict, deque
-from collections.abc import Hashable, Iterable, Iterator, Sequence, Set
+from collections.abc import Collection, Hashable, Iterable, Iterator, Sequence, Set
 from typing import Any
 
 import kvframe
 from kvframe.contract.views import EvictableBlock
 from kvframe.domain.queues import RequestQueue
 from kvframe.domain.request import Request
-from kvframe.offload.manager import SlotOffloadManager
+from kvframe.offload.slots.manager import SlotOffloadManager
 
 Victim = tuple[Hashable, EvictableBlock]
 
@@ -343,6 +343,154 @@ class KeepsTheScheduler(GoodTracer):
 
 
 # ==========================================================================
+# Eviction policies' vLLM 0.33.0 form (request_scoped_form)
+# ==========================================================================
+
+
+class ScopedLRU:
+    """A request-scoped LRU that honours :class:`kvframe.RequestScopedPolicy`'s contract:
+    a request's accesses move its chunks to the recent end, committed tail first at its
+    finish (so its head is the most recent); the oldest evictable chunk goes first."""
+
+    def __init__(self, capacity: int) -> None:
+        self.blocks: OrderedDict[Hashable, Any] = OrderedDict()
+        self.evictable: set[Hashable] = set()
+
+    def get(self, key: Hashable) -> Any:
+        return self.blocks.get(key)
+
+    def insert(self, key: Hashable, block: Any, access: Any) -> None:
+        self.blocks[key] = block
+
+    def remove(self, key: Hashable) -> None:
+        del self.blocks[key]
+        self.evictable.discard(key)
+
+    def candidates(self, protected: Collection[Hashable]) -> list[Hashable]:
+        return [k for k in self.blocks if k in self.evictable and k not in protected]
+
+    def evict(self, n: int, protected: Collection[Hashable]) -> list[tuple[Hashable, Any]] | None:
+        keys = self.candidates(protected)[:n]
+        if len(keys) < n:
+            return None
+        self.evictable.difference_update(keys)
+        return [(key, self.blocks.pop(key)) for key in keys]
+
+    def on_store_miss(self, keys: Sequence[Hashable], access: Any) -> None:
+        pass
+
+    def on_request_access(self, keys: Sequence[Hashable], access: Any) -> None:
+        pass
+
+    def on_request_finished(
+        self, keys: Sequence[Hashable], insertion_only: Any, reused: Any, access: Any
+    ) -> None:
+        for key in reversed(keys):
+            if key in self.blocks:
+                self.blocks.move_to_end(key)
+
+    def mark_evictable(self, key: Hashable) -> None:
+        self.evictable.add(key)
+
+    def mark_non_evictable(self, key: Hashable) -> None:
+        self.evictable.discard(key)
+
+    def clear(self) -> None:
+        self.blocks.clear()
+        self.evictable.clear()
+
+
+class GoodScopedLRU(GoodLRU):
+    """GoodLRU with a correct vLLM 0.33.0 form."""
+
+    name = "good-scoped-lru"
+    form: type[ScopedLRU] = ScopedLRU
+
+    @classmethod
+    def request_scoped_form(cls, capacity: int) -> ScopedLRU:
+        return cls.form(capacity)
+
+
+class _EvictsPinnedForm(ScopedLRU):
+    def candidates(self, protected: Collection[Hashable]) -> list[Hashable]:
+        return [k for k in self.blocks if k not in protected]
+
+
+class ScopedEvictsPinned(GoodScopedLRU):
+    """Its form evicts chunks being written or loaded (not marked evictable)."""
+
+    name = "scoped-evicts-pinned"
+    form = _EvictsPinnedForm
+
+
+class _EvictsProtectedForm(ScopedLRU):
+    def candidates(self, protected: Collection[Hashable]) -> list[Hashable]:
+        return [k for k in self.blocks if k in self.evictable]
+
+
+class ScopedEvictsProtected(GoodScopedLRU):
+    """Its form evicts the keys the store being made protects."""
+
+    name = "scoped-evicts-protected"
+    form = _EvictsProtectedForm
+
+
+class _RefusesForm(ScopedLRU):
+    def evict(self, n: int, protected: Collection[Hashable]) -> list[tuple[Hashable, Any]] | None:
+        return [] if n == 0 else None
+
+
+class ScopedRefuses(GoodScopedLRU):
+    """Its form never evicts, however many chunks are idle."""
+
+    name = "scoped-refuses"
+    form = _RefusesForm
+
+
+class _KeepsAtClearForm(ScopedLRU):
+    def clear(self) -> None:
+        self.evictable.clear()
+
+
+class ScopedKeepsAtClear(GoodScopedLRU):
+    """Its form's ``clear`` forgets which chunks are idle but keeps the chunks."""
+
+    name = "scoped-keeps-at-clear"
+    form = _KeepsAtClearForm
+
+
+class _RandomForm(ScopedLRU):
+    _draws = itertools.count()
+
+    def candidates(self, protected: Collection[Hashable]) -> list[Hashable]:
+        keys = super().candidates(protected)
+        shift = next(self._draws) % max(1, len(keys))
+        return keys[shift:] + keys[:shift]
+
+
+class ScopedNondeterministic(GoodScopedLRU):
+    """Its form's victims depend on how many evictions any form made before."""
+
+    name = "scoped-nondeterministic"
+    form = _RandomForm
+
+
+class ScopedNoVariant(GoodScopedLRU):
+    """Its form rejects every option value but the default: skipped, not failed."""
+
+    name = "scoped-no-variant"
+
+    def __init__(self, capacity: int, *, variant: str = "a") -> None:
+        super().__init__(capacity)
+
+    @classmethod
+    def request_scoped_form(cls, capacity: int, *, variant: str = "a") -> ScopedLRU:
+        if variant != "a":
+            raise ValueError(f"no variant {variant!r} in vLLM 0.33.0")
+        return ScopedLRU(capacity)
+
+
+# ==========================================================================
 # Reuse filters
 # ==========================================================================
 
@@ -381,6 +529,30 @@ class AdmitsEarly(GoodThreshold):
         if self.store_threshold < 2:
             return list(block_hashes)
         return [h for h in block_hashes if self.counts.get(h, 0) > self.store_threshold - 2]
+
+
+class InManagerThreshold(GoodThreshold):
+    """GoodThreshold with its vLLM 0.33.0 form (the same two numbers)."""
+
+    name = "in-manager-threshold"
+
+    @classmethod
+    def in_manager_form(
+        cls, *, store_threshold: int = 2, max_tracker_size: int = 1000
+    ) -> kvframe.InManagerReuseFilter:
+        return kvframe.InManagerReuseFilter(store_threshold, max_tracker_size)
+
+
+class InManagerOffByOne(GoodThreshold):
+    """Its vLLM 0.33.0 form asks for one offer more than the filter's threshold."""
+
+    name = "in-manager-off-by-one"
+
+    @classmethod
+    def in_manager_form(
+        cls, *, store_threshold: int = 2, max_tracker_size: int = 1000
+    ) -> kvframe.InManagerReuseFilter:
+        return kvframe.InManagerReuseFilter(store_threshold + 1, max_tracker_size)
 
 
 class NeverForgets(GoodThreshold):

@@ -54,10 +54,61 @@ def failure_text(result: pytest.RunResult) -> str:
 
 
 def test_a_correct_lru_passes_the_whole_eviction_suite(suite) -> None:
-    result = suite("eviction:broken_plugins:GoodLRU", args=QUICK)
+    result = suite("eviction:broken_plugins:GoodLRU", args=("-rs", *QUICK))
     # Skipped: the optional idle-tracking and max_evictable checks (GoodLRU declines
-    # tracking and inherits max_evictable).
-    result.assert_outcomes(passed=18, skipped=2)
+    # tracking and inherits max_evictable) and the two of its vLLM 0.33.0 form (it has none).
+    result.assert_outcomes(passed=18, skipped=4)
+    result.stdout.fnmatch_lines(
+        [
+            "*eviction policy 'broken_plugins:GoodLRU' offers no vLLM 0.33.0 form "
+            "(request_scoped_form is None): it runs under --vllm 0.19.1, and an offload "
+            "tier under --vllm 0.33 refuses it*docs/plugin-authors.md*"
+        ]
+    )
+
+
+# -- the vLLM 0.33.0 form (request_scoped_form) ---------------------------------
+
+
+def test_a_correct_request_scoped_form_passes(suite) -> None:
+    result = suite("eviction:broken_plugins:GoodScopedLRU", args=("-k", "request_scoped"))
+    result.assert_outcomes(passed=2)
+
+
+def test_a_form_that_rejects_the_options_is_skipped_saying_so(suite) -> None:
+    result = suite(
+        "eviction:broken_plugins:ScopedNoVariant:variant=b", args=("-rs", "-k", "request_scoped")
+    )
+    result.assert_outcomes(skipped=2)
+    result.stdout.fnmatch_lines(["*request_scoped_form rejects these options (no variant 'b'*"])
+
+
+@pytest.mark.parametrize(
+    ("plugin", "check", "words"),
+    [
+        (
+            "ScopedEvictsPinned",
+            "keeps_the_contract",
+            "*a victim must be marked evictable (ref_cnt == 0) and not protected*",
+        ),
+        (
+            "ScopedEvictsProtected",
+            "keeps_the_contract",
+            "*a victim must be marked evictable (ref_cnt == 0) and not protected*",
+        ),
+        ("ScopedRefuses", "keeps_the_contract", "*evictable, unprotected chunks*it must evict*"),
+        ("ScopedKeepsAtClear", "keeps_the_contract", "*still answers a block after clear()*"),
+        (
+            "ScopedNondeterministic",
+            "is_deterministic",
+            "*not deterministic: the same calls on a fresh request-scoped form*",
+        ),
+    ],
+)
+def test_a_broken_request_scoped_form_is_caught(suite, plugin: str, check: str, words: str) -> None:
+    result = suite(f"eviction:broken_plugins:{plugin}", args=("-k", f"request_scoped_form_{check}"))
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([words])
 
 
 def test_evicting_a_protected_key_is_caught_with_the_calls_that_led_there(suite) -> None:
@@ -211,8 +262,25 @@ def test_a_tracer_that_keeps_the_scheduler_is_caught(suite) -> None:
 
 
 def test_a_correct_reuse_filter_passes(suite) -> None:
-    result = suite("reuse_filter:broken_plugins:GoodThreshold", args=QUICK)
-    result.assert_outcomes(passed=10)
+    result = suite("reuse_filter:broken_plugins:GoodThreshold", args=("-rs", *QUICK))
+    result.assert_outcomes(passed=10, skipped=1)  # it offers no vLLM 0.33.0 form
+    result.stdout.fnmatch_lines(
+        ["*'broken_plugins:GoodThreshold' offers no vLLM 0.33.0 form (in_manager_form*"]
+    )
+
+
+def test_a_correct_in_manager_form_passes(suite) -> None:
+    result = suite(
+        "reuse_filter:broken_plugins:InManagerThreshold:store_threshold=3",
+        args=("-k", "in_manager"),
+    )
+    result.assert_outcomes(passed=1)
+
+
+def test_an_in_manager_form_with_another_threshold_is_caught(suite) -> None:
+    result = suite("reuse_filter:broken_plugins:InManagerOffByOne", args=("-k", "in_manager"))
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*its store_threshold is 3, but the filter's option is 2*"])
 
 
 def test_admitting_below_the_threshold_is_caught(suite) -> None:
@@ -297,8 +365,9 @@ def test_subclassing_a_suite_tests_a_class_and_skips_a_capability(pytester) -> N
         """
     )
     result = pytester.runpytest(*SANDBOX, "-rs", *QUICK)
-    # Skipped: idle tracking, max_evictable and the four GPU-tier checks (two of on_hit).
-    result.assert_outcomes(passed=14, skipped=6)
+    # Skipped: idle tracking, max_evictable, the four GPU-tier checks (two of on_hit)
+    # and the two of the vLLM 0.33.0 form (GoodLRU has none).
+    result.assert_outcomes(passed=14, skipped=8)
     result.stdout.fnmatch_lines(["*capability gpu_prefix_cache is off for this policy*"])
 
 

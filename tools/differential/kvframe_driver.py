@@ -80,8 +80,8 @@ def _scheduler_config(config: dict[str, Any], fidelity: Any) -> Any:
 
 def _connector(tier: dict[str, Any], block_size: int, enable_prefix_caching: bool) -> Any:
     """kvframe's scheduler-side CPU tier, as ``--offload cpu:...`` would build it."""
-    from kvframe.offload.manager import FilteredOffloadManager, SlotOffloadManager
-    from kvframe.offload.offloading_connector import OffloadingConnector
+    from kvframe.offload.slots.connector import OffloadingConnector
+    from kvframe.offload.slots.manager import FilteredOffloadManager, SlotOffloadManager
 
     num_slots = tier["num_cpu_blocks"]
     if tier["eviction"] == "lru":
@@ -116,8 +116,8 @@ def _job_connector(tier: dict[str, Any], block_size: int, enable_prefix_caching:
     """kvframe's model of vLLM 0.33.0's tier: the job-numbered connector over the
     request-scoped ledger, with the bundled 0.33 forms of ``lru`` / ``arc`` and the
     reuse filter inside the manager (``store_threshold``)."""
-    from kvframe.offload.job_connector import JobOffloadingConnector
-    from kvframe.offload.request_manager import RequestScopedOffloadManager
+    from kvframe.offload.jobs.connector import JobOffloadingConnector
+    from kvframe.offload.jobs.manager import RequestScopedOffloadManager
 
     num_slots = tier["num_cpu_blocks"]
     if tier["eviction"] == "lru":

@@ -23,15 +23,23 @@ kvframe's five operations:
   anything if not. Otherwise it runs S3-FIFO's eviction ``n`` times, stepping
   over blocks it may not take. That check first is what makes it all-or-nothing:
   S3-FIFO moves blocks between queues while it searches.
+
+Under ``--vllm 0.33`` an offload tier is vLLM 0.33.0's, which drives its policy
+per request: ``request_scoped_form`` offers S3-FIFO in that shape
+(:mod:`kvframe_s3fifo.request_scoped`).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Set
+from typing import TYPE_CHECKING
 
 import kvframe
 from kvframe import EvictableBlock
+
+if TYPE_CHECKING:
+    from kvframe_s3fifo.request_scoped import RequestScopedS3FIFO
 
 __all__ = ["S3FIFOPolicy"]
 
@@ -84,6 +92,26 @@ class S3FIFOPolicy(kvframe.EvictionPolicy):
         self.small: OrderedDict[Hashable, _Entry] = OrderedDict()
         self.main: OrderedDict[Hashable, _Entry] = OrderedDict()
         self.ghost: OrderedDict[Hashable, None] = OrderedDict()
+
+    @classmethod
+    def request_scoped_form(
+        cls,
+        capacity: int,
+        *,
+        small_fraction: float = 0.1,
+        max_freq: int = 3,
+        promote_after: int = 1,
+    ) -> RequestScopedS3FIFO:
+        """vLLM 0.33.0's form of this policy, for an offload tier under ``--vllm 0.33``
+        (:attr:`kvframe.EvictionPolicy.request_scoped_form`), with the same options."""
+        from kvframe_s3fifo.request_scoped import RequestScopedS3FIFO
+
+        return RequestScopedS3FIFO(
+            capacity,
+            small_fraction=small_fraction,
+            max_freq=max_freq,
+            promote_after=promote_after,
+        )
 
     def __len__(self) -> int:
         return len(self.small) + len(self.main)

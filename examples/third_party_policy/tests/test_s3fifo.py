@@ -119,3 +119,34 @@ def test_ghosts_are_used_on_the_gpu_tier() -> None:
     # the inserts (keyed by block id, as the GPU tier once did, almost none).
     assert policy.ghost_inserts * 20 > policy.inserts
     assert policy.main
+
+
+def test_runs_in_vllm_0_33s_cpu_tier() -> None:
+    """As ``kvframe run --vllm 0.33 --offload cpu:... --eviction s3fifo``: the tier is
+    vLLM 0.33.0's, ordered by S3-FIFO's request-scoped form, and serves loads."""
+    import random
+
+    from kvframe_s3fifo.request_scoped import RequestScopedS3FIFO
+
+    from kvframe.engine.config import EngineConfig
+    from kvframe.engine.engine import Engine
+    from kvframe.workloads.spec import RequestSpec
+
+    # By class path, so the test runs with the package on sys.path too (not installed).
+    config = EngineConfig(
+        num_gpu_blocks=64,
+        vllm="0.33",
+        offload="cpu:capacity=256MiB",
+        eviction="kvframe_s3fifo:S3FIFOPolicy",
+    )
+    engine = Engine.from_config(config)
+    assert isinstance(engine.scheduler.connector.manager.policy, RequestScopedS3FIFO)
+    rng = random.Random(0)
+    documents = [[d * 1000 + i for i in range(128)] for d in range(30)]
+    specs = [
+        RequestSpec(f"r{i}", rng.choice(documents) + [90_000 + i] * 8, 4, arrival_time=0.05 * i)
+        for i in range(80)
+    ]
+    result = engine.run(specs)
+    assert result.counters["offload_stored_blocks"] > 0
+    assert result.counters["offload_loaded_blocks"] > 0

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from kvframe.domain.costs import CostModel
     from kvframe.domain.request import Request
     from kvframe.executors.torch.tokenizer import TextTokenizer
-    from kvframe.offload.worker import OffloadWorker, SimTransferHandler
+    from kvframe.offload.slots.worker import OffloadWorker, SimTransferHandler
 
 __all__ = ["RealBytesTransferHandler", "StepTiming", "TorchExecutor"]
 

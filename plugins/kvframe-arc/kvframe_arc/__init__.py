@@ -37,10 +37,13 @@ from collections import OrderedDict, deque
 from collections.abc import Hashable, Iterable, Iterator, Sequence, Set
 from itertools import compress, filterfalse, repeat
 from operator import attrgetter, ge, not_
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import kvframe
 from kvframe import EvictableBlock, TouchWalkCache
+
+if TYPE_CHECKING:
+    from kvframe import RequestScopedPolicy
 
 __all__ = ["ARCPolicy"]
 
@@ -104,7 +107,7 @@ class ARCPolicy(kvframe.EvictionPolicy):
     description = "Adaptive Replacement Cache: vLLM 0.19's ARCCachePolicy, or variant=paper."
 
     @classmethod
-    def request_scoped_form(cls, capacity: int, *, variant: str = "vllm") -> object:
+    def request_scoped_form(cls, capacity: int, *, variant: str = "vllm") -> RequestScopedPolicy:
         """vLLM 0.33.0's form of this policy (:class:`kvframe_arc.request_arc.RequestARCPolicy`),
         for a tier under the 0.33 fidelity target (vLLM's variant only)."""
         if variant != "vllm":

@@ -2,7 +2,7 @@
 
 vLLM 0.19's ``FilterReusedOffloadingManager`` (``vllm/v1/kv_offload/reuse_manager.py``)
 as a :class:`kvframe.ReuseFilter`. The host's
-:class:`kvframe.offload.manager.FilteredOffloadManager` does the wrapping, so
+:class:`kvframe.offload.slots.manager.FilteredOffloadManager` does the wrapping, so
 the filter sees exactly what vLLM's decorator sees:
 
 * every hash passed to ``lookup`` is one *sighting*, hit or miss, including the
@@ -54,12 +54,13 @@ class ThresholdReuseFilter(kvframe.ReuseFilter):
     @classmethod
     def in_manager_form(
         cls, *, store_threshold: int = 2, max_tracker_size: int = 64_000
-    ) -> tuple[int, int]:
-        """vLLM 0.33.0's form of this filter, for a tier under the 0.33 fidelity target:
-        ``(store_threshold, max_tracker_size)`` for the manager that counts store
-        offers itself (``CPUOffloadingManager``), checked as the constructor checks."""
+    ) -> kvframe.InManagerReuseFilter:
+        """vLLM 0.33.0's form of this filter (:attr:`kvframe.ReuseFilter.in_manager_form`),
+        for a tier under the 0.33 fidelity target: ``(store_threshold, max_tracker_size)``
+        for the manager that counts store offers itself (``CPUOffloadingManager``),
+        checked as the constructor checks."""
         cls(store_threshold=store_threshold, max_tracker_size=max_tracker_size)
-        return store_threshold, max_tracker_size
+        return kvframe.InManagerReuseFilter(store_threshold, max_tracker_size)
 
     def on_lookup(self, block_hashes: Sequence[BlockHash]) -> None:
         if not self.enabled:

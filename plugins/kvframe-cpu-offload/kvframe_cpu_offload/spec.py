@@ -70,6 +70,18 @@ class CPUOffloadSpec(kvframe.OffloadSpec):
         block_bytes = self.offloaded_block_bytes(context)
         return self.capacity // block_bytes if block_bytes > 0 else 0
 
+    def request_scoped_slots(self, context: OffloadContext) -> kvframe.RequestScopedSlots:
+        """vLLM 0.33.0's CPU tier of the same size, its chunks ordered by the eviction
+        policy's request-scoped form (:meth:`kvframe.OffloadSpec.request_scoped_slots`)."""
+        eviction = self.eviction
+        return kvframe.RequestScopedSlots(
+            eviction=eviction.cls,
+            eviction_name=eviction.name,
+            eviction_options=eviction.options,
+            num_blocks=self.num_blocks(context),
+            block_size_factor=self.block_size_factor,
+        )
+
     def create_manager(self, context: OffloadContext) -> OffloadManager:
         """The tier's slot manager.
 

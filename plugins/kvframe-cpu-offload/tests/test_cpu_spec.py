@@ -8,7 +8,7 @@ from kvframe_cpu_offload import CPUOffloadSpec
 import kvframe
 from kvframe.contract.offload import OffloadContext
 from kvframe.contract.records import BlockRemoved
-from kvframe.offload.manager import FilteredOffloadManager, SlotOffloadManager
+from kvframe.offload.slots.manager import FilteredOffloadManager, SlotOffloadManager
 
 # 16 tokens x 2 KiB per token = 32 KiB per GPU block.
 CONTEXT = OffloadContext(gpu_block_size=16, kv_bytes_per_token=2048, num_gpu_blocks=100)

@@ -33,9 +33,13 @@ from collections import OrderedDict, deque
 from collections.abc import Hashable, Iterable, Sequence, Set
 from itertools import compress, filterfalse
 from operator import attrgetter, not_
+from typing import TYPE_CHECKING
 
 import kvframe
 from kvframe import EvictableBlock, TouchWalkCache
+
+if TYPE_CHECKING:
+    from kvframe import RequestScopedPolicy
 
 __all__ = ["LRUPolicy"]
 
@@ -49,7 +53,7 @@ class LRUPolicy(kvframe.EvictionPolicy):
     description = "Least recently used first (vLLM 0.19's LRUCachePolicy)."
 
     @classmethod
-    def request_scoped_form(cls, capacity: int, **options: object) -> object:
+    def request_scoped_form(cls, capacity: int, **options: object) -> RequestScopedPolicy:
         """vLLM 0.33.0's form of this policy (:class:`kvframe_lru.rank.RankLRUPolicy`),
         for a tier under the 0.33 fidelity target (it takes no options)."""
         if options:

@@ -2,9 +2,9 @@
 
 vLLM 0.33.0 rewrote ``OffloadingConnectorScheduler``
 (``vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py``)
-around transfer jobs; :class:`~kvframe.offload.offloading_connector.OffloadingConnector`
+around transfer jobs; :class:`~kvframe.offload.slots.connector.OffloadingConnector`
 stays vLLM 0.19.1's. This is 0.33.0's, for the 0.33 fidelity target's tier,
-over :class:`~kvframe.offload.request_manager.RequestScopedOffloadManager`
+over :class:`~kvframe.offload.jobs.manager.RequestScopedOffloadManager`
 (0.33.0's ``CPUOffloadingManager``). The rules it mirrors, for one
 full-attention group and one worker (``docs/fidelity.md``, "The tier under
 vLLM 0.33.0", rows 1-9):
@@ -51,16 +51,17 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from kvframe.contract.request_scoped import RequestAccess
 from kvframe.domain.request import RequestStatus
-from kvframe.offload.offloading_connector import OffloadStats
-from kvframe.offload.request_manager import LookupResult, RequestAccess
+from kvframe.offload.jobs.manager import LookupResult
+from kvframe.offload.stats import OffloadStats
 
 if TYPE_CHECKING:
     from kvframe.contract.records import KVEvent
     from kvframe.core.block_pool import KVCacheBlock
     from kvframe.core.scheduler_output import KVConnectorOutput, SchedulerOutput
     from kvframe.domain.request import Request
-    from kvframe.offload.request_manager import RequestScopedOffloadManager
+    from kvframe.offload.jobs.manager import RequestScopedOffloadManager
 
 __all__ = ["JobConnectorMetadata", "JobOffloadingConnector", "TransferJob"]
 
@@ -71,7 +72,7 @@ class TransferJob:
 
     Host block index ``slot * block_size_factor + j`` is the ``j``-th GPU block
     of the chunk in ``slot``, as in
-    :class:`~kvframe.offload.offloading_connector.TransferSpec`.
+    :class:`~kvframe.offload.slots.connector.TransferSpec`.
     """
 
     request_id: str
@@ -130,7 +131,7 @@ class JobOffloadingConnector:
     """The :class:`~kvframe.core.connector.SchedulerConnector` of a tier under vLLM 0.33.0.
 
     :param manager: the tier's ledger, a
-        :class:`~kvframe.offload.request_manager.RequestScopedOffloadManager`.
+        :class:`~kvframe.offload.jobs.manager.RequestScopedOffloadManager`.
     :param gpu_block_size: tokens per GPU block.
     :param block_size_factor: GPU blocks per chunk.
     :param enable_prefix_caching: whether the GPU prefix cache is on; only then

@@ -2,8 +2,8 @@
 
 :class:`JobOffloadWorker` is vLLM 0.33.0's ``OffloadingConnectorWorker``
 without the tensors, the worker of
-:class:`~kvframe.offload.job_connector.JobOffloadingConnector` (0.19.1's is
-:class:`~kvframe.offload.worker.OffloadWorker`). Its calls, in a step's order:
+:class:`~kvframe.offload.jobs.connector.JobOffloadingConnector` (0.19.1's is
+:class:`~kvframe.offload.slots.worker.OffloadWorker`). Its calls, in a step's order:
 
 1. :meth:`JobOffloadWorker.start_step` -- ``handle_preemptions``: this step's
    flushed store jobs join the stores deferred from the previous step, all of
@@ -20,7 +20,7 @@ without the tensors, the worker of
    stores itself.
 
 Any :class:`~kvframe.contract.offload.TransferHandler` runs the copies (the
-sim executor's :class:`~kvframe.offload.worker.SimTransferHandler`, or a
+sim executor's :class:`~kvframe.offload.slots.worker.SimTransferHandler`, or a
 tier's own); the handler numbers its transfers, this class maps them to jobs.
 """
 
@@ -33,7 +33,7 @@ from kvframe.core.scheduler_output import KVConnectorOutput
 
 if TYPE_CHECKING:
     from kvframe.contract.offload import TransferHandler
-    from kvframe.offload.job_connector import JobConnectorMetadata, TransferJob
+    from kvframe.offload.jobs.connector import JobConnectorMetadata, TransferJob
 
 __all__ = ["JobOffloadWorker"]
 

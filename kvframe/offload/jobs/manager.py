@@ -10,10 +10,12 @@ vLLM PR #51787, since 0.31). :class:`SlotOffloadManager` stays vLLM 0.19.1's
 manager; this module is 0.33.0's, for the 0.33 fidelity target's tier
 (``docs/fidelity.md``, "The tier under vLLM 0.33.0", items 6, 7, 10-14).
 
-The policy is duck-typed (:class:`RequestScopedPolicy`): vLLM 0.33.0's
+The policy is an eviction plugin's request-scoped form
+(:class:`kvframe.RequestScopedPolicy`, the plugin contract's
+:attr:`kvframe.EvictionPolicy.request_scoped_form`): vLLM 0.33.0's
 ``CachePolicy`` with kvframe's names. The bundled forms are
 ``kvframe_lru.RankLRUPolicy`` and ``kvframe_arc.RequestARCPolicy``. A
-request's context is a :class:`RequestAccess`, which also carries the token
+request's context is a :class:`kvframe.RequestAccess`, which also carries the token
 position of each key (the end of its chunk), as vLLM's ``ReqContext`` does.
 
 Semantics, call for call as in 0.33.0 (``tests/offload/manager_differential_v033.py``
@@ -35,18 +37,19 @@ from __future__ import annotations
 
 import enum
 from collections import OrderedDict
-from collections.abc import Collection, Hashable, Iterable, Sequence
-from typing import Any, Protocol
+from collections.abc import Hashable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 
-from kvframe.offload.manager import OffloadBlock
+from kvframe.offload.blocks import OffloadBlock
+
+if TYPE_CHECKING:
+    from kvframe.contract.request_scoped import RequestAccess, RequestScopedPolicy
 
 __all__ = [
     "LookupResult",
-    "RequestAccess",
     "RequestScopedOffloadManager",
-    "RequestScopedPolicy",
     "RequestStoreResult",
 ]
 
@@ -60,25 +63,6 @@ class LookupResult(enum.Enum):
     """In the tier but still being written: a connector defers the request."""
 
 
-@attrs.define(slots=True, eq=False)
-class RequestAccess:
-    """One request's context for the tier (vLLM 0.33.0's ``ReqContext``).
-
-    ``positions`` maps each key the connector named to the token position that
-    ends its chunk; the policy reads it to order a request's keys head to tail.
-    ``manager_state`` and ``policy_state`` are scratch slots the manager and
-    the policy own (vLLM keeps both in the context's per-type state).
-    """
-
-    request_id: str
-    positions: dict[Hashable, int] = attrs.field(factory=dict)
-    manager_state: Any = None
-    policy_state: Any = None
-
-    def position(self, key: Hashable) -> int | None:
-        return self.positions.get(key)
-
-
 @attrs.define(slots=True, frozen=True)
 class RequestStoreResult:
     """What ``prepare_store`` kept: ``keys_to_store[i]`` goes to ``slot_ids[i]``."""
@@ -86,38 +70,6 @@ class RequestStoreResult:
     keys_to_store: tuple[Hashable, ...]
     slot_ids: tuple[int, ...]
     evicted_keys: tuple[Hashable, ...]
-
-
-class RequestScopedPolicy(Protocol):
-    """vLLM 0.33.0's ``CachePolicy``: organisation and eviction order of a tier's chunks."""
-
-    def get(self, key: Hashable) -> OffloadBlock | None: ...
-
-    def insert(self, key: Hashable, block: OffloadBlock, access: RequestAccess) -> None: ...
-
-    def remove(self, key: Hashable) -> None: ...
-
-    def evict(
-        self, n: int, protected: Collection[Hashable]
-    ) -> list[tuple[Hashable, OffloadBlock]] | None: ...
-
-    def on_store_miss(self, keys: Sequence[Hashable], access: RequestAccess) -> None: ...
-
-    def on_request_access(self, keys: Sequence[Hashable], access: RequestAccess) -> None: ...
-
-    def on_request_finished(
-        self,
-        keys: Sequence[Hashable],
-        insertion_only: Collection[Hashable],
-        reused: Collection[Hashable],
-        access: RequestAccess,
-    ) -> None: ...
-
-    def mark_evictable(self, key: Hashable) -> None: ...
-
-    def mark_non_evictable(self, key: Hashable) -> None: ...
-
-    def clear(self) -> None: ...
 
 
 @attrs.define(slots=True, eq=False)

@@ -60,7 +60,8 @@ from typing import TYPE_CHECKING
 import attrs
 
 from kvframe.contract.offload import ConnectorSemantics
-from kvframe.offload.manager import FilteredOffloadManager
+from kvframe.offload.slots.manager import FilteredOffloadManager
+from kvframe.offload.stats import OffloadStats
 
 if TYPE_CHECKING:
     from kvframe.contract.offload import OffloadManager
@@ -73,7 +74,6 @@ if TYPE_CHECKING:
 __all__ = [
     "ConnectorTierView",
     "OffloadConnectorMetadata",
-    "OffloadStats",
     "OffloadingConnector",
     "TransferSpec",
 ]
@@ -106,28 +106,11 @@ class OffloadConnectorMetadata:
     """Preempted requests: their in-flight stores must land before their blocks are reused."""
 
 
-@attrs.define(slots=True)
-class OffloadStats:
-    """Scheduler-side counters of the tier (the worker counts bytes and time)."""
-
-    num_lookups: int = 0
-    num_load_requests: int = 0
-    num_loaded_blocks: int = 0
-    """Offloaded blocks pinned for loads."""
-    num_stored_blocks: int = 0
-    """Offloaded blocks the manager accepted for storing."""
-    num_store_refused: int = 0
-    """``prepare_store`` calls that returned ``None`` (nothing evictable)."""
-    num_evicted_blocks: int = 0
-    num_delayed_for_load: int = 0
-    """Lookups answered ``None`` because another request was loading the blocks."""
-
-
 class OffloadingConnector:
     """The :class:`~kvframe.core.connector.SchedulerConnector` of an offload tier.
 
     :param manager: the tier's ledger (possibly a
-        :class:`~kvframe.offload.manager.FilteredOffloadManager`).
+        :class:`~kvframe.offload.slots.manager.FilteredOffloadManager`).
     :param gpu_block_size: tokens per GPU block.
     :param block_size_factor: GPU blocks per offloaded block;
         ``manager.block_size`` must be ``gpu_block_size * block_size_factor``.

@@ -18,11 +18,10 @@ from collections.abc import Iterable, Sequence
 from itertools import filterfalse, islice
 from typing import TYPE_CHECKING, cast
 
-import attrs
-
 from kvframe.contract.offload import PrepareStoreResult
 from kvframe.contract.records import BlockRemoved, BlockStored, KVEvent
 from kvframe.domain.tokens import BlockHash
+from kvframe.offload.blocks import OffloadBlock
 
 if TYPE_CHECKING:
     from kvframe.contract.bases import EvictionPolicy, ReuseFilter
@@ -30,7 +29,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FilteredOffloadManager",
-    "OffloadBlock",
     "OffloadStateError",
     "SlotOffloadManager",
 ]
@@ -41,25 +39,6 @@ class OffloadStateError(RuntimeError):
 
     Raised before anything changes, so the ledger stays consistent.
     """
-
-
-@attrs.define(slots=True, eq=False)
-class OffloadBlock:
-    """The ledger's record of one block in the tier.
-
-    ``ref_cnt`` is ``-1`` while the block is being written (not findable),
-    ``0`` when ready and idle (the only state an eviction policy may take), and
-    the number of in-flight loads otherwise. Identity, not value, is what
-    matters (``eq=False``): policies hold these objects and see ``ref_cnt``
-    change in place.
-    """
-
-    slot_id: int
-    ref_cnt: int = -1
-
-    @property
-    def is_ready(self) -> bool:
-        return self.ref_cnt >= 0
 
 
 class SlotOffloadManager:

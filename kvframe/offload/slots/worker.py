@@ -2,7 +2,7 @@
 
 :class:`OffloadWorker` is vLLM 0.19's ``OffloadingConnectorWorker`` without the
 tensors: it turns each step's
-:class:`~kvframe.offload.offloading_connector.OffloadConnectorMetadata`
+:class:`~kvframe.offload.slots.connector.OffloadConnectorMetadata`
 into transfers on a :class:`~kvframe.contract.offload.TransferHandler` and
 reports which requests' transfers are done. Its calls, in a step's order:
 
@@ -44,7 +44,7 @@ from kvframe.domain.transfers import num_chunks
 if TYPE_CHECKING:
     from kvframe.contract.offload import ConnectorSemantics, TransferHandler
     from kvframe.domain.costs import CostModel
-    from kvframe.offload.offloading_connector import OffloadConnectorMetadata
+    from kvframe.offload.slots.connector import OffloadConnectorMetadata
 
 __all__ = ["OffloadWorker", "SimTransferHandler"]
 
