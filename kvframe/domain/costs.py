@@ -210,21 +210,55 @@ class CostModel:
         if num_prefill_tokens <= 0 and num_decode_seqs <= 0:
             return 0.0
         if self.form == "overlap":
-            linear = self.per_prefill_token_s * (num_prefill_tokens + num_decode_seqs)
-            if linear < self.weight_read_s:
-                linear = self.weight_read_s
-            attention = self.per_prefill_pair_s * num_prefill_pairs
-            reads = self.per_context_token_s * num_context_tokens
-            if attention < reads:
-                attention = reads
-            return (
-                self.per_step_s
-                + (self.per_prefill_step_s if num_prefill_seqs > 0 else 0.0)
-                + self.per_prefill_seq_s * num_prefill_seqs
-                + self.per_decode_seq_s * num_decode_seqs
-                + linear
-                + attention
+            return self._overlap_step_time(
+                num_prefill_tokens,
+                num_decode_seqs,
+                num_context_tokens,
+                num_prefill_seqs,
+                num_prefill_pairs,
             )
+        return self._additive_step_time(
+            num_prefill_tokens,
+            num_decode_seqs,
+            num_context_tokens,
+            num_prefill_seqs,
+            num_prefill_pairs,
+        )
+
+    def _overlap_step_time(
+        self,
+        num_prefill_tokens: int,
+        num_decode_seqs: int,
+        num_context_tokens: int,
+        num_prefill_seqs: int,
+        num_prefill_pairs: int,
+    ) -> float:
+        """:meth:`step_time` of the ``overlap`` form (a step that schedules something)."""
+        linear = self.per_prefill_token_s * (num_prefill_tokens + num_decode_seqs)
+        if linear < self.weight_read_s:
+            linear = self.weight_read_s
+        attention = self.per_prefill_pair_s * num_prefill_pairs
+        reads = self.per_context_token_s * num_context_tokens
+        if attention < reads:
+            attention = reads
+        return (
+            self.per_step_s
+            + (self.per_prefill_step_s if num_prefill_seqs > 0 else 0.0)
+            + self.per_prefill_seq_s * num_prefill_seqs
+            + self.per_decode_seq_s * num_decode_seqs
+            + linear
+            + attention
+        )
+
+    def _additive_step_time(
+        self,
+        num_prefill_tokens: int,
+        num_decode_seqs: int,
+        num_context_tokens: int,
+        num_prefill_seqs: int,
+        num_prefill_pairs: int,
+    ) -> float:
+        """:meth:`step_time` of the ``additive`` form (a step that schedules something)."""
         seconds = (
             self.per_step_s
             + self.per_prefill_token_s * num_prefill_tokens
