@@ -201,20 +201,10 @@ def analyze_trace(
     grid = tuple(sorted(set(sizes))) if sizes else size_grid(trace.num_distinct)
     if any(s < 1 for s in grid):
         raise ValueError(f"cache sizes must be >= 1 block, got {list(grid)}")
-    curves: list[Curve] = []
-    errors: list[str] = []
     sampled, depth = _sample(trace, sample_rate, policies)
-    for spec in policies:
-        note(f"policy {spec}")
-        if spec != "lru" and registry is None:
-            from kvframe.host.registry import get_registry
-
-            registry = get_registry()
-        try:
-            curves.append(_policy_curve(spec, registry, grid, stack, trace, sampled, sample_rate))
-        except PolicyContractError as err:
-            # The other curves are still worth having: report this one and go on.
-            errors.append(str(err))
+    curves, errors = _policy_curves(
+        policies, registry, grid, stack, trace, sampled, sample_rate, note
+    )
     if optimal:
         note("optimal bound")
         curves.append(_optimal_curve(trace, stack, grid))
@@ -239,6 +229,33 @@ def analyze_trace(
         partial_blocks=trace.partial_blocks,
         errors=tuple(errors),
     )
+
+
+def _policy_curves(
+    policies: Sequence[str],
+    registry: PluginRegistry | None,
+    grid: tuple[int, ...],
+    stack: Any,
+    trace: BlockTrace,
+    sampled: BlockTrace,
+    sample_rate: float,
+    note: Callable[[str], None],
+) -> tuple[list[Curve], list[str]]:
+    """Each policy's curve, in order, and the contract errors of those that broke theirs."""
+    curves: list[Curve] = []
+    errors: list[str] = []
+    for spec in policies:
+        note(f"policy {spec}")
+        if spec != "lru" and registry is None:
+            from kvframe.host.registry import get_registry
+
+            registry = get_registry()
+        try:
+            curves.append(_policy_curve(spec, registry, grid, stack, trace, sampled, sample_rate))
+        except PolicyContractError as err:
+            # The other curves are still worth having: report this one and go on.
+            errors.append(str(err))
+    return curves, errors
 
 
 def _sample(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import attrs
 
@@ -102,6 +103,27 @@ def auto_block_size(specs: Iterable[RequestSpec]) -> int:
     return MOONCAKE_BLOCK_TOKENS
 
 
+def _check_trace_options(block_size: int, metric: str) -> None:
+    if block_size < 1:
+        raise ValueError(f"block_size must be >= 1, got {block_size}")
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
+
+
+def _interned_chain(spec: RequestSpec, hasher: Any, ids: dict[bytes, int]) -> array:
+    """The prompt's block hashes as the engine computes them, each interned in ``ids``
+    (a new hash gets the next id)."""
+    request = Request(
+        spec.request_id,
+        PromptTokens(spec.prompt),
+        1,
+        cache_salt=spec.cache_salt,
+        block_hasher=hasher,
+    )
+    setdefault = ids.setdefault
+    return array("q", [setdefault(h, len(ids)) for h in request.block_hashes])
+
+
 def build_block_trace(
     specs: Sequence[RequestSpec],
     block_size: int,
@@ -125,30 +147,16 @@ def build_block_trace(
     uncached free blocks first) and in offload tiers. The tests pin both
     against the engine's KV cache manager.
     """
-    if block_size < 1:
-        raise ValueError(f"block_size must be >= 1, got {block_size}")
-    if metric not in METRICS:
-        raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
+    _check_trace_options(block_size, metric)
     by_blocks = metric == "blocks"
     hasher = make_block_hasher(block_size)
     ids: dict[bytes, int] = {}
     blocks: list[array] = []
-    num_tokens = array("q")
-    eligible = array("q")
-    arrival = array("d")
+    num_tokens, eligible, arrival = array("q"), array("q"), array("d")
     groups: list[str | None] = []
     partial_id = -1
     for spec in specs:
-        request = Request(
-            spec.request_id,
-            PromptTokens(spec.prompt),
-            1,
-            cache_salt=spec.cache_salt,
-            block_hasher=hasher,
-        )
-        hashes = request.block_hashes
-        setdefault = ids.setdefault
-        chain = array("q", [setdefault(h, len(ids)) for h in hashes])
+        chain = _interned_chain(spec, hasher, ids)
         if by_blocks:
             num_tokens.append(len(chain) * block_size)
             eligible.append(len(chain))

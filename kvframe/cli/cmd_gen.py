@@ -1,21 +1,29 @@
 """``kvframe gen``: write a synthetic workload as kvframe JSONL.
 
-Each generator is one ``add_*_generator(generators)`` function in :data:`GENERATORS`.
+Each generator is one ``add_*_generator(generators)`` function in :data:`GENERATORS`,
+which adds its own flags, and one handler, which names the config fields those
+flags set; the flags every generator has and the path from flags to a written
+file (:func:`_write_workload`) are shared.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import attrs
 
 from kvframe.cli.common import EXIT_OK, Context
 from kvframe.config import ConfigError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from kvframe.workloads.generator import WorkloadGenerator
 
 __all__ = ["GENERATORS", "add_gen_command", "parse_rate", "write_generated"]
 
@@ -29,12 +37,8 @@ def add_chat_generator(generators: Any) -> None:
         "(see docs/workloads.md). Length distributions: N, fixed:value=N, "
         "uniform:low=A,high=B or lognormal:median=M,sigma=S[,min=A,max=B].",
     )
-    parser.add_argument("--out", required=True, metavar="FILE", help="output file ('-': stdout)")
-    parser.add_argument("--requests", type=int, metavar="N", help="number of requests")
-    parser.add_argument("--seed", type=int, metavar="S", help="random seed")
-    parser.add_argument(
-        "--rate", metavar="R", help="Poisson arrivals per second ('none': all at start)"
-    )
+    _add_out_option(parser)
+    _add_size_options(parser, "--requests", "num_requests", "requests", "Poisson arrivals")
     parser.add_argument("--num-system-prompts", type=int, metavar="K")
     parser.add_argument("--system-prompt-length", metavar="DIST")
     parser.add_argument("--user-prompt-length", metavar="DIST")
@@ -45,9 +49,15 @@ def add_chat_generator(generators: Any) -> None:
     parser.add_argument(
         "--prefix-popularity", type=float, metavar="S", help="Zipf exponent over system prompts"
     )
-    parser.add_argument("--start-time", type=float, metavar="T", help="first arrival, seconds")
+    _add_start_time_option(parser)
     _add_text_option(parser)
     parser.set_defaults(handler=_gen_chat)
+
+
+def _gen_chat(args: argparse.Namespace, ctx: Context) -> int:
+    from kvframe.workloads.chat import CHAT
+
+    return _write_workload(args, ctx, CHAT, CHAT.config)
 
 
 def add_agentic_generator(generators: Any) -> None:
@@ -62,19 +72,15 @@ def add_agentic_generator(generators: Any) -> None:
         "after the previous one finishes (closed loop, see docs/continuum.md). "
         "Length distributions as for 'gen chat'.",
     )
-    parser.add_argument("--out", required=True, metavar="FILE", help="output file ('-': stdout)")
+    _add_out_option(parser)
     parser.add_argument(
         "--preset",
         choices=sorted(PRESETS),
         help="start from a workload grounded in the Continuum paper's benchmarks "
         "(docs/continuum.md); the other flags override its fields",
     )
-    parser.add_argument("--jobs", type=int, metavar="N", help="number of jobs")
-    parser.add_argument("--seed", type=int, metavar="S", help="random seed")
-    parser.add_argument(
-        "--rate", metavar="R", help="Poisson job arrivals per second ('none': all at start)"
-    )
-    parser.add_argument("--turns", metavar="DIST", help="turns per job")
+    _add_size_options(parser, "--jobs", "num_jobs", "jobs", "Poisson job arrivals")
+    parser.add_argument("--turns", dest="num_turns", metavar="DIST", help="turns per job")
     parser.add_argument("--num-system-prompts", type=int, metavar="K")
     parser.add_argument("--system-prompt-length", metavar="DIST")
     parser.add_argument("--task-length", metavar="DIST")
@@ -90,75 +96,13 @@ def add_agentic_generator(generators: Any) -> None:
     parser.set_defaults(handler=_gen_agentic)
 
 
-def _add_text_option(parser: Any) -> None:
-    parser.add_argument(
-        "--text",
-        metavar="MODEL",
-        help="make the prompts English text tokenized with MODEL's tokenizer (smollm2 or a "
-        "GGUF file), for --executor torch:model=MODEL; same lengths and sharing",
-    )
-
-
-def _text_writer(
-    model: str, name: str, generate: Callable[[Any], Any]
-) -> Callable[[Any, Any], int]:
-    """A writer whose prompts are text tokens (kvframe.workloads.text), checked before writing."""
-    from kvframe.executors.torch.models import resolve_model
-    from kvframe.executors.torch.tokenizer import tokenizer_from_gguf
-    from kvframe.workloads.kvframe_jsonl import write_jsonl
-    from kvframe.workloads.text import with_text_prompts
-
-    try:
-        path = resolve_model(model)
-        if path.is_dir():
-            raise ValueError(f"{path} is a checkpoint directory; --text needs a GGUF file")
-        tokenizer = tokenizer_from_gguf(path)
-    except ValueError as err:
-        raise ConfigError(str(err), origin="--text") from None
-
-    def write(out: Any, config: Any) -> int:
-        specs = with_text_prompts(generate(config), tokenizer.encode)
-        return write_jsonl(
-            specs,
-            out,
-            name=name,
-            generator=name,
-            params=config.to_params(),
-            description=f"prompts are English text tokenized for {model}",
-        )
-
-    return write
-
-
 def _gen_agentic(args: argparse.Namespace, ctx: Context) -> int:
-    from kvframe.workloads.agentic import AgenticConfig, generate_agentic, write_agentic_jsonl
+    from kvframe.workloads.agentic import AGENTIC, AgenticConfig
 
-    options: dict[str, Any] = {
-        "num_jobs": args.jobs,
-        "seed": args.seed,
-        "num_turns": args.turns,
-        "num_system_prompts": args.num_system_prompts,
-        "system_prompt_length": args.system_prompt_length,
-        "task_length": args.task_length,
-        "output_length": args.output_length,
-        "tools": args.tools,
-        "tool_time_scale": args.tool_time_scale,
-        "max_context_tokens": args.max_context_tokens,
-    }
-    options = {k: v for k, v in options.items() if v is not None}
-    if args.rate is not None:
-        options["rate"] = parse_rate(args.rate)
-    try:
-        if args.preset is not None:
-            config = AgenticConfig.from_preset(args.preset, **options)
-        else:
-            config = AgenticConfig(**options)
-    except (TypeError, ValueError) as err:
-        raise ConfigError(str(err), origin="kvframe gen agentic") from None
-    if args.text is not None:
-        write = _text_writer(args.text, "agentic", generate_agentic)
-        return write_generated(args.out, config, write, ctx)
-    return write_generated(args.out, config, write_agentic_jsonl, ctx)
+    make: Callable[..., Any] = AGENTIC.config
+    if args.preset is not None:
+        make = functools.partial(AgenticConfig.from_preset, args.preset)
+    return _write_workload(args, ctx, AGENTIC, make)
 
 
 def add_skewed_generator(generators: Any) -> None:
@@ -171,12 +115,8 @@ def add_skewed_generator(generators: Any) -> None:
         "num-documents x document-length around the GPU cache). Length distributions as "
         "for 'gen chat'.",
     )
-    parser.add_argument("--out", required=True, metavar="FILE", help="output file ('-': stdout)")
-    parser.add_argument("--requests", type=int, metavar="N", help="number of requests")
-    parser.add_argument("--seed", type=int, metavar="S", help="random seed")
-    parser.add_argument(
-        "--rate", metavar="R", help="Poisson arrivals per second ('none': all at start)"
-    )
+    _add_out_option(parser)
+    _add_size_options(parser, "--requests", "num_requests", "requests", "Poisson arrivals")
     parser.add_argument("--num-documents", type=int, metavar="K")
     parser.add_argument("--document-length", metavar="DIST")
     parser.add_argument(
@@ -188,33 +128,14 @@ def add_skewed_generator(generators: Any) -> None:
     parser.add_argument("--scan-length", metavar="DIST")
     parser.add_argument("--user-prompt-length", metavar="DIST")
     parser.add_argument("--output-length", metavar="DIST")
-    parser.add_argument("--start-time", type=float, metavar="T", help="first arrival, seconds")
+    _add_start_time_option(parser)
     parser.set_defaults(handler=_gen_skewed)
 
 
 def _gen_skewed(args: argparse.Namespace, ctx: Context) -> int:
-    from kvframe.workloads.skewed import SkewedConfig, write_skewed_jsonl
+    from kvframe.workloads.skewed import SKEWED
 
-    options: dict[str, Any] = {
-        "num_requests": args.requests,
-        "seed": args.seed,
-        "num_documents": args.num_documents,
-        "document_length": args.document_length,
-        "popularity": args.popularity,
-        "scan_fraction": args.scan_fraction,
-        "scan_length": args.scan_length,
-        "user_prompt_length": args.user_prompt_length,
-        "output_length": args.output_length,
-        "start_time": args.start_time,
-    }
-    options = {k: v for k, v in options.items() if v is not None}
-    if args.rate is not None:
-        options["rate"] = parse_rate(args.rate)
-    try:
-        config = SkewedConfig(**options)
-    except (TypeError, ValueError) as err:
-        raise ConfigError(str(err), origin="kvframe gen skewed") from None
-    return write_generated(args.out, config, write_skewed_jsonl, ctx)
+    return _write_workload(args, ctx, SKEWED, SKEWED.config)
 
 
 GENERATORS: list[Any] = [add_chat_generator, add_agentic_generator, add_skewed_generator]
@@ -232,32 +153,85 @@ def add_gen_command(subparsers: Any) -> None:
         add(generators)
 
 
-def _gen_chat(args: argparse.Namespace, ctx: Context) -> int:
-    from kvframe.workloads.chat import ChatConfig, generate_chat, write_chat_jsonl
+# --------------------------------------------------------------------------
+# What every generator shares: its common flags, flags to config, writing
+# --------------------------------------------------------------------------
 
-    options: dict[str, Any] = {
-        "num_requests": args.requests,
-        "seed": args.seed,
-        "num_system_prompts": args.num_system_prompts,
-        "system_prompt_length": args.system_prompt_length,
-        "user_prompt_length": args.user_prompt_length,
-        "output_length": args.output_length,
-        "shared_fraction": args.shared_fraction,
-        "prefix_popularity": args.prefix_popularity,
-        "start_time": args.start_time,
-    }
+
+def _add_out_option(parser: Any) -> None:
+    parser.add_argument("--out", required=True, metavar="FILE", help="output file ('-': stdout)")
+
+
+def _add_size_options(parser: Any, flag: str, field: str, noun: str, arrivals: str) -> None:
+    """The count (``--requests`` or ``--jobs``, into config ``field``), ``--seed``, ``--rate``."""
+    parser.add_argument(flag, dest=field, type=int, metavar="N", help=f"number of {noun}")
+    parser.add_argument("--seed", type=int, metavar="S", help="random seed")
+    parser.add_argument("--rate", metavar="R", help=f"{arrivals} per second ('none': all at start)")
+
+
+def _add_start_time_option(parser: Any) -> None:
+    parser.add_argument("--start-time", type=float, metavar="T", help="first arrival, seconds")
+
+
+def _add_text_option(parser: Any) -> None:
+    parser.add_argument(
+        "--text",
+        metavar="MODEL",
+        help="make the prompts English text tokenized with MODEL's tokenizer (smollm2 or a "
+        "GGUF file), for --executor torch:model=MODEL; same lengths and sharing",
+    )
+
+
+def _options(args: argparse.Namespace, config_type: Any) -> dict[str, Any]:
+    """The config options the user gave: every flag's dest is its config field's name.
+
+    A flag left out is not an option, so the config's (or the preset's) default holds.
+    """
+    fields = [field.name for field in attrs.fields(config_type) if field.name != "rate"]
+    options = {name: getattr(args, name, None) for name in fields}
     options = {k: v for k, v in options.items() if v is not None}
     if args.rate is not None:
         options["rate"] = parse_rate(args.rate)
+    return options
+
+
+def _write_workload(
+    args: argparse.Namespace,
+    ctx: Context,
+    generator: WorkloadGenerator[Any],
+    make: Callable[..., Any],
+) -> int:
+    """Build the config (``make(**options)``, errors as ConfigError) and write the workload."""
+    options = _options(args, generator.config_type)
     try:
-        config = ChatConfig(**options)
+        config = make(**options)
     except (TypeError, ValueError) as err:
-        raise ConfigError(str(err), origin="kvframe gen chat") from None
-    if args.text is not None:
-        return write_generated(
-            args.out, config, _text_writer(args.text, "chat", generate_chat), ctx
-        )
-    return write_generated(args.out, config, write_chat_jsonl, ctx)
+        raise ConfigError(str(err), origin=f"kvframe gen {generator.name}") from None
+    text = getattr(args, "text", None)
+    write = generator.write_jsonl if text is None else _text_writer(text, generator)
+    return write_generated(args.out, config, write, ctx)
+
+
+def _text_writer(model: str, generator: WorkloadGenerator[Any]) -> Callable[[Any, Any], int]:
+    """A writer whose prompts are text tokens (kvframe.workloads.text), checked before writing."""
+    from kvframe.executors.torch.models import resolve_model
+    from kvframe.executors.torch.tokenizer import tokenizer_from_gguf
+    from kvframe.workloads.text import with_text_prompts
+
+    try:
+        path = resolve_model(model)
+        if path.is_dir():
+            raise ValueError(f"{path} is a checkpoint directory; --text needs a GGUF file")
+        tokenizer = tokenizer_from_gguf(path)
+    except ValueError as err:
+        raise ConfigError(str(err), origin="--text") from None
+
+    def write(out: Any, config: Any) -> int:
+        specs = with_text_prompts(generator.generate(config), tokenizer.encode)
+        description = f"prompts are English text tokenized for {model}"
+        return generator.write_specs(specs, out, config, description=description)
+
+    return write
 
 
 def parse_rate(text: str) -> float | None:

@@ -209,35 +209,52 @@ class CostModel:
         """
         if num_prefill_tokens <= 0 and num_decode_seqs <= 0:
             return 0.0
+        counts = (
+            num_prefill_tokens,
+            num_decode_seqs,
+            num_context_tokens,
+            num_prefill_seqs,
+            num_prefill_pairs,
+        )
         if self.form == "overlap":
-            linear = self.per_prefill_token_s * (num_prefill_tokens + num_decode_seqs)
-            if linear < self.weight_read_s:
-                linear = self.weight_read_s
-            attention = self.per_prefill_pair_s * num_prefill_pairs
-            reads = self.per_context_token_s * num_context_tokens
-            if attention < reads:
-                attention = reads
-            return (
-                self.per_step_s
-                + (self.per_prefill_step_s if num_prefill_seqs > 0 else 0.0)
-                + self.per_prefill_seq_s * num_prefill_seqs
-                + self.per_decode_seq_s * num_decode_seqs
-                + linear
-                + attention
-            )
+            return self._overlap_step_time(*counts)
+        return self._additive_step_time(*counts)
+
+    def _overlap_step_time(
+        self, prefill: int, decode: int, context: int, seqs: int, pairs: int
+    ) -> float:
+        """:meth:`step_time` of the ``overlap`` form, for a step that schedules something
+        (``prefill`` tokens, ``decode`` seqs, ``context`` tokens, prefill ``seqs``, ``pairs``)."""
+        linear = self.per_prefill_token_s * (prefill + decode)
+        if linear < self.weight_read_s:
+            linear = self.weight_read_s
+        attention = self.per_prefill_pair_s * pairs
+        reads = self.per_context_token_s * context
+        if attention < reads:
+            attention = reads
+        return (
+            self.per_step_s
+            + (self.per_prefill_step_s if seqs > 0 else 0.0)
+            + self.per_prefill_seq_s * seqs
+            + self.per_decode_seq_s * decode
+            + linear
+            + attention
+        )
+
+    def _additive_step_time(
+        self, prefill: int, decode: int, context: int, seqs: int, pairs: int
+    ) -> float:
+        """:meth:`step_time` of the ``additive`` form, for a step that schedules something."""
         seconds = (
             self.per_step_s
-            + self.per_prefill_token_s * num_prefill_tokens
-            + self.per_decode_seq_s * num_decode_seqs
-            + self.per_context_token_s * num_context_tokens
+            + self.per_prefill_token_s * prefill
+            + self.per_decode_seq_s * decode
+            + self.per_context_token_s * context
         )
         if self.per_prefill_seq_s or self.per_prefill_pair_s:
             # Only fitted models have these terms; skipping them otherwise keeps
             # the derived presets' arithmetic (hence every result) bit-identical.
-            seconds += (
-                self.per_prefill_seq_s * num_prefill_seqs
-                + self.per_prefill_pair_s * num_prefill_pairs
-            )
+            seconds += self.per_prefill_seq_s * seqs + self.per_prefill_pair_s * pairs
         return seconds
 
     def transfer_time(self, num_bytes: int, num_chunks: int = 1) -> float:

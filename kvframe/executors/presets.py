@@ -246,6 +246,21 @@ H200 measurement): MFU 0.5, HBM 0.8, PCIe 0.8, 1 ms per step. Attention and
 the per-chunk copy and per-prefill costs are not used by that form."""
 
 
+def _all_reduce_costs(
+    shape: ModelShape, gpu: GpuSpec, tp: int, eff: Efficiency
+) -> tuple[float, float]:
+    """Tensor parallelism's all-reduces: seconds per token, and latency per step (0, 0 at TP 1)."""
+    if tp == 1:
+        return 0.0, 0.0
+    if shape.hidden_size is None:
+        raise ValueError(f"{shape.name}: hidden_size is needed to cost TP all-reduces")
+    # Two all-reduces per layer of one bf16 hidden vector per token; a ring
+    # all-reduce moves 2 (tp - 1) / tp of the data over each GPU's link.
+    bytes_per_token = 2 * shape.num_layers * shape.hidden_size * 2 * 2 * (tp - 1) / tp
+    comm_per_token = bytes_per_token / (gpu.interconnect_bytes_per_s * eff.interconnect_efficiency)
+    return comm_per_token, 2 * shape.num_layers * eff.allreduce_latency_s
+
+
 def derive_cost_model(
     shape: ModelShape,
     gpu: GpuSpec,
@@ -266,18 +281,7 @@ def derive_cost_model(
     eff = efficiency
     hbm = gpu.hbm_bytes_per_s * eff.hbm_efficiency
     compute_per_token = 2 * shape.num_params / (tp * gpu.peak_flops * eff.mfu)
-    comm_per_token = 0.0
-    allreduce_latency = 0.0
-    if tp > 1:
-        if shape.hidden_size is None:
-            raise ValueError(f"{shape.name}: hidden_size is needed to cost TP all-reduces")
-        # Two all-reduces per layer of one bf16 hidden vector per token; a ring
-        # all-reduce moves 2 (tp - 1) / tp of the data over each GPU's link.
-        bytes_per_token = 2 * shape.num_layers * shape.hidden_size * 2 * 2 * (tp - 1) / tp
-        comm_per_token = bytes_per_token / (
-            gpu.interconnect_bytes_per_s * eff.interconnect_efficiency
-        )
-        allreduce_latency = 2 * shape.num_layers * eff.allreduce_latency_s
+    comm_per_token, allreduce_latency = _all_reduce_costs(shape, gpu, tp, eff)
     weights = shape.weight_bytes / tp / hbm
     transfer_bytes_per_s = tp * gpu.host_link_bytes_per_s * eff.host_link_efficiency
     if form == "additive":

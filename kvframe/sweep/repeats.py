@@ -32,22 +32,29 @@ GENERATORS = ("gen:chat", "gen:agentic", "gen:skewed")
 """``workload`` values that generate the workload in the cell."""
 
 
-def _config(name: str, options: Mapping[str, Any], seed: int) -> Any:
+def _generator(name: str) -> Any:
+    """The :class:`~kvframe.workloads.generator.WorkloadGenerator` of ``gen:NAME``."""
     if name == "gen:chat":
-        from kvframe.workloads.chat import ChatConfig
+        from kvframe.workloads.chat import CHAT
 
-        return ChatConfig(**{**options, "seed": seed})
+        return CHAT
     if name == "gen:skewed":
-        from kvframe.workloads.skewed import SkewedConfig
+        from kvframe.workloads.skewed import SKEWED
 
-        return SkewedConfig(**{**options, "seed": seed})
-    from kvframe.workloads.agentic import AgenticConfig
+        return SKEWED
+    from kvframe.workloads.agentic import AGENTIC
 
-    options = dict(options)
-    preset = options.pop("preset", None)
+    return AGENTIC
+
+
+def _config(name: str, options: Mapping[str, Any], seed: int) -> Any:
+    options = {**options, "seed": seed}
+    preset = options.pop("preset", None) if name == "gen:agentic" else None
     if preset is not None:
-        return AgenticConfig.from_preset(preset, **{**options, "seed": seed})
-    return AgenticConfig(**{**options, "seed": seed})
+        from kvframe.workloads.agentic import AgenticConfig
+
+        return AgenticConfig.from_preset(preset, **options)
+    return _generator(name).config(**options)
 
 
 def check_generated(settings: Mapping[str, Any], where: str) -> None:
@@ -76,18 +83,7 @@ def generate_workload(settings: Mapping[str, Any]) -> Any:
 
     name = settings["workload"]
     config = _config(name, settings.get("generate") or {}, settings.get("seed", 0))
-    if name == "gen:chat":
-        from kvframe.workloads.chat import generate_chat
-
-        specs = generate_chat(config)
-    elif name == "gen:skewed":
-        from kvframe.workloads.skewed import generate_skewed
-
-        specs = generate_skewed(config)
-    else:
-        from kvframe.workloads.agentic import generate_agentic
-
-        specs = generate_agentic(config)
+    specs = _generator(name).specs(config)
     limit = settings.get("limit")
     if limit is not None:
         specs = specs[:limit]

@@ -231,9 +231,18 @@ def load_workload(
         reader.read(stream, limit=limit, skip_bad_lines=skip_bad_lines, sort_arrivals=sort_arrivals)
     specs = reader.finish(limit)
 
+    workload = _workload_of(reader, specs, source, name)
+    _log_loaded(workload, reader, display, started)
+    return workload
+
+
+def _workload_of(
+    reader: _SpecReader, specs: list[RequestSpec], source: Path | BundledWorkload, name: str | None
+) -> Workload:
+    """The :class:`Workload` of a finished read: its name, source, format and errors."""
     parser = reader.parser
     metadata = dict(parser.metadata) if parser is not None else {}
-    workload = Workload(
+    return Workload(
         specs,
         name=name
         or metadata.get("name")
@@ -244,6 +253,10 @@ def load_workload(
         errors=tuple(reader.kept_errors),
         metadata=metadata,
     )
+
+
+def _log_loaded(workload: Workload, reader: _SpecReader, display: str, started: float) -> None:
+    """``workload_loaded`` (debug), and ``workload_lines_skipped`` when lines were dropped."""
     log.debug(
         "workload_loaded",
         path=display,
@@ -260,7 +273,6 @@ def load_workload(
             skipped=reader.num_skipped,
             first=str(reader.kept_errors[0]),
         )
-    return workload
 
 
 class _SpecReader:

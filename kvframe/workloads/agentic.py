@@ -60,16 +60,14 @@ closed-form inverse CDFs.
 
 from __future__ import annotations
 
-import bisect
 import difflib
-import math
-import os
 import random
-from collections.abc import Callable, Iterable, Mapping
-from typing import IO, Any
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import attrs
 
+from kvframe.workloads import generator as gen
 from kvframe.workloads.distributions import (
     DurationDistribution,
     Fixed,
@@ -78,7 +76,6 @@ from kvframe.workloads.distributions import (
     LogNormal,
     LogNormalDuration,
     ParetoDuration,
-    Uniform,
     UniformDuration,
     as_duration_distribution,
     as_length_distribution,
@@ -87,10 +84,10 @@ from kvframe.workloads.distributions import (
     check_positive_int,
     parse_duration_distribution,
 )
-from kvframe.workloads.kvframe_jsonl import write_jsonl
 from kvframe.workloads.spec import RequestSpec, SyntheticPrompt
 
 __all__ = [
+    "AGENTIC",
     "PRESETS",
     "TOOL_MIXES",
     "AgenticConfig",
@@ -265,17 +262,14 @@ def _as_tools(value: str | Iterable[ToolSpec | Mapping[str, Any]]) -> tuple[Tool
 # --------------------------------------------------------------------------
 
 
-def _check_rate(instance: Any, attribute: attrs.Attribute, value: float | None) -> None:
-    if value is not None and not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"rate must be > 0 jobs/s (or None: all at once), got {value!r}")
-
-
 @attrs.frozen(slots=True, kw_only=True)
-class AgenticConfig:
+class AgenticConfig(gen.GeneratorConfig):
     """Every knob of the agentic generator; the whole config goes into the file header."""
 
+    RATE_UNIT = "jobs"
+
     num_jobs: int = attrs.field(default=100, validator=check_positive_int)
-    rate: float | None = attrs.field(default=1.0, validator=_check_rate)
+    rate: float | None = attrs.field(default=1.0, validator=gen.check_rate)
     """Poisson job arrival rate in jobs per second; ``None``: all jobs at ``start_time``."""
     num_turns: LengthDistribution = attrs.field(
         default=LogNormal(median=6, sigma=0.6, min=1, max=40), converter=as_length_distribution
@@ -326,15 +320,12 @@ class AgenticConfig:
 
     def to_params(self) -> dict[str, Any]:
         """JSON-ready parameters; ``AgenticConfig(**params)`` rebuilds the config."""
-        params: dict[str, Any] = {}
-        for field in attrs.fields(AgenticConfig):
-            value = getattr(self, field.name)
-            if field.name == "tools":
-                value = [tool.to_params() for tool in value]
-            elif isinstance(value, Fixed | Uniform | LogNormal):
-                value = str(value)
-            params[field.name] = value
-        return params
+        return gen.GeneratorConfig.to_params(self)
+
+    def _param(self, name: str, value: Any) -> Any:
+        if name == "tools":
+            return [tool.to_params() for tool in value]
+        return gen.GeneratorConfig._param(self, name, value)
 
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -397,63 +388,45 @@ the caller's. Every number's source, or the assumption behind it, is in
 """
 
 
-def _job_streams(config: AgenticConfig) -> Callable[[str], random.Random]:
-    def stream(name: str) -> random.Random:
-        # A str seed is hashed with SHA-512 by random.Random: stable across
-        # processes and independent of PYTHONHASHSEED.
-        return random.Random(f"kvframe.agentic:{config.seed}:{name}")
+def _agentic_specs(config: AgenticConfig) -> list[RequestSpec]:
+    """The agentic generator's own part: jobs of turns, sorted by their arrival placeholders.
 
-    return stream
-
-
-def generate_agentic(config: AgenticConfig | None = None, /, **options: Any) -> list[RequestSpec]:
-    """Generate an agentic multi-turn workload; see the module docstring.
-
-    Pass an :class:`AgenticConfig`, or its fields as keyword arguments (which
-    override the config's). Job ids are ``{id_prefix}{index:05d}``, request ids
-    ``{job_id}-t{turn}``; system prompt ids ``s{seed}-agent{a}`` and job stream
-    keys ``s{seed}-{job_id}``, so workloads made with different seeds never
-    share tokens by accident.
+    The job-level streams (arrival, turn count, agent, task length) are drawn
+    here, once per job, in one visible order; each job's turns in
+    :func:`_job_specs` from the job's own stream.
     """
-    if config is None:
-        config = AgenticConfig(**options)
-    elif options:
-        config = attrs.evolve(config, **options)
-
-    stream = _job_streams(config)
-    arrivals, turn_counts = stream("arrival"), stream("turns")
-    agent_choice, task_len = stream("agent"), stream("task")
-    system_lengths = [
-        config.system_prompt_length.sample(stream("system-prompts"))
-        for _ in range(config.num_system_prompts)
-    ]
-
-    tools = config.tools
-    cumulative = _cumulative_weights(tools)
+    stream = gen.seeded_streams("agentic", config.seed)
+    turn_counts, agent_choice, task_len = stream("turns"), stream("agent"), stream("task")
+    system_lengths = gen.prefix_lengths(
+        config.system_prompt_length, stream, "system-prompts", config.num_system_prompts
+    )
+    cumulative = gen.cumulative_shares(tool.weight for tool in config.tools)
+    arrivals = gen.poisson_arrivals(
+        stream("arrival"), start=config.start_time, rate=config.rate, count=config.num_jobs
+    )
     generated: list[RequestSpec] = []
-    job_arrival = config.start_time
-    for index in range(config.num_jobs):
-        if index and config.rate is not None:
-            job_arrival += -math.log(1.0 - arrivals.random()) / config.rate
+    for index, job_arrival in enumerate(arrivals):
         num_turns = config.num_turns.sample(turn_counts)
         agent = min(int(agent_choice.random() * config.num_system_prompts),
                     config.num_system_prompts - 1)  # fmt: skip
         task_length = config.task_length.sample(task_len)
-        generated.extend(
-            _job_specs(
-                config,
-                cumulative,
-                index=index,
-                num_turns=num_turns,
-                agent=agent,
-                system_length=system_lengths[agent],
-                task_length=task_length,
-                arrival=job_arrival,
-            )
+        job = _Job(
+            config,
+            index=index,
+            agent=agent,
+            system_length=system_lengths[agent],
+            arrival=job_arrival,
+            turns=stream(f"job:{index}"),
         )
-
+        generated.extend(_job_specs(job, cumulative, num_turns=num_turns, task_length=task_length))
     generated.sort(key=lambda spec: spec.arrival_time)  # stable: ties keep job, turn order
     return generated
+
+
+AGENTIC: gen.WorkloadGenerator[AgenticConfig] = gen.WorkloadGenerator(
+    "agentic", AgenticConfig, _agentic_specs
+)
+"""The agentic generator (``kvframe gen agentic``)."""
 
 
 def scripted_output_tokens(spec: RequestSpec) -> list[int]:
@@ -476,97 +449,93 @@ def scripted_output_tokens(spec: RequestSpec) -> list[int]:
     return longer.token_ids()[prompt.length :]
 
 
-def write_agentic_jsonl(
-    path: str | os.PathLike[str] | IO[str], config: AgenticConfig | None = None, /, **options: Any
-) -> int:
-    """Generate an agentic workload and write it as kvframe JSONL with its config in the header.
+@attrs.frozen(slots=True)
+class _Job:
+    """One job's fixed facts: its ids, its agent's system prompt, its arrival, its turn stream."""
 
-    ``AgenticConfig(**load_workload(path).metadata["params"])`` rebuilds the config.
-    """
-    if config is None:
-        config = AgenticConfig(**options)
-    elif options:
-        config = attrs.evolve(config, **options)
-    return write_jsonl(
-        generate_agentic(config),
-        path,
-        name="agentic",
-        generator="agentic",
-        params=config.to_params(),
-    )
+    config: AgenticConfig
+    index: int = attrs.field(kw_only=True)
+    agent: int = attrs.field(kw_only=True)
+    system_length: int = attrs.field(kw_only=True)
+    arrival: float = attrs.field(kw_only=True)
+    turns: random.Random = attrs.field(kw_only=True)
+    """The job's own stream: four draws per turn, always in the order of :func:`_draw_turn`."""
+
+    @property
+    def job_id(self) -> str:
+        return f"{self.config.id_prefix}{self.index:05d}"
+
+    def prompt(self, length: int) -> SyntheticPrompt:
+        """``length`` tokens: the agent's system prompt (if shared), then the job's own."""
+        config = self.config
+        system_id = f"s{config.seed}-agent{self.agent}" if config.share_system_prompt else None
+        key = f"s{config.seed}-{self.job_id}"
+        return gen.prefixed_prompt(length, system_id, min(self.system_length, length), key=key)
 
 
-def _cumulative_weights(tools: tuple[ToolSpec, ...]) -> list[float]:
-    """Each tool's cumulative share of the total weight, for a bisect draw per turn."""
-    total_weight = sum(tool.weight for tool in tools)
-    cumulative: list[float] = []
-    acc = 0.0
-    for tool in tools:
-        acc += tool.weight / total_weight
-        cumulative.append(acc)
-    return cumulative
+@attrs.frozen(slots=True)
+class _Turn:
+    output_length: int
+    tool: ToolSpec
+    duration: float
+    result_length: int
+
+
+def _draw_turn(job: _Job, cumulative: list[float]) -> _Turn:
+    """One turn's four draws from the job's stream: output length, tool, duration, result length."""
+    config, turns = job.config, job.turns
+    output_length = config.output_length.sample(turns)
+    tool = config.tools[gen.pick(cumulative, turns.random())]
+    duration = round(tool.duration.sample(turns) * config.tool_time_scale, 6)
+    return _Turn(output_length, tool, duration, tool.result_length.sample(turns))
 
 
 def _job_specs(
-    config: AgenticConfig,
-    cumulative: list[float],
-    *,
-    index: int,
-    num_turns: int,
-    agent: int,
-    system_length: int,
-    task_length: int,
-    arrival: float,
+    job: _Job, cumulative: list[float], *, num_turns: int, task_length: int
 ) -> list[RequestSpec]:
-    """One job's turns, drawn from the job's own stream.
-
-    Kept apart from :func:`generate_agentic` so the per-job streams (arrival,
-    turn count, agent, task length) are drawn there in one visible order, and
-    the per-turn draws here in theirs.
-    """
-    tools = config.tools
-    max_context = config.max_context_tokens
-    job_id = f"{config.id_prefix}{index:05d}"
-    key = f"s{config.seed}-{job_id}"
-    system_id = f"s{config.seed}-agent{agent}" if config.share_system_prompt else None
-
-    # The job's own stream: four draws per turn, always in this order
-    # (output length, tool, duration, result length).
-    turns = random.Random(f"kvframe.agentic:{config.seed}:job:{index}")
-
-    prompt_length = min(system_length + task_length, max_context - 1)
-    placeholder = arrival
+    """One job's turns; the job ends early at its last turn whose prompt plus output fits."""
+    max_context = job.config.max_context_tokens
+    prompt_length = min(job.system_length + task_length, max_context - 1)
+    placeholder = job.arrival
     job_specs: list[RequestSpec] = []
     for turn in range(num_turns):
-        output_length = config.output_length.sample(turns)
-        tool = tools[min(bisect.bisect_left(cumulative, turns.random()), len(tools) - 1)]
-        duration = round(tool.duration.sample(turns) * config.tool_time_scale, 6)
-        result_length = tool.result_length.sample(turns)
+        drawn = _draw_turn(job, cumulative)
+        output_length = drawn.output_length
         if turn == 0:
             output_length = min(output_length, max_context - prompt_length)
         elif prompt_length + output_length > max_context:
             break  # the context is full: the previous turn was the last
-        if system_id is not None:
-            prompt = SyntheticPrompt(
-                prompt_length, system_id, min(system_length, prompt_length), key=key
-            )
-        else:
-            prompt = SyntheticPrompt(prompt_length, key=key)
         job_specs.append(
             RequestSpec(
-                request_id=f"{job_id}-t{turn}",
-                prompt=prompt,
+                request_id=f"{job.job_id}-t{turn}",
+                prompt=job.prompt(prompt_length),
                 max_tokens=output_length,
                 arrival_time=placeholder,
-                job_id=job_id,
+                job_id=job.job_id,
                 turn=turn,
                 is_last_turn=False,
-                tool_name=tool.name,
-                tool_duration=duration,
+                tool_name=drawn.tool.name,
+                tool_duration=drawn.duration,
             )
         )
-        placeholder += duration
-        prompt_length += output_length + result_length
+        placeholder += drawn.duration
+        prompt_length += output_length + drawn.result_length
     last = job_specs[-1]
     job_specs[-1] = attrs.evolve(last, is_last_turn=True, tool_name=None, tool_duration=None)
     return job_specs
+
+
+generate_agentic = AGENTIC.generate
+"""Generate an agentic multi-turn workload; see the module docstring.
+
+Pass an :class:`AgenticConfig`, or its fields as keyword arguments (which
+override the config's). Job ids are ``{id_prefix}{index:05d}``, request ids
+``{job_id}-t{turn}``; system prompt ids ``s{seed}-agent{a}`` and job stream
+keys ``s{seed}-{job_id}``, so workloads made with different seeds never
+share tokens by accident.
+"""
+write_agentic_jsonl = AGENTIC.write_jsonl
+"""Generate an agentic workload and write it as kvframe JSONL with its config in the header.
+
+``AgenticConfig(**load_workload(path).metadata["params"])`` rebuilds the config.
+"""

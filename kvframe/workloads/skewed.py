@@ -18,67 +18,43 @@ weights ``1 / (k + 1)^popularity``. The working set is
 size (``kvframe run`` logs the number of blocks) and the scans' volume
 between two uses of a popular document at a similar size.
 
-Determinism as in :mod:`kvframe.workloads.chat`: every random quantity has its
+Determinism as in :mod:`kvframe.workloads.generator`: every random quantity has its
 own stream seeded from ``seed`` and a name, and advances once per request
 whatever the other settings.
 """
 
 from __future__ import annotations
 
-import bisect
-import math
-import os
-import random
-from typing import IO, Any
-
 import attrs
 
+from kvframe.workloads import generator as gen
 from kvframe.workloads.chat import (
     Fixed,
     LengthDistribution,
     LogNormal,
-    Uniform,
     as_length_distribution,
     check_positive_int,
 )
-from kvframe.workloads.kvframe_jsonl import write_jsonl
 from kvframe.workloads.spec import RequestSpec, SyntheticPrompt
 
-__all__ = ["SkewedConfig", "generate_skewed", "write_skewed_jsonl"]
-
-
-def _check_fraction(instance: Any, attribute: attrs.Attribute, value: float) -> None:
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"{attribute.name} must be in [0, 1], got {value!r}")
-
-
-def _check_non_negative(instance: Any, attribute: attrs.Attribute, value: float) -> None:
-    if not (value >= 0 and math.isfinite(value)):
-        raise ValueError(f"{attribute.name} must be >= 0 and finite, got {value!r}")
-
-
-def _check_rate(instance: Any, attribute: attrs.Attribute, value: float | None) -> None:
-    if value is not None and not (value > 0 and math.isfinite(value)):
-        raise ValueError(
-            f"rate must be > 0 requests/s and finite (or None: all at once), got {value!r}"
-        )
+__all__ = ["SKEWED", "SkewedConfig", "generate_skewed", "write_skewed_jsonl"]
 
 
 @attrs.frozen(slots=True, kw_only=True)
-class SkewedConfig:
+class SkewedConfig(gen.GeneratorConfig):
     """Every knob of the skewed generator; the whole config goes into the file header."""
 
     num_requests: int = attrs.field(default=1000, validator=check_positive_int)
-    rate: float | None = attrs.field(default=10.0, validator=_check_rate)
+    rate: float | None = attrs.field(default=10.0, validator=gen.check_rate)
     """Poisson arrival rate in requests per second; ``None``: all arrive at ``start_time``."""
     num_documents: int = attrs.field(default=64, validator=check_positive_int)
     document_length: LengthDistribution = attrs.field(
         default=Fixed(1024), converter=as_length_distribution
     )
     """Length of each shared document (drawn once per document)."""
-    popularity: float = attrs.field(default=1.0, validator=_check_non_negative)
+    popularity: float = attrs.field(default=1.0, validator=gen.check_non_negative_finite)
     """Zipf exponent over the documents (0: uniform; 1: the classic Zipf law)."""
-    scan_fraction: float = attrs.field(default=0.3, validator=_check_fraction)
+    scan_fraction: float = attrs.field(default=0.3, validator=gen.check_fraction)
     """Fraction of requests that are scans: one-use prompts nobody shares."""
     scan_length: LengthDistribution = attrs.field(
         default=Fixed(2048), converter=as_length_distribution
@@ -90,79 +66,42 @@ class SkewedConfig:
         default=LogNormal(median=32, sigma=0.5, max=256), converter=as_length_distribution
     )
     seed: int = 0
-    start_time: float = attrs.field(default=0.0, validator=_check_non_negative)
+    start_time: float = attrs.field(default=0.0, validator=gen.check_non_negative_finite)
     id_prefix: str = "skewed-"
 
-    def to_params(self) -> dict[str, Any]:
-        """JSON-ready parameters (distributions as their parseable strings)."""
-        return {
-            field.name: str(value) if isinstance(value, (Fixed, Uniform, LogNormal)) else value
-            for field, value in ((f, getattr(self, f.name)) for f in attrs.fields(SkewedConfig))
-        }
 
+def _skewed_specs(config: SkewedConfig) -> list[RequestSpec]:
+    """The skewed generator's own part: a Zipf-chosen document and a user part, or a scan."""
+    stream = gen.seeded_streams("skewed", config.seed)
+    lengths = gen.prefix_lengths(config.document_length, stream, "documents", config.num_documents)
+    documents = gen.ZipfPrefixes.of(f"s{config.seed}-doc", lengths, config.popularity)
+    scanning, choice = stream("scan"), stream("document")
+    own_lengths = (stream("scan-length"), stream("user"), stream("output"))
 
-def generate_skewed(config: SkewedConfig | None = None, /, **options: Any) -> list[RequestSpec]:
-    """Generate the skewed document + scan workload; see the module docstring.
-
-    Pass a :class:`SkewedConfig`, or its fields as keyword arguments (which
-    override the config's). Request ids are ``{id_prefix}{index:06d}``.
-    """
-    if config is None:
-        config = SkewedConfig(**options)
-    elif options:
-        config = attrs.evolve(config, **options)
-
-    def stream(name: str) -> random.Random:
-        return random.Random(f"kvframe.skewed:{config.seed}:{name}")
-
-    arrivals, scanning, choice = stream("arrival"), stream("scan"), stream("document")
-    scan_len, user_len, output_len = stream("scan-length"), stream("user"), stream("output")
-    document_lengths = [
-        config.document_length.sample(stream("documents")) for _ in range(config.num_documents)
-    ]
-    cumulative: list[float] = []
-    weights = [1.0 / (k + 1) ** config.popularity for k in range(config.num_documents)]
-    total, running = sum(weights), 0.0
-    for weight in weights:
-        running += weight / total
-        cumulative.append(running)
-
-    specs: list[RequestSpec] = []
-    now = config.start_time
-    for index in range(config.num_requests):
-        if index and config.rate is not None:
-            now += -math.log(1.0 - arrivals.random()) / config.rate
-        scan = scanning.random() < config.scan_fraction
-        k = min(bisect.bisect_left(cumulative, choice.random()), config.num_documents - 1)
+    def draw(request_id: str) -> tuple[SyntheticPrompt, int]:
+        # Every stream advances once per request, whether it is a scan or not.
+        scan_len, user_len, output_len = own_lengths
+        max_tokens = config.output_length.sample(output_len)
         own_scan_length = config.scan_length.sample(scan_len)
         user_length = config.user_prompt_length.sample(user_len)
-        max_tokens = config.output_length.sample(output_len)
-        request_id = f"{config.id_prefix}{index:06d}"
-        if scan:
-            prompt = SyntheticPrompt(own_scan_length, key=request_id)
-        else:
-            prompt = SyntheticPrompt(
-                document_lengths[k] + user_length,
-                f"s{config.seed}-doc{k}",
-                document_lengths[k],
-                key=request_id,
-            )
-        specs.append(
-            RequestSpec(
-                request_id=request_id, prompt=prompt, max_tokens=max_tokens, arrival_time=now
-            )
-        )
-    return specs
+        u = choice.random()
+        if scanning.random() < config.scan_fraction:
+            return SyntheticPrompt(own_scan_length, key=request_id), max_tokens
+        return documents.prompt(u, user_length, key=request_id), max_tokens
+
+    return gen.emit_requests(config, stream("arrival"), draw)
 
 
-def write_skewed_jsonl(
-    path: str | os.PathLike[str] | IO[str], config: SkewedConfig | None = None, /, **options: Any
-) -> int:
-    """Generate a skewed workload and write it as kvframe JSONL with its config in the header."""
-    if config is None:
-        config = SkewedConfig(**options)
-    elif options:
-        config = attrs.evolve(config, **options)
-    return write_jsonl(
-        generate_skewed(config), path, name="skewed", generator="skewed", params=config.to_params()
-    )
+SKEWED: gen.WorkloadGenerator[SkewedConfig] = gen.WorkloadGenerator(
+    "skewed", SkewedConfig, _skewed_specs
+)
+"""The skewed generator (``kvframe gen skewed``)."""
+
+generate_skewed = SKEWED.generate
+"""Generate the skewed document + scan workload; see the module docstring.
+
+Pass a :class:`SkewedConfig`, or its fields as keyword arguments (which
+override the config's). Request ids are ``{id_prefix}{index:06d}``.
+"""
+write_skewed_jsonl = SKEWED.write_jsonl
+"""Generate a skewed workload and write it as kvframe JSONL with its config in the header."""

@@ -152,6 +152,10 @@ class ARCPolicy(kvframe.EvictionPolicy):
         """The held keys (``keys_held``) of recently touched lists: a waiting
         request's blocks are touched on every step it waits, most of them in
         none of the lists. Every key added to ``keys_held`` is logged to it."""
+        self._init_idle_tracking()
+
+    def _init_idle_tracking(self) -> None:
+        """The idle indexes of ``t1`` and ``t2``, off until :meth:`track_idle`."""
         self._tracking = False
         """Whether the tier reports blocks becoming idle (:meth:`track_idle`)."""
         self._idle_t1: OrderedDict[Hashable, EvictableBlock] = OrderedDict()
@@ -310,66 +314,33 @@ class ARCPolicy(kvframe.EvictionPolicy):
             # One key (the GPU prefix cache's touches): the walk itself.
             self._touched = keys if self._touch_one(keys[0]) else None
             return
-        # The keys are processed in reverse (the first ends most recent, as in
-        # vLLM), one list at a time, each list's moves in C. That is the
-        # key-by-key walk regrouped: the lists are disjoint and a touch never
-        # moves a key between them except from T1 to T2, so each list ends
-        # with the touched keys it holds in the order of their last
-        # occurrence in the walk, and the target sees the ghost hits in walk
-        # order. ``plain_touch`` in the tests is the key-by-key walk.
+        self._touch_many(keys)
+
+    def _touch_many(self, keys: Sequence[Hashable]) -> None:
+        """A touch of several keys: T1's, then T2's and the ghosts.
+
+        The keys are processed in reverse (the first ends most recent, as in
+        vLLM), one list at a time, each list's moves in C. That is the
+        key-by-key walk regrouped: the lists are disjoint and a touch never
+        moves a key between them except from T1 to T2, so each list ends
+        with the touched keys it holds in the order of their last
+        occurrence in the walk, and the target sees the ghost hits in walk
+        order. ``plain_touch`` in the tests is the key-by-key walk.
+        """
         walk = self._walks.walk(keys, self.keys_held.__contains__)  # type: ignore[arg-type]
         if not walk:
             self._touched = keys
             return
-        t1, t2 = self.t1, self.t2
-        idle_t1, idle_t2 = self._idle_t1, self._idle_t2
-        settled = True
-        ready: list[Hashable] = []
+        t1 = self.t1
         walk_t1 = list(filter(t1.__contains__, walk)) if t1 else []
         if walk_t1 and max(map(_ref_cnt, map(t1.__getitem__, walk_t1))) < 0:
-            # The usual store touch: every T1 key of the walk is being written
-            # (a request's own blocks, right after their store), so nothing is
-            # promoted and each is moved to T1's MRU end in walk order, as the
-            # key-by-key walk does, repeats included (a key's last move
-            # decides its place). One max over the ref counts replaces the
-            # per-key flags, the dedup and the list filters of the general
-            # case below, which only a promotion needs.
-            deque(map(t1.move_to_end, walk_t1), maxlen=0)
-            if idle_t1:
-                _mirror_moves(idle_t1, walk_t1)
-            if len(walk_t1) == len(walk):
-                self._touched = None  # a key left in T1 may become ready
-                return
-            others = list(filterfalse(t1.__contains__, walk))
-            self._touch_t2_and_ghosts(others, others, keys, settled=False)
+            self._touch_all_writing(walk, walk_t1, keys)
             return
+        ready: list[Hashable] = []
+        in_t1: list[Hashable] = []
+        settled = True
         if walk_t1:
-            in_t1 = list(dict.fromkeys(walk_t1))
-            # A ready block's second use promotes it to T2; a block being
-            # written (inserted by this very store, not a second use) stays
-            # in T1 as its most recent entry.
-            ready_flags = list(map(ge, map(_ref_cnt, map(t1.__getitem__, in_t1)), repeat(0)))
-            # Usually none is ready (the touch after a store names the request's
-            # blocks, being written): then nothing is promoted.
-            ready = list(compress(in_t1, ready_flags)) if any(ready_flags) else []
-            if ready:
-                t2.update(zip(ready, map(t1.pop, ready), strict=True))
-            if idle_t1 and ready:
-                # Promoted idle blocks enter T2's index in the order T2 got them.
-                moved = list(filter(idle_t1.__contains__, ready))
-                idle_t2.update(zip(moved, map(idle_t1.pop, moved), strict=True))
-            if self._unindexed and not self._unindexed.isdisjoint(ready):
-                self._stale_t2 = True  # an idle block T2's index lacks
-            if len(ready) < len(in_t1):
-                settled = False
-                if len(in_t1) == len(walk_t1):
-                    # No key repeated: the blocks being written, in walk order.
-                    writing = list(compress(in_t1, map(not_, ready_flags))) if ready else in_t1
-                else:
-                    writing = list(filter(t1.__contains__, walk))
-                deque(map(t1.move_to_end, writing), maxlen=0)
-                if idle_t1:
-                    _mirror_moves(idle_t1, writing)
+            ready, in_t1, settled = self._touch_t1(walk, walk_t1)
         if len(walk_t1) == len(walk):
             # Every touched key was in T1 (a request's blocks right after their
             # store, most of them still being written): T2 only gained the
@@ -377,13 +348,75 @@ class ARCPolicy(kvframe.EvictionPolicy):
             # no ghost was touched.
             if ready and len(in_t1) < len(walk_t1):
                 # A repeated key ends where its last occurrence puts it.
+                t2 = self.t2
                 in_t2 = list(filter(t2.__contains__, walk))
                 deque(map(t2.move_to_end, in_t2), maxlen=0)
-                if idle_t2:
-                    _mirror_moves(idle_t2, in_t2)
+                if self._idle_t2:
+                    _mirror_moves(self._idle_t2, in_t2)
             self._touched = keys if settled else None
             return
         self._touch_t2_and_ghosts(walk, None, keys, settled)
+
+    def _touch_all_writing(
+        self, walk: list[Hashable], walk_t1: list[Hashable], keys: Sequence[Hashable]
+    ) -> None:
+        """The usual store touch: every T1 key of the walk is being written.
+
+        They are a request's own blocks, right after their store, so nothing
+        is promoted and each is moved to T1's MRU end in walk order, as the
+        key-by-key walk does, repeats included (a key's last move decides its
+        place). One max over the ref counts (the caller's) replaces the
+        per-key flags, the dedup and the list filters of :meth:`_touch_t1`,
+        which only a promotion needs.
+        """
+        t1 = self.t1
+        deque(map(t1.move_to_end, walk_t1), maxlen=0)
+        if self._idle_t1:
+            _mirror_moves(self._idle_t1, walk_t1)
+        if len(walk_t1) == len(walk):
+            self._touched = None  # a key left in T1 may become ready
+            return
+        others = list(filterfalse(t1.__contains__, walk))
+        self._touch_t2_and_ghosts(others, others, keys, settled=False)
+
+    def _touch_t1(
+        self, walk: list[Hashable], walk_t1: list[Hashable]
+    ) -> tuple[list[Hashable], list[Hashable], bool]:
+        """T1's part of a touch: promote the ready keys to T2, move those being written.
+
+        Returns the promoted keys, T1's touched keys without repeats, and
+        whether the touch settled (no key was left in T1).
+        """
+        t1, t2 = self.t1, self.t2
+        idle_t1, idle_t2 = self._idle_t1, self._idle_t2
+        settled = True
+        in_t1 = list(dict.fromkeys(walk_t1))
+        # A ready block's second use promotes it to T2; a block being
+        # written (inserted by this very store, not a second use) stays
+        # in T1 as its most recent entry.
+        ready_flags = list(map(ge, map(_ref_cnt, map(t1.__getitem__, in_t1)), repeat(0)))
+        # Usually none is ready (the touch after a store names the request's
+        # blocks, being written): then nothing is promoted.
+        ready = list(compress(in_t1, ready_flags)) if any(ready_flags) else []
+        if ready:
+            t2.update(zip(ready, map(t1.pop, ready), strict=True))
+        if idle_t1 and ready:
+            # Promoted idle blocks enter T2's index in the order T2 got them.
+            moved = list(filter(idle_t1.__contains__, ready))
+            idle_t2.update(zip(moved, map(idle_t1.pop, moved), strict=True))
+        if self._unindexed and not self._unindexed.isdisjoint(ready):
+            self._stale_t2 = True  # an idle block T2's index lacks
+        if len(ready) < len(in_t1):
+            settled = False
+            if len(in_t1) == len(walk_t1):
+                # No key repeated: the blocks being written, in walk order.
+                writing = list(compress(in_t1, map(not_, ready_flags))) if ready else in_t1
+            else:
+                writing = list(filter(t1.__contains__, walk))
+            deque(map(t1.move_to_end, writing), maxlen=0)
+            if idle_t1:
+                _mirror_moves(idle_t1, writing)
+        return ready, in_t1, settled
 
     def _touch_t2_and_ghosts(
         self,
@@ -548,7 +581,15 @@ class ARCPolicy(kvframe.EvictionPolicy):
                         break
             else:
                 return None
-        b1, b2 = self.b1, self.b2
+        self._retire(from_t1, from_t2)
+        if from_t2:
+            from_t1 += from_t2
+        return from_t1
+
+    def _retire(self, from_t1: list[Victim], from_t2: list[Victim]) -> None:
+        """The vLLM variant's victims leave their lists for the ghost lists, each
+        ghost list then trimmed to the capacity on its own, as vLLM does (only here)."""
+        t1, t2, b1, b2 = self.t1, self.t2, self.b1, self.b2
         self._touched = None
         for key, _ in from_t1:
             del t1[key]
@@ -559,7 +600,6 @@ class ARCPolicy(kvframe.EvictionPolicy):
         if self._tracking:
             _drop(self._idle_t1, from_t1)
             _drop(self._idle_t2, from_t2)
-        # vLLM bounds each ghost list by the capacity on its own, only here.
         capacity = self.capacity
         discard = self.keys_held.discard
         for ghosts in (b1, b2):
@@ -567,9 +607,6 @@ class ARCPolicy(kvframe.EvictionPolicy):
             while excess > 0:
                 discard(ghosts.popitem(last=False)[0])
                 excess -= 1
-        if from_t2:
-            from_t1 += from_t2
-        return from_t1
 
     def _evict_paper(self, n: int, protected: Set[Hashable]) -> list[Victim] | None:
         b1, b2 = self.b1, self.b2

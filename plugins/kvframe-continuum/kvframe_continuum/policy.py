@@ -167,6 +167,45 @@ def _check(condition: bool, message: str) -> None:
         raise ValueError(message)
 
 
+def _check_options(
+    *,
+    ttl: str,
+    fixed_ttl: float,
+    min_samples: int,
+    duration_window: int,
+    delay_window: int,
+    job_window: int,
+    cold_start: str,
+    cold_start_ttl: float,
+    cold_eta: float,
+    eta: float | None,
+    max_ttl: float | None,
+    queued_grace: float,
+) -> None:
+    """:class:`ContinuumPolicy`'s options, checked in the order they are declared.
+
+    :raises ValueError: naming the first bad option and its value.
+    """
+    _check(
+        ttl in ("dynamic", "fixed", "none"),
+        f"ttl must be 'dynamic', 'fixed' or 'none', got {ttl!r}",
+    )
+    _check(fixed_ttl >= 0, f"fixed_ttl must be >= 0, got {fixed_ttl}")
+    _check(min_samples >= 1, f"min_samples must be >= 1, got {min_samples}")
+    _check(duration_window >= 1, f"duration_window must be >= 1, got {duration_window}")
+    _check(delay_window >= 1, f"delay_window must be >= 1, got {delay_window}")
+    _check(job_window >= 1, f"job_window must be >= 1, got {job_window}")
+    _check(
+        cold_start in ("exponential", "empirical"),
+        f"cold_start must be 'exponential' or 'empirical', got {cold_start!r}",
+    )
+    _check(cold_start_ttl >= 0, f"cold_start_ttl must be >= 0, got {cold_start_ttl}")
+    _check(0 <= cold_eta <= 1, f"cold_eta must be in [0, 1], got {cold_eta}")
+    _check(eta is None or 0 <= eta <= 1, f"eta must be in [0, 1], got {eta}")
+    _check(max_ttl is None or max_ttl >= 0, f"max_ttl must be >= 0, got {max_ttl}")
+    _check(queued_grace >= 0, f"queued_grace must be >= 0, got {queued_grace}")
+
+
 class ContinuumPolicy(kvframe.SchedulingPolicy):
     """Pin each agent turn's KV for a tool-aware TTL; serve jobs first-come-first-served.
 
@@ -217,24 +256,20 @@ class ContinuumPolicy(kvframe.SchedulingPolicy):
         queued_grace: float = 30.0,
         preset: str | None = None,
     ) -> None:
-        _check(
-            ttl in ("dynamic", "fixed", "none"),
-            f"ttl must be 'dynamic', 'fixed' or 'none', got {ttl!r}",
+        _check_options(
+            ttl=ttl,
+            fixed_ttl=fixed_ttl,
+            min_samples=min_samples,
+            duration_window=duration_window,
+            delay_window=delay_window,
+            job_window=job_window,
+            cold_start=cold_start,
+            cold_start_ttl=cold_start_ttl,
+            cold_eta=cold_eta,
+            eta=eta,
+            max_ttl=max_ttl,
+            queued_grace=queued_grace,
         )
-        _check(fixed_ttl >= 0, f"fixed_ttl must be >= 0, got {fixed_ttl}")
-        _check(min_samples >= 1, f"min_samples must be >= 1, got {min_samples}")
-        _check(duration_window >= 1, f"duration_window must be >= 1, got {duration_window}")
-        _check(delay_window >= 1, f"delay_window must be >= 1, got {delay_window}")
-        _check(job_window >= 1, f"job_window must be >= 1, got {job_window}")
-        _check(
-            cold_start in ("exponential", "empirical"),
-            f"cold_start must be 'exponential' or 'empirical', got {cold_start!r}",
-        )
-        _check(cold_start_ttl >= 0, f"cold_start_ttl must be >= 0, got {cold_start_ttl}")
-        _check(0 <= cold_eta <= 1, f"cold_eta must be in [0, 1], got {cold_eta}")
-        _check(eta is None or 0 <= eta <= 1, f"eta must be in [0, 1], got {eta}")
-        _check(max_ttl is None or max_ttl >= 0, f"max_ttl must be >= 0, got {max_ttl}")
-        _check(queued_grace >= 0, f"queued_grace must be >= 0, got {queued_grace}")
         self.ttl_mode = ttl
         self.fixed_ttl = fixed_ttl
         self.cold_start = cold_start
@@ -254,6 +289,10 @@ class ContinuumPolicy(kvframe.SchedulingPolicy):
         self.stats = ContinuumStats()
         self.last_decision: TTLDecision | None = None
 
+        self._init_bookkeeping()
+
+    def _init_bookkeeping(self) -> None:
+        """The state the policy keeps between calls: jobs, pins, queues, watched turns."""
         self._context: SchedulerContext | None = None
         self._tier: TierView | None = None
         self._retained: Mapping[str, Retention] = {}

@@ -55,17 +55,23 @@ class UnsupportedByKvframe(ValueError):
 
 def _config_checks(vllm_config: VllmConfig) -> list[tuple[bool, str]]:
     """(refused?, what and the flag that fixes it), for everything the config shows."""
-    model = vllm_config.model_config
-    parallel = vllm_config.parallel_config
-    observability = vllm_config.observability_config
-    scheduler = vllm_config.scheduler_config
     # Imported here: both import vLLM, and the refusals are only checked inside vLLM.
-    from kvframe_vllm import compat, tier
+    from kvframe_vllm import compat
 
     version_problem = compat.unsupported_version_message()
-    connector_problem = tier.refusal(vllm_config, compat.INTERFACE_033)
     return [
         (version_problem is not None, version_problem or ""),
+        *_engine_feature_checks(vllm_config),
+        *_connector_checks(vllm_config),
+        *_scheduler_checks(vllm_config),
+        *_model_checks(vllm_config),
+    ]
+
+
+def _engine_feature_checks(vllm_config: VllmConfig) -> list[tuple[bool, str]]:
+    """Speculative decoding, LoRA and the parallelisms other than tensor and data."""
+    parallel = vllm_config.parallel_config
+    return [
         (
             vllm_config.speculative_config is not None,
             "speculative decoding (drop --speculative-config)",
@@ -83,12 +89,21 @@ def _config_checks(vllm_config: VllmConfig) -> list[tuple[bool, str]]:
             parallel.prefill_context_parallel_size > 1,
             "prefill context parallelism (--prefill-context-parallel-size 1)",
         ),
+    ]
+
+
+def _connector_checks(vllm_config: VllmConfig) -> list[tuple[bool, str]]:
+    """A KV connector other than the OffloadingConnector, and 0.33's async-connector rule."""
+    from kvframe_vllm import compat, tier
+
+    connector_problem = tier.refusal(vllm_config, compat.INTERFACE_033)
+    return [
         (connector_problem is not None, connector_problem or ""),
         (
             connector_problem is None
             and compat.INTERFACE_033
             and vllm_config.kv_transfer_config is not None
-            and bool(scheduler.async_scheduling)
+            and bool(vllm_config.scheduler_config.async_scheduling)
             and not vllm_config.kv_transfer_config.is_kv_consumer,
             # kvframe's switch T22 defers block frees for every connector under async
             # scheduling; vLLM 0.33 only for a KV consumer (Scheduler.defer_block_free).
@@ -97,6 +112,13 @@ def _config_checks(vllm_config: VllmConfig) -> list[tuple[bool, str]]:
             "vLLM 0.33 defers freeing blocks a step in flight may write only for a "
             "consumer, kvframe's core for every connector)",
         ),
+    ]
+
+
+def _scheduler_checks(vllm_config: VllmConfig) -> list[tuple[bool, str]]:
+    """Scheduler and observability options kvframe's core does not model."""
+    scheduler = vllm_config.scheduler_config
+    return [
         (
             getattr(scheduler, "prefill_schedule_interval", 1) > 1,
             "prefill throttling (--prefill-schedule-interval 1)",
@@ -110,13 +132,20 @@ def _config_checks(vllm_config: VllmConfig) -> list[tuple[bool, str]]:
             "encoder-cache connectors (drop --ec-transfer-config)",
         ),
         (
-            bool(observability.kv_cache_metrics),
+            bool(vllm_config.observability_config.kv_cache_metrics),
             "KV-cache residency metrics (drop --kv-cache-metrics)",
         ),
         (
             _returns_routed_experts(vllm_config),
             "returning routed experts (drop --enable-return-routed-experts)",
         ),
+    ]
+
+
+def _model_checks(vllm_config: VllmConfig) -> list[tuple[bool, str]]:
+    """Model kinds served by vLLM's own scheduler only."""
+    model = vllm_config.model_config
+    return [
         (model is not None and model.is_encoder_decoder, f"encoder-decoder models ({_USE_VLLM})"),
         (model is not None and model.is_multimodal_model, f"multimodal models ({_USE_VLLM})"),
         (model is not None and model.runner_type == "pooling", f"pooling models ({_USE_VLLM})"),

@@ -224,9 +224,7 @@ class KvframeScheduler(SchedulerInterface):
         OffloadingConnector when ``kv_transfer_config`` names it, else None."""
         self.tier: tier.VllmConnector | None = None
         """kvframe's view of ``connector`` (:mod:`kvframe_vllm.tier`)."""
-        if vllm_config.kv_transfer_config is not None:
-            self.connector = tier.build_connector(vllm_config, kv_cache_config)
-            self.tier = compat.tier_connector(self.connector, self.requests, self._block_ids)
+        self._build_tier(vllm_config, kv_cache_config)
         self.ec_connector = None
         """vLLM 0.33's engine reads this too (no encoder-cache connector)."""
         self.policy = _resolve_policy(vllm_config)
@@ -243,6 +241,29 @@ class KvframeScheduler(SchedulerInterface):
             defaultdict(set) if include_finished_set else None
         )
         self.refused = RefusedRequests()
+        self._build_observers(vllm_config, log_stats)
+        self._pending: dict[int, Any] = {}
+        """id(vLLM SchedulerOutput) -> kvframe's output of the same step."""
+        self._prev_step_scheduled: set[str] = set()
+        self._drop_next_token: dict[str, int] = {}
+        """Async: requests whose next sampled tokens a reset drops, and how many."""
+        self._reset_preempted: set[str] = set()
+        """Requests a reset preempted since the last step: vLLM 0.33 lists them in the
+        next step's ``preempted_req_ids`` (0.19.1 lists only the step's own)."""
+        self._pause_state = PauseState.UNPAUSED
+        self.sessions = sessions.VllmSessions(self)
+        """Streaming-input sessions on vLLM's side (:mod:`kvframe_vllm.sessions`)."""
+
+    def _build_tier(self, vllm_config: VllmConfig, kv_cache_config: KVCacheConfig) -> None:
+        """vLLM's OffloadingConnector and kvframe's view of it, when ``kv_transfer_config``
+        names one (:func:`kvframe_vllm.refusals.refuse_config` refused any other)."""
+        if vllm_config.kv_transfer_config is not None:
+            self.connector = tier.build_connector(vllm_config, kv_cache_config)
+            self.tier = compat.tier_connector(self.connector, self.requests, self._block_ids)
+
+    def _build_observers(self, vllm_config: VllmConfig, log_stats: bool) -> None:
+        """What reports on the steps: KV-cache events, request events, prefix-cache
+        counters and vLLM's MFU metrics."""
         # KV-cache events (--kv-events-config): kvframe's, with vLLM's hashes, as
         # vLLM's batches through vLLM's publisher.
         self.kv_event_publisher = EventPublisherFactory.create(
@@ -264,17 +285,6 @@ class KvframeScheduler(SchedulerInterface):
             from vllm.v1.metrics.perf import ModelMetrics
 
             self.perf_metrics = ModelMetrics(vllm_config)
-        self._pending: dict[int, Any] = {}
-        """id(vLLM SchedulerOutput) -> kvframe's output of the same step."""
-        self._prev_step_scheduled: set[str] = set()
-        self._drop_next_token: dict[str, int] = {}
-        """Async: requests whose next sampled tokens a reset drops, and how many."""
-        self._reset_preempted: set[str] = set()
-        """Requests a reset preempted since the last step: vLLM 0.33 lists them in the
-        next step's ``preempted_req_ids`` (0.19.1 lists only the step's own)."""
-        self._pause_state = PauseState.UNPAUSED
-        self.sessions = sessions.VllmSessions(self)
-        """Streaming-input sessions on vLLM's side (:mod:`kvframe_vllm.sessions`)."""
 
     # -- requests in -------------------------------------------------------------
 
@@ -357,10 +367,23 @@ class KvframeScheduler(SchedulerInterface):
             token_budget=0 if pause == PauseState.PAUSED_ALL else None,
             admit_waiting=pause == PauseState.UNPAUSED,
         )
+        admitted = [self.requests[data.req_id] for data in out.scheduled_new_reqs]
+        resumed = [self.requests[rid] for rid in out.scheduled_cached_reqs.resumed_req_ids]
+        self.sessions.scheduled(admitted)
+        vllm_out = self._scheduler_output(out, admitted)
+        # vLLM's engine and output processor read these off its own requests.
+        self._sync_requests()
+        if in_flight is not None:
+            self._mark_prefill_chunks(out.num_scheduled_tokens, in_flight)
+        self._after_step(out, timestamp, [*admitted, *resumed])
+        self._pending[id(vllm_out)] = out
+        return vllm_out
+
+    def _scheduler_output(self, out: Any, admitted: list[Request]) -> SchedulerOutput:
+        """vLLM's ``SchedulerOutput`` of kvframe's step decision ``out``, with the
+        connector's metadata when a tier is on."""
         requests = self.requests
         v2 = self.use_v2_model_runner
-        admitted = [requests[data.req_id] for data in out.scheduled_new_reqs]
-        self.sessions.scheduled(admitted)
         new_reqs: list[NewRequestData] = []
         for request, data in zip(admitted, out.scheduled_new_reqs, strict=True):
             request.num_computed_tokens = data.num_computed_tokens
@@ -374,7 +397,6 @@ class KvframeScheduler(SchedulerInterface):
                 requests[hit.req_id], hit.local_hit_tokens, hit.external_hit_tokens
             )
         cached = out.scheduled_cached_reqs
-        resumed = [requests[rid] for rid in cached.resumed_req_ids]
         cached_data = self._cached_request_data(cached, new_reqs)
         vllm_out = SchedulerOutput(
             scheduled_new_reqs=new_reqs,
@@ -395,21 +417,21 @@ class KvframeScheduler(SchedulerInterface):
             for rid, computed in zip(cached.req_ids, cached.num_computed_tokens, strict=True):
                 requests[rid].num_computed_tokens = computed
             vllm_out.kv_connector_metadata = self.tier.build_vllm_meta(vllm_out)
-        # vLLM's engine and output processor read these off its own requests.
-        self._sync_requests()
-        if in_flight is not None:
-            self._mark_prefill_chunks(out.num_scheduled_tokens, in_flight)
+        return vllm_out
+
+    def _after_step(self, out: Any, timestamp: float, admitted: list[Request]) -> None:
+        """A step's bookkeeping: request events (``admitted``: new and resumed), what
+        the next step compares against, and vLLM 0.33's admission counters."""
+        requests = self.requests
         self.events.step(
             timestamp,
             preempted=[requests[rid] for rid in out.preempted_req_ids if rid in requests],
-            admitted=[*admitted, *resumed],
+            admitted=admitted,
         )
         self._prev_step_scheduled = set(out.num_scheduled_tokens)
         self._reset_preempted = set()
         if self.admissions is not None:
             self.admissions.step(self.core, len(out.first_admissions), len(out.recomputed_tokens))
-        self._pending[id(vllm_out)] = out
-        return vllm_out
 
     def _sync_requests(self) -> None:
         """Copy kvframe's request state onto vLLM's requests (its engine reads them)."""
@@ -504,10 +526,59 @@ class KvframeScheduler(SchedulerInterface):
     def update_from_output(
         self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
     ) -> dict[int, EngineCoreOutputs]:
+        """After the model ran: kvframe's core takes the step's tokens, vLLM gets its outputs.
+
+        Phases: the sampled tokens (:meth:`_sampled_tokens`), kvframe's update, one
+        output per request (:meth:`_request_output`), the refused requests and KV
+        events, then the per-client outputs with finished ids and stats
+        (:meth:`_engine_outputs`).
+        """
         perf_stats = None
         if self.perf_metrics is not None and self.perf_metrics.is_enabled():
             perf_stats = self.perf_metrics.get_step_perf_stats_per_gpu(scheduler_output)
         kv_out = self._pending.pop(id(scheduler_output))
+        sampled = self._sampled_tokens(scheduler_output, model_runner_output)
+        finished = {
+            r.request_id: r
+            for r in self.core.update_from_output(
+                kv_out,
+                KvModelRunnerOutput(
+                    sampled_token_ids=sampled,
+                    kv_connector_output=self._worker_transfers(model_runner_output),
+                ),
+            )
+        }
+        # Streaming-input sessions that stopped and go on: their turn's finish
+        # reason, and vLLM's request brought to the next chunk as vLLM does.
+        session_turns = self.sessions.stopped(self.core.session_stops)
+        outputs: dict[int, list[EngineCoreOutput]] = defaultdict(list)
+        for rid in scheduler_output.num_scheduled_tokens:
+            request = self.requests.get(rid)
+            if request is None:
+                continue  # aborted while the step ran
+            new_token_ids, done = sampled.get(rid, []), finished.get(rid)
+            output = self._request_output(
+                request, model_runner_output, new_token_ids, done, session_turns.get(rid)
+            )
+            if output is not None:
+                outputs[request.client_index].append(output)
+        # Requests refused at add_request: finished with an error, as vLLM
+        # finishes a request whose KV load failed.
+        for client, errors in self.refused.take_outputs().items():
+            outputs[client].extend(errors)
+            if self.finished_req_ids_dict is not None:
+                self.finished_req_ids_dict[client].update(e.request_id for e in errors)
+        if self.kv_events is not None:
+            events = self.kv_events.translate(self.core.kv_cache_manager.take_events())
+            if events:
+                self.kv_event_publisher.publish(KVEventBatch(ts=time.time(), events=events))
+        return self._engine_outputs(outputs, model_runner_output, perf_stats)
+
+    def _sampled_tokens(
+        self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
+    ) -> dict[str, list[int]]:
+        """The step's sampled tokens per request, less those discarded (a stopped
+        session's, a reset's), appended to vLLM's requests."""
         index = model_runner_output.req_id_to_index
         sampled_lists = model_runner_output.sampled_token_ids
         sampled = {
@@ -531,72 +602,68 @@ class KvframeScheduler(SchedulerInterface):
             request = self.requests.get(rid)
             if request is not None:
                 request.append_output_token_ids(new_token_ids)
-        finished = {
-            r.request_id: r
-            for r in self.core.update_from_output(
-                kv_out,
-                KvModelRunnerOutput(
-                    sampled_token_ids=sampled,
-                    kv_connector_output=self._worker_transfers(model_runner_output),
-                ),
-            )
-        }
-        # Streaming-input sessions that stopped and go on: their turn's finish
-        # reason, and vLLM's request brought to the next chunk as vLLM does.
-        session_turns = self.sessions.stopped(self.core.session_stops)
+        return sampled
+
+    def _request_output(
+        self,
+        request: Request,
+        model_runner_output: ModelRunnerOutput,
+        new_token_ids: list[int],
+        done: KvRequest | None,
+        finish_reason: Any,
+    ) -> EngineCoreOutput | None:
+        """One scheduled request's output (``None`` if it has neither tokens nor a finish);
+        ``done``: kvframe's request if it finished this step, which then leaves the bridge."""
+        rid = request.request_id
+        if done is not None:
+            finish_reason = self._finished(request, done)
+        if not new_token_ids and finish_reason is None:
+            return None
         logprobs = model_runner_output.logprobs
+        new_logprobs = None
+        if request.sampling_params.logprobs is not None and logprobs and new_token_ids:
+            index = model_runner_output.req_id_to_index[rid]
+            new_logprobs = logprobs.slice_request(index, len(new_token_ids))
         prompt_logprobs = model_runner_output.prompt_logprobs_dict or {}
-        outputs: dict[int, list[EngineCoreOutput]] = defaultdict(list)
-        for rid in scheduler_output.num_scheduled_tokens:
-            request = self.requests.get(rid)
-            if request is None:
-                continue  # aborted while the step ran
-            new_token_ids = sampled.get(rid, [])
-            done = finished.get(rid)
-            finish_reason = session_turns.get(rid)
-            if done is not None:
-                request.status = _TO_VLLM_STATUS[done.status]
-                # vLLM names the stop token, except for EOS (check_stop).
-                eos = request.sampling_params.eos_token_id
-                stop_reason = done.stop_reason
-                request.stop_reason = None if stop_reason == eos else stop_reason
-                finish_reason = request.get_finished_reason()
-                del self.requests[rid]
-                self.sessions.forget(rid)
-                self._drop_next_token.pop(rid, None)
-                if self.kv_events is not None:
-                    self.kv_events.released(done)
-                if self.finished_req_ids_dict is not None:
-                    self.finished_req_ids_dict[request.client_index].add(rid)
-            new_logprobs = None
-            if request.sampling_params.logprobs is not None and logprobs and new_token_ids:
-                new_logprobs = logprobs.slice_request(index[rid], len(new_token_ids))
-            prompt_tensors = prompt_logprobs.get(rid)
-            if new_token_ids or finish_reason is not None:
-                outputs[request.client_index].append(
-                    EngineCoreOutput(
-                        request_id=rid,
-                        new_token_ids=new_token_ids,
-                        finish_reason=finish_reason,
-                        new_logprobs=new_logprobs,
-                        new_prompt_logprobs_tensors=prompt_tensors,
-                        stop_reason=request.stop_reason,
-                        events=request.take_events(),
-                        trace_headers=request.trace_headers,
-                        kv_transfer_params=self._kv_transfer_params(rid),
-                        **compat.cached_tokens_output(request, self._hashed_tokens),
-                    )
-                )
-        # Requests refused at add_request: finished with an error, as vLLM
-        # finishes a request whose KV load failed.
-        for client, errors in self.refused.take_outputs().items():
-            outputs[client].extend(errors)
-            if self.finished_req_ids_dict is not None:
-                self.finished_req_ids_dict[client].update(e.request_id for e in errors)
+        return EngineCoreOutput(
+            request_id=rid,
+            new_token_ids=new_token_ids,
+            finish_reason=finish_reason,
+            new_logprobs=new_logprobs,
+            new_prompt_logprobs_tensors=prompt_logprobs.get(rid),
+            stop_reason=request.stop_reason,
+            events=request.take_events(),
+            trace_headers=request.trace_headers,
+            kv_transfer_params=self._kv_transfer_params(rid),
+            **compat.cached_tokens_output(request, self._hashed_tokens),
+        )
+
+    def _finished(self, request: Request, done: KvRequest) -> Any:
+        """vLLM's request finished as kvframe's ``done`` did; it leaves the bridge.
+        Returns vLLM's finish reason."""
+        rid = request.request_id
+        request.status = _TO_VLLM_STATUS[done.status]
+        # vLLM names the stop token, except for EOS (check_stop).
+        eos = request.sampling_params.eos_token_id
+        stop_reason = done.stop_reason
+        request.stop_reason = None if stop_reason == eos else stop_reason
+        finish_reason = request.get_finished_reason()
+        del self.requests[rid]
+        self.sessions.forget(rid)
+        self._drop_next_token.pop(rid, None)
         if self.kv_events is not None:
-            events = self.kv_events.translate(self.core.kv_cache_manager.take_events())
-            if events:
-                self.kv_event_publisher.publish(KVEventBatch(ts=time.time(), events=events))
+            self.kv_events.released(done)
+        if self.finished_req_ids_dict is not None:
+            self.finished_req_ids_dict[request.client_index].add(rid)
+        return finish_reason
+
+    def _engine_outputs(
+        self,
+        outputs: dict[int, list[EngineCoreOutput]],
+        model_runner_output: ModelRunnerOutput,
+        perf_stats: Any,
+    ) -> dict[int, EngineCoreOutputs]:
+        """The step's ``EngineCoreOutputs`` per client, with finished ids and stats."""
         engine_outputs = {
             client: EngineCoreOutputs(outputs=outs) for client, outs in outputs.items()
         }
