@@ -5,7 +5,7 @@ drivers; these tests run kvframe's driver through it over small versions of
 every workload, so that a kvframe change that breaks the asynchronous mode (a
 crash, a request that never finishes, a step that is not one behind) fails
 here even where the vLLM comparison itself is skipped
-(``tests/test_differential_vllm_async.py``).
+(``tests/differential/test_vllm_decisions.py``).
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ target, and a 40-request tier workload of the differential
 harness (run through its kvframe side, no vLLM needed) must then run
 differently, in the way the switch's rule says. That the 0.33.0 target with
 every switch on matches vLLM 0.33.0 step for step on these workloads is
-``test_tier_differential_vllm033.py`` and, asynchronously,
-``test_tier_differential_vllm033_async.py`` (which need vLLM 0.33.0).
+``tests/differential/test_vllm_decisions.py``, synchronously and
+asynchronously (which need vLLM 0.33.0).
 """
 
 from __future__ import annotations

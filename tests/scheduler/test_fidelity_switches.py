@@ -5,7 +5,7 @@ run through the differential harness's kvframe side (no vLLM needed). For
 each, the 0.19.1 and 0.33.0 targets must part at the step the switch's rule
 predicts, and turning on that one switch alone on top of 0.19.1 must give the
 0.33.0 run exactly: the switch is the whole difference on its workload. That
-each target also matches its vLLM there is ``tests/test_differential_vllm033.py``
+each target also matches its vLLM there is ``tests/differential/test_vllm_decisions.py``
 (which needs the vLLM reference environments).
 """
 
