@@ -85,8 +85,10 @@ def _find(release: str, probe: str) -> tuple[Path | None, str]:
         )
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or ["?"])[-1]
+            lines = probe.strip().splitlines()
+            shown = lines[0] + (" ..." if len(lines) > 1 else "")
             return None, (
-                f"the vLLM {release} interpreter {python} cannot run {probe!r} with this "
+                f"the vLLM {release} interpreter {python} cannot run {shown!r} with this "
                 f"tree first on its path ({last}); install kvframe and its plugins there "
                 "as docs/vllm.md says"
             )
