@@ -16,7 +16,7 @@ Every table the CLI prints (``kvframe run``'s summary, ``plugins``,
   tests compare against.
 
 ``rich`` is imported inside the functions: ``import kvframe`` must stay light
-(``tests/test_import_light.py``), and only commands that print a table pay for
+(``tests/packaging/test_import_light.py``), and only commands that print a table pay for
 it (about 30 ms).
 """
 

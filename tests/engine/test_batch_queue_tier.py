@@ -20,7 +20,7 @@ the same order (its worker reports jobs, and switch T22 holds a freed request's
 blocks until the steps in flight that may write them are applied). That the
 decisions are vLLM's (AsyncScheduler + OffloadingConnector) is the differential
 harness's job (``compare.py --tier --scheduling async``, against 0.19.1 and
-0.33.0: ``tests/offload/test_tier_differential_vllm_async.py``).
+0.33.0: ``tests/differential/test_vllm_decisions.py``).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 hand-made block hashes, scheduler outputs built by hand, transfers landing
 when the test says -- and each test shows one rule of
 ``docs/fidelity.md``'s tier table (rows 1-9) where the two connectors answer
-differently. No vLLM needed; ``test_tier_differential_vllm033.py`` checks the
+differently. No vLLM needed; ``tests/differential/test_vllm_decisions.py`` checks the
 whole loop against vLLM 0.33.0 itself.
 """
 

@@ -12,35 +12,17 @@ the repository, so that the vLLM replay subprocess needs no kvframe install.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections import OrderedDict
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from . import policy_replay, textbook_arc
+
 kvframe_arc = pytest.importorskip("kvframe_arc")
 kvframe_lru = pytest.importorskip("kvframe_lru")
 
-HERE = Path(__file__).resolve().parent
-
-
-def _load(name: str) -> ModuleType:
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-policy_replay = _load("policy_replay")
-textbook_arc = _load("textbook_arc")
 
 needs_traces = pytest.mark.skipif(
     not policy_replay.trace_path("conversation").exists(),

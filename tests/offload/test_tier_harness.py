@@ -9,18 +9,10 @@ the vLLM comparison itself is skipped.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-HARNESS = Path(__file__).resolve().parents[2] / "tools" / "differential"
-if str(HARNESS) not in sys.path:
-    sys.path.insert(0, str(HARNESS))
-
-import stepping  # noqa: E402  (the harness is a script folder, not a package)
-from kvframe_driver import KvframeAdapter  # noqa: E402
-from workloads import TIER_WORKLOADS, generate_tier  # noqa: E402
+import stepping
+from kvframe_driver import KvframeAdapter
+from workloads import TIER_WORKLOADS, generate_tier
 
 
 def _view(**kw: object) -> stepping.TierView:

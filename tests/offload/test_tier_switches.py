@@ -7,28 +7,21 @@ target, and a 40-request tier workload of the differential
 harness (run through its kvframe side, no vLLM needed) must then run
 differently, in the way the switch's rule says. That the 0.33.0 target with
 every switch on matches vLLM 0.33.0 step for step on these workloads is
-``test_tier_differential_vllm033.py`` and, asynchronously,
-``test_tier_differential_vllm033_async.py`` (which need vLLM 0.33.0).
+``tests/differential/test_vllm_decisions.py``, synchronously and
+asynchronously (which need vLLM 0.33.0).
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 import attrs
+import kvframe_driver
 import pytest
+import stepping
+from workloads import generate_tier
 
-HARNESS = Path(__file__).resolve().parents[2] / "tools" / "differential"
-if str(HARNESS) not in sys.path:
-    sys.path.insert(0, str(HARNESS))
-
-import kvframe_driver  # noqa: E402  (the harness is a script folder, not a package)
-import stepping  # noqa: E402
-from workloads import generate_tier  # noqa: E402
-
-from kvframe.domain.fidelity import Fidelity, fidelity_for  # noqa: E402
+from kvframe.domain.fidelity import Fidelity, fidelity_for
 
 SWITCH_WORKLOAD = {
     # switch: the tier workload (40 requests, lru, factor 1, no filter, seeded) showing it

@@ -3,7 +3,7 @@
 vLLM 0.33.0's connector numbers its transfers as jobs; the harness plays its
 worker with ``stepping.JobWorker`` and its driver speaks 0.33's connector
 (``tools/differential/vllm_driver.py``). This checks vLLM's side alone (kvframe's
-model of it is compared step by step in ``test_tier_differential_vllm033.py``):
+model of it is compared step by step in ``tests/differential/test_vllm_decisions.py``):
 a 40-request ``tier-reuse`` run completes with loads, stores and tier
 evictions, and undoing one upstream
 change in vLLM itself -- ``offload_prompt_only`` (PR #43797), on by default in
@@ -17,18 +17,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
+import compare
 import pytest
-
-HARNESS = Path(__file__).resolve().parents[2] / "tools" / "differential"
-if str(HARNESS) not in sys.path:
-    sys.path.insert(0, str(HARNESS))
-
-import compare  # noqa: E402  (the harness is a script folder, not a package)
-from workloads import generate_tier, write_workload  # noqa: E402
+from vllm_reference import reference_python
+from workloads import generate_tier, write_workload
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -43,9 +38,7 @@ def _totals(records: list[dict[str, Any]]) -> dict[str, int]:
 
 
 def test_vllm_033_runs_the_tier_and_offload_prompt_only_matters(tmp_path: Path) -> None:
-    vllm_python = compare.find_vllm_python(version="0.33.0")
-    if vllm_python is None:
-        pytest.skip("no vLLM 0.33.0 reference interpreter")
+    vllm_python = reference_python("0.33.0")
     workload = generate_tier(
         "tier-reuse",
         "fcfs",
@@ -64,7 +57,7 @@ def test_vllm_033_runs_the_tier_and_offload_prompt_only_matters(tmp_path: Path) 
     subprocess.run(
         [
             str(vllm_python),
-            str(HARNESS / "vllm_driver.py"),
+            str(compare.HERE / "vllm_driver.py"),
             *map(str, paths),
             "--out-dir",
             str(out),

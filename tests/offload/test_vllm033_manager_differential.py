@@ -13,28 +13,9 @@ Needs vLLM 0.33.0's reference environment: ``$KVFRAME_VLLM033_PYTHON``, or
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
-
 import pytest
 
-HERE = Path(__file__).resolve().parent
-
-
-def _load(name: str) -> ModuleType:
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-differential = _load("manager_differential_v033")
+from . import manager_differential_v033 as differential
 
 pytestmark = [
     pytest.mark.vllm,

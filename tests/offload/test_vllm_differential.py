@@ -15,29 +15,9 @@ The full table at all four capacities: ``python tests/offload/policy_replay.py c
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
-
 import pytest
 
-HERE = Path(__file__).resolve().parent
-
-
-def _load(name: str) -> ModuleType:
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-policy_replay = _load("policy_replay")
-manager_differential = _load("manager_differential")
+from . import manager_differential, policy_replay
 
 pytestmark = [
     pytest.mark.vllm,

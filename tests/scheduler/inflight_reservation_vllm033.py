@@ -11,7 +11,8 @@ step after it starts). ``--no-reservation`` undoes the rule in vLLM itself
 (``_inflight_prefill_reserved_blocks`` answering 0), which must give
 kvframe's 0.19.1 run of ``b``.
 
-    /work/vllm033-ref-venv/bin/python tests/scheduler/inflight_reservation_vllm033.py
+    PYTHONPATH=tools/differential \\
+        /work/vllm033-ref-venv/bin/python tests/scheduler/inflight_reservation_vllm033.py
 """
 
 from __future__ import annotations
@@ -19,11 +20,9 @@ from __future__ import annotations
 import json
 import sys
 import zlib
-from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tools" / "differential"))
+# The harness (tools/differential) comes on PYTHONPATH, as in the command above.
 
 CONFIG: dict[str, Any] = {
     "vllm": "0.33",

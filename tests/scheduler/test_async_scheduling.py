@@ -8,7 +8,7 @@ placeholder per token in flight, scheduling from the placeholder, no step past
 request's in-flight token appended without a placeholder -- and that the
 synchronous and asynchronous runs differ where the lag says they must. That the
 decisions are vLLM's, step for step, is the differential harness's job
-(``tests/test_differential_vllm_async.py``, which needs vLLM).
+(``tests/differential/test_vllm_decisions.py``, which needs vLLM).
 """
 
 from __future__ import annotations

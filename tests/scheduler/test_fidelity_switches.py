@@ -5,29 +5,23 @@ run through the differential harness's kvframe side (no vLLM needed). For
 each, the 0.19.1 and 0.33.0 targets must part at the step the switch's rule
 predicts, and turning on that one switch alone on top of 0.19.1 must give the
 0.33.0 run exactly: the switch is the whole difference on its workload. That
-each target also matches its vLLM there is ``tests/test_differential_vllm033.py``
+each target also matches its vLLM there is ``tests/differential/test_vllm_decisions.py``
 (which needs the vLLM reference environments).
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import attrs
+import kvframe_driver
 import pytest
+import stepping
+from switch_workloads import SWITCH_WORKLOADS, switch_workload
 
-HARNESS = Path(__file__).resolve().parents[2] / "tools" / "differential"
-if str(HARNESS) not in sys.path:
-    sys.path.insert(0, str(HARNESS))
-
-import kvframe_driver  # noqa: E402  (the harness is a script folder, not a package)
-import stepping  # noqa: E402
-from switch_workloads import SWITCH_WORKLOADS, switch_workload  # noqa: E402
-
-from kvframe.domain.fidelity import VLLM_TARGETS, Fidelity, fidelity_for  # noqa: E402
-from kvframe.engine.config import EngineConfig  # noqa: E402
+from kvframe.domain.fidelity import VLLM_TARGETS, Fidelity, fidelity_for
+from kvframe.engine.config import EngineConfig
 
 SWITCH_OF = {
     "switch-threshold": "threshold_needs_company",

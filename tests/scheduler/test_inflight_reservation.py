@@ -25,7 +25,6 @@ docs/fidelity.md (``tier-reuse`` from step 274, ``tier-pressure`` from 214,
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import zlib
 from pathlib import Path
@@ -33,6 +32,7 @@ from pathlib import Path
 import attrs
 import pytest
 from kvframe_fcfs import FCFSPolicy
+from vllm_reference import harness_env, reference_python
 
 from kvframe.core.inflight import InflightPrefills, NoReservation
 from kvframe.core.scheduler import Scheduler
@@ -169,30 +169,22 @@ def test_the_reservation_counts_what_each_prefill_still_needs(target: str) -> No
 
 
 VLLM033_SIDE = Path(__file__).resolve().parent / "inflight_reservation_vllm033.py"
-VLLM033_PYTHON = Path(
-    os.environ.get(
-        "KVFRAME_VLLM033_PYTHON",
-        Path(__file__).resolve().parents[2] / ".vllm033-reference-venv" / "bin" / "python",
-    )
-)
 
 
 def vllm033_run(*args: str) -> list[tuple[dict[str, int], str]]:
     """The same run in vLLM 0.33.0's own Scheduler (``inflight_reservation_vllm033.py``)."""
-    env = dict(os.environ, PYTHONPATH=str(VLLM033_SIDE.parents[2] / "tools" / "differential"))
     done = subprocess.run(
-        [str(VLLM033_PYTHON), str(VLLM033_SIDE), *args],
+        [str(reference_python("0.33.0")), str(VLLM033_SIDE), *args],
         capture_output=True,
         text=True,
         check=True,
-        env=env,
+        env=harness_env(),
         timeout=300,
     )
     return [(dict(scheduled), status) for scheduled, status in json.loads(done.stdout)]
 
 
 @pytest.mark.vllm
-@pytest.mark.skipif(not VLLM033_PYTHON.exists(), reason="vLLM 0.33.0 reference environment absent")
 def test_each_side_of_the_switch_matches_vllm_033() -> None:
     """kvframe's 0.33.0 run is vLLM 0.33.0's, step for step; with the switch off it is
     vLLM 0.33.0's with ``_inflight_prefill_reserved_blocks`` answering 0."""

@@ -23,13 +23,11 @@ HERE = Path(__file__).parent
 
 @pytest.fixture(scope="module")
 def mutants(request: pytest.FixtureRequest):
-    import sys
-
-    sys.path.insert(0, str(HERE))
-    try:
+    # mutants.py imports its neighbour lfu_aging by its bare name: this folder on the
+    # path for the import only.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(HERE))
         import mutants as module
-    finally:
-        sys.path.remove(str(HERE))
     return module
 
 

@@ -10,8 +10,6 @@ identical paths.
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
 from kvframe.workloads.agentic import generate_agentic
@@ -90,11 +88,9 @@ def test_heavy_memory_pressure_preempts_and_recomputes():
 
 @pytest.fixture(scope="module")
 def s3fifo():
-    sys.path.insert(0, str(EXAMPLES / "third_party_policy"))
-    try:
+    with pytest.MonkeyPatch.context() as patch:  # the example, not installed here
+        patch.syspath_prepend(str(EXAMPLES / "third_party_policy"))
         from kvframe_s3fifo import S3FIFOPolicy
-    finally:
-        sys.path.pop(0)
     from kvframe.host.registry import get_registry
 
     get_registry().register_class(S3FIFOPolicy)

@@ -527,6 +527,28 @@ def run_comparison(
     for wl in workloads:
         wl["config"]["vllm"] = vllm_version
     workloads = with_scheduling(workloads, scheduling)
+    return run_workloads(
+        workloads,
+        vllm_python=vllm_python,
+        kvframe_python=kvframe_python,
+        out_dir=out_dir,
+        blocks=blocks,
+        bridge=bridge,
+    )
+
+
+def run_workloads(
+    workloads: Sequence[dict[str, Any]],
+    *,
+    vllm_python: Path,
+    kvframe_python: Path | str | None = sys.executable,
+    out_dir: Path = DEFAULT_OUT_DIR,
+    blocks: bool = False,
+    bridge: bool = False,
+) -> tuple[list[Result], dict[str, DriverRun]]:
+    """Run both drivers over workloads already built, and diff: ``run_comparison``'s
+    second half, for a caller whose set of workloads is not one of its matrices (the
+    tests' covering sets of tier variants: ``tests/differential``)."""
     if bridge:
         return _run_bridge_comparison(workloads, out_dir, vllm_python, kvframe_python, blocks)
     paths = [write_workload(wl, out_dir / "workloads" / f"{wl['name']}.json") for wl in workloads]

@@ -19,7 +19,7 @@
 # (tools/differential/vllm_driver.py does both).
 #
 # --with-kvframe also makes the environment run the kvframe-vllm bridge
-# (`compare.py --bridge --vllm-version 0.33.0`, plugins/kvframe-vllm/tests/test_bridge_033.py):
+# (`compare.py --bridge --vllm-version 0.33.0`, tests/differential/test_vllm_decisions.py):
 # kvframe's own dependencies, pinned as in the 0.19.1 environment and installed
 # without theirs (importlib-metadata 10 imports lazy-importer; rich brings
 # markdown-it-py, mdurl and pygments), then kvframe, the bridge and the bundled

@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
-HARNESS = Path(__file__).resolve().parents[3] / "tools" / "differential"
-sys.path.insert(0, str(HARNESS))
+# The harness (tools/differential) comes on PYTHONPATH: vllm_reference.run_script.
 
 
 def build(**changes: Any) -> Any:

@@ -1,6 +1,6 @@
 """Run under the vLLM 0.33 interpreter: kvframe eviction plugins in vLLM 0.33's CPU tier.
 
-Used by ``test_cache_policy_033.py``; prints one JSON object. Every manager
+Used by ``test_bridge_033.py``; prints one JSON object. Every manager
 here is vLLM 0.33.0's own ``CPUOffloadingManager``, its policy built by vLLM's
 own ``CachePolicyFactory`` from ``eviction_policy`` + ``cache_policy_module_path``
 (the ``kvframe_vllm.cache_policy_config`` keys), as ``CPUOffloadingSpec`` does.
@@ -21,15 +21,12 @@ from __future__ import annotations
 import json
 import os
 import random
-import sys
 from itertools import zip_longest
-from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
-HARNESS = Path(__file__).resolve().parents[3] / "tools" / "differential"
-sys.path.insert(0, str(HARNESS))
+# The harness (tools/differential) comes on PYTHONPATH: vllm_reference.run_script.
 
 
 def manager(policy: str, capacity: int) -> Any:

@@ -20,14 +20,12 @@ import json
 import os
 import re
 import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+HERE = Path(__file__).resolve().parent  # first on sys.path: this script runs as one
 
 import engine_core_harness  # noqa: E402
 

@@ -22,22 +22,14 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from vllm_reference import harness_env, reference_python
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[2]
-HARNESS = REPO / "tools" / "differential"
-if str(HARNESS) not in sys.path:
-    sys.path.insert(0, str(HARNESS))
-
-import compare  # noqa: E402  (the harness is a script folder, not a package)
-
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 REFUSED_IDS = {"min", "xarg", "last"}
@@ -46,12 +38,11 @@ ERROR = 3
 
 
 def _run(python: Path, scheduler: str, out: Path, *flags: str) -> dict[str, Any]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(compare.tree_paths()))
     proc = subprocess.run(
         [str(python), str(HERE / "engine_core_harness.py"), scheduler, str(out), *flags],
         capture_output=True,
         text=True,
-        env=env,
+        env=harness_env(),
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -59,17 +50,7 @@ def _run(python: Path, scheduler: str, out: Path, *flags: str) -> dict[str, Any]
 
 
 def _python(version: str = "0.19.1") -> Path:
-    python = compare.find_vllm_python(version=version)
-    if python is None:
-        pytest.skip(f"no vLLM {version} reference interpreter (see docs/vllm.md)")
-    probe = subprocess.run(
-        [str(python), "-c", "import vllm.v1.engine.core, kvframe_vllm"],
-        capture_output=True,
-        env=dict(os.environ, PYTHONPATH=os.pathsep.join(compare.tree_paths())),
-    )
-    if probe.returncode != 0:
-        pytest.skip("the vLLM interpreter cannot import vLLM's engine core and kvframe_vllm")
-    return python
+    return reference_python(version, probe="import vllm.v1.engine.core, kvframe_vllm")
 
 
 @pytest.fixture(scope="module")

@@ -12,22 +12,16 @@ kvframe's message.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import compare
+import kvframe_vllm
 import pytest
-
-REPO = Path(__file__).resolve().parents[3]
-HARNESS = REPO / "tools" / "differential"
-if str(HARNESS) not in sys.path:
-    sys.path.insert(0, str(HARNESS))
-
-import compare  # noqa: E402  (the harness is a script folder, not a package)
-import kvframe_vllm  # noqa: E402
-from workloads import TIER_WORKLOADS, generate_tier, write_workload  # noqa: E402
+from vllm_reference import reference_python
+from workloads import TIER_WORKLOADS, generate_tier, write_workload
 
 NUM_REQUESTS = 60
 VARIANTS = [
@@ -73,23 +67,8 @@ assert not missing, f"eviction plugins not installed: {sorted(missing)}"
 
 @pytest.fixture(scope="module")
 def vllm_python() -> Path:
-    python = compare.find_vllm_python()
-    if python is None:
-        pytest.skip("no vLLM reference interpreter (see docs/vllm.md)")
-    probe = subprocess.run(
-        # The plugins must be *installed* there (entry points), not only importable.
-        [str(python), "-c", _PROBE],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, PYTHONPATH=os.pathsep.join(compare.tree_paths())),
-    )
-    if probe.returncode != 0:
-        pytest.skip(
-            "the vLLM interpreter cannot import kvframe and its plugins (lru, arc and the "
-            "third-party s3fifo example); install them there as docs/vllm.md says: "
-            + (probe.stderr.strip().splitlines() or ["?"])[-1]
-        )
-    return python
+    # The plugins must be *installed* there (entry points), not only importable.
+    return reference_python("0.19.1", probe=_PROBE)
 
 
 def _run(

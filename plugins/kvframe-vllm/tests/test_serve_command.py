@@ -20,47 +20,20 @@ load), naming the flag. Each release skips without its reference interpreter.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from vllm_reference import reference_python, run_script
 
 HERE = Path(__file__).resolve().parent
-HARNESS = HERE.parents[2] / "tools" / "differential"
-if str(HARNESS) not in sys.path:
-    sys.path.insert(0, str(HARNESS))
-
-import compare  # noqa: E402  (the harness is a script folder, not a package)
-
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module", params=["0.19.1", "0.33.0"])
 def checked(request: pytest.FixtureRequest) -> dict[str, Any]:
-    python = compare.find_vllm_python(version=request.param)
-    if python is None:
-        pytest.skip(f"no vLLM {request.param} reference interpreter (see docs/vllm.md)")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(compare.tree_paths()))
-    probe = subprocess.run(
-        [str(python), "-c", "import vllm.v1.engine.core, kvframe_vllm"],
-        capture_output=True,
-        env=env,
-    )
-    if probe.returncode != 0:
-        pytest.skip("the vLLM interpreter cannot import vLLM's engine core and kvframe_vllm")
-    proc = subprocess.run(
-        [str(python), str(HERE / "serve_command_check.py")],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    python = reference_python(request.param, probe="import vllm.v1.engine.core, kvframe_vllm")
+    return run_script(python, HERE / "serve_command_check.py")
 
 
 def test_the_docs_command_builds_the_bridge_scheduler(checked: dict[str, Any]) -> None:

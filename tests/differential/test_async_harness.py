@@ -5,24 +5,16 @@ drivers; these tests run kvframe's driver through it over small versions of
 every workload, so that a kvframe change that breaks the asynchronous mode (a
 crash, a request that never finishes, a step that is not one behind) fails
 here even where the vLLM comparison itself is skipped
-(``tests/test_differential_vllm_async.py``).
+(``tests/differential/test_vllm_decisions.py``).
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
+import compare
 import pytest
-
-HARNESS = Path(__file__).resolve().parents[1] / "tools" / "differential"
-if str(HARNESS) not in sys.path:
-    sys.path.insert(0, str(HARNESS))
-
-import compare  # noqa: E402  (the harness is a script folder, not a package)
-import stepping  # noqa: E402
-from kvframe_driver import KvframeAdapter  # noqa: E402
-from workloads import POLICIES, TIER_WORKLOADS, WORKLOADS, generate, generate_tier  # noqa: E402
+import stepping
+from kvframe_driver import KvframeAdapter
+from workloads import POLICIES, TIER_WORKLOADS, WORKLOADS, generate, generate_tier
 
 NUM_REQUESTS = 16
 

@@ -9,15 +9,10 @@ matched every step before it, and a difference otherwise.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-HARNESS = Path(__file__).resolve().parents[1] / "tools" / "differential"
-if str(HARNESS) not in sys.path:
-    sys.path.insert(0, str(HARNESS))
-
-import compare  # noqa: E402  (the harness is a script folder, not a package)
+import compare
 
 CAP = {"error": "StepCapExceeded: w: 2 requests unfinished after 6 steps", "traceback": ""}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-EXAMPLE = Path(__file__).parent.parent / "examples" / "policy_evidence" / "summarise.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "policy_evidence" / "summarise.py"
 
 
 def _module():

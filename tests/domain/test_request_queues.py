@@ -15,7 +15,7 @@ from kvframe.domain.queues import FIFORequestQueue, SortedRequestQueue
 from kvframe.domain.request import Request
 from kvframe.testing import SchedulingPolicySuite
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "plugin-authors.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "plugin-authors.md"
 
 # Operations on a queue: add a new request (with a key), pop, prepend a new
 # one, remove one by position, remove several, or merge another queue in front.

@@ -29,7 +29,7 @@ from kvframe.executors.cost_model_file import load_cost_model_file
 from kvframe.executors.presets import LLAMA_3_1_8B
 from kvframe.offload.slots.worker import SimTransferHandler
 
-DATA = Path(__file__).resolve().parents[1] / "kvframe" / "data" / "gpu" / "h200-llama3.1-8b"
+DATA = Path(__file__).resolve().parents[2] / "kvframe" / "data" / "gpu" / "h200-llama3.1-8b"
 STEPS = read_step_timings(DATA / "step_times.csv")
 COPIES = read_copy_table(DATA / "scatter_copy.csv")
 

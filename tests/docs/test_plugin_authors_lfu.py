@@ -15,7 +15,7 @@ from pathlib import Path
 
 from kvframe.testing import EvictionPolicySuite
 
-PAGE = Path(__file__).resolve().parents[1] / "docs" / "plugin-authors.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "plugin-authors.md"
 
 
 def _example_module() -> types.ModuleType:

@@ -59,7 +59,7 @@ import pytest
 
 from kvframe.cli import main
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SHELL_LANGS = {"bash", "sh", "shell", "console"}
 RUN_LIMIT = 20
 MARKER = re.compile(r"<!--\s*doc-test:\s*(skip|illustrative output)\s*(.*?)\s*-->")
