@@ -39,6 +39,13 @@ literally fails CI. The rules (also in CONTRIBUTING.md, "Documentation"):
   marked ``<!-- doc-test: illustrative output -->``. A command whose
   shown output contains ``error:`` must exit non-zero; every other command,
   and every ``bash`` line, must exit 0.
+* **Files a page shows.** A ``python`` block whose first line is ``# NAME.py``
+  (a bare file name, no folder) is that file: it is written into the
+  temporary directory before each shell example of the same page runs, so a
+  page can run what it shows (the README's policy, then ``PYTHONPATH=.
+  kvframe run ... --scheduler my_policy:ShortestFirst``). Other ``python``
+  blocks are not run here; the README's policy also goes through the
+  conformance suite below.
 * **TOML blocks** must parse. One with a ``[project...]``, ``[build-system]``
   or ``[tool...]`` table is a ``pyproject.toml`` fragment and is only parsed;
   any other is a ``kvframe.toml`` and is used as one for
@@ -52,12 +59,14 @@ import re
 import subprocess
 import sys
 import tomllib
+import types
 from pathlib import Path
 
 import attrs
 import pytest
 
 from kvframe.cli import main
+from kvframe.testing import SchedulingPolicySuite
 
 REPO = Path(__file__).resolve().parents[2]
 SHELL_LANGS = {"bash", "sh", "shell", "console"}
@@ -111,12 +120,22 @@ def extract(path: Path, root: Path = REPO) -> list[Example]:
     return found
 
 
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+SHOWN_FILE = re.compile(r"```python\n# ([\w-]+\.py)\n(.*?)```", re.S)
+
+
 def all_examples() -> list[Example]:
-    files = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-    return [example for f in files for example in extract(f)]
+    return [example for f in PAGES for example in extract(f)]
+
+
+def shown_files(path: Path) -> dict[str, str]:
+    """The files a page shows whole: ``python`` blocks whose first line is ``# NAME.py``."""
+    text = path.read_text(encoding="utf-8")
+    return {m.group(1): f"# {m.group(1)}\n{m.group(2)}" for m in SHOWN_FILE.finditer(text)}
 
 
 EXAMPLES = all_examples()
+SHOWN_FILES = {f.relative_to(REPO).as_posix(): shown_files(f) for f in PAGES}
 
 # Runs before each example's script: the caps and stand-ins the module docstring states.
 PRELUDE = f"""
@@ -294,6 +313,8 @@ def test_doc_example(
     if example.lang == "toml":
         _run_toml(example, sandbox, capsys)
     else:
+        for name, source in SHOWN_FILES[example.path].items():
+            (sandbox / name).write_text(source, encoding="utf-8")
         _run_shell(example, sandbox)
 
 
@@ -330,3 +351,87 @@ def test_an_installed_plugin_list_may_name_more_than_the_page() -> None:
     assert not _matches([head, "  installed scheduling policies: arc, lru"], shown)
     assert not _matches(["kvframe check: error: other", shown[1]], shown)
     assert not _matches([head], shown)
+
+
+# -- the README's first screen ------------------------------------------------------
+
+README = REPO / "README.md"
+FIRST_SCREEN = 70
+"""Lines a newcomer sees before scrolling: the idea, the two commands, what the main
+job prints and a whole policy must all be above this line (issue 45)."""
+
+
+def _readme_policy() -> type:
+    source = shown_files(README)["my_policy.py"]
+    module = types.ModuleType("my_policy")
+    exec(compile(source, f"{README}:my_policy.py", "exec"), module.__dict__)
+    return module.ShortestFirst
+
+
+def test_the_readme_opens_with_the_two_commands_and_a_whole_policy() -> None:
+    lines = README.read_text(encoding="utf-8").splitlines()
+    first_bash = lines.index("```bash")
+    assert [line.split("#")[0].strip() for line in lines[first_bash + 1 : first_bash + 3]] == [
+        "scripts/bootstrap && .venv/bin/kvframe run mooncake:conversation",
+        "scripts/bootstrap --all && .venv/bin/python -m pytest",
+    ]
+    assert not any(line.startswith("## ") for line in lines[:first_bash])
+    policy_start = lines.index("# my_policy.py")
+    policy_end = lines.index("```", policy_start)
+    assert policy_end < FIRST_SCREEN, f"the README's policy ends on line {policy_end + 1}"
+    code = shown_files(README)["my_policy.py"]
+    assert "..." not in code and len([x for x in code.splitlines() if x.strip()]) <= 16
+
+
+class TestTheReadmePolicy(SchedulingPolicySuite):
+    """The policy the README shows, as printed, passes the conformance suite."""
+
+    plugin = _readme_policy()
+
+
+class TestTheReadmePolicyWithItsOption(SchedulingPolicySuite):
+    plugin = _readme_policy()
+    options = {"tokens_per_s": 50.0}
+
+
+# -- links of the pages Sphinx does not build ----------------------------------------
+
+LINKED_PAGES = ("README.md", "CONTRIBUTING.md", "benchmarks/README.md")
+"""Read on GitHub, outside the docs site: nothing else checks their links."""
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, blanks as '-'."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    anchors: set[str] = set()
+    fence = ""
+    for line in page.read_text(encoding="utf-8").splitlines():
+        m = FENCE.match(line)
+        if m and (not fence or line.strip().startswith(fence)):
+            fence = "" if fence else m.group(1)
+            continue
+        if not fence and (h := re.match(r"#{1,6} (.+)", line)):
+            slug = _slug(h.group(1))
+            n = sum(1 for a in anchors if a == slug or re.fullmatch(rf"{re.escape(slug)}-\d+", a))
+            anchors.add(f"{slug}-{n}" if n else slug)
+    return anchors
+
+
+@pytest.mark.parametrize("name", LINKED_PAGES)
+def test_every_relative_link_and_anchor_resolves(name: str) -> None:
+    page = REPO / name
+    broken = []
+    for target in LINK.findall(page.read_text(encoding="utf-8")):
+        if re.match(r"[a-z]+:", target):
+            continue  # https:, mailto:
+        path, _, anchor = target.partition("#")
+        linked = (page.parent / path).resolve() if path else page
+        if not linked.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and linked.suffix == ".md" and anchor not in _anchors(linked):
+            broken.append(f"{target}: no heading with that anchor in {path or name}")
+    assert not broken, f"{name}: " + "; ".join(broken)
