@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BRIDGE = "kvframe_vllm"
 """The one plugin distribution that is no policy: vLLM loads it and it drives the core."""
 
