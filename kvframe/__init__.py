@@ -56,6 +56,14 @@ if TYPE_CHECKING:
         RequestScopedPolicy,
         RequestScopedSlots,
     )
+    from kvframe.contract.routing import (
+        FleetInfo,
+        FleetView,
+        PublishedEvent,
+        ReplicaLoad,
+        Router,
+        RoutingRequest,
+    )
     from kvframe.contract.support import TouchWalkCache, claimed_max_evictable
     from kvframe.contract.views import EvictableBlock, Retention, SchedulerContext, TierView
     from kvframe.domain.costs import CostModel, ModelShape, prefill_pairs
@@ -92,6 +100,10 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(
         ("InManagerReuseFilter", "RequestAccess", "RequestScopedPolicy", "RequestScopedSlots"),
         "kvframe.contract.request_scoped",
+    ),
+    **dict.fromkeys(
+        ("FleetInfo", "FleetView", "PublishedEvent", "ReplicaLoad", "Router", "RoutingRequest"),
+        "kvframe.contract.routing",
     ),
     **dict.fromkeys(("TouchWalkCache", "claimed_max_evictable"), "kvframe.contract.support"),
     **dict.fromkeys(
@@ -232,6 +244,8 @@ __all__ = [
     "EvictableBlock",
     "EvictionPolicy",
     "FIFORequestQueue",
+    "FleetInfo",
+    "FleetView",
     "InManagerReuseFilter",
     "KVEvent",
     "ModelShape",
@@ -241,6 +255,8 @@ __all__ = [
     "PluginRegistry",
     "PluginSpec",
     "PrefixCacheEvent",
+    "PublishedEvent",
+    "ReplicaLoad",
     "Request",
     "RequestAccess",
     "RequestFinished",
@@ -250,6 +266,8 @@ __all__ = [
     "RequestStatus",
     "Retention",
     "ReuseFilter",
+    "Router",
+    "RoutingRequest",
     "SchedulerContext",
     "SchedulingPolicy",
     "SlotOffloadManager",

@@ -39,6 +39,8 @@ class UserConfig:
     offload: PluginSpec | None = None
     reuse_filter: PluginSpec | None = None
     tracer: tuple[PluginSpec, ...] = ()
+    routing: PluginSpec | None = None
+    """The fleet's router (``--router``); only a fleet (``--replicas N``) uses it."""
     engine: Mapping[str, Any] = attrs.field(factory=dict, hash=False)
     origins: Mapping[str, str] = attrs.field(factory=dict, hash=False)
     """Where each engine setting came from: ``kvframe.toml, key 'block_size'`` or a flag."""

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
         StepDecision,
         StepSnapshot,
     )
+    from kvframe.contract.routing import Router
 
 PROJECT_NAME = "kvframe"
 """pluggy project name; also the entry-point group plugins are found in."""
@@ -139,6 +140,18 @@ def kvframe_tracers() -> Mapping[str, type[Tracer]]:
     :return: a mapping from name to a subclass of :class:`kvframe.Tracer`. A
         selected tracer is constructed with its options and registered for the
         tracing hooks below.
+    """
+
+
+@hookspec
+def kvframe_routers() -> Mapping[str, type[Router]]:
+    """Offer routers for a fleet of replicas (``--router NAME:...``).
+
+    Called once per plugin when the registry is built.
+
+    :return: a mapping from name to a subclass of :class:`kvframe.Router`,
+        constructed with the user's options; ``attach`` follows with the fleet's
+        shape and seed.
     """
 
 

@@ -14,6 +14,7 @@ from kvframe.contract.bases import (
     SchedulingPolicy,
     Tracer,
 )
+from kvframe.contract.routing import Router
 
 __all__ = ["KINDS", "KIND_ALIASES", "Kind", "get_kind", "kind_of"]
 
@@ -72,6 +73,7 @@ KINDS: Mapping[str, Kind] = {
             "--reuse-filter",
         ),
         Kind("tracer", Tracer, "kvframe_tracers", "tracer", "tracers", "--tracer", multiple=True),
+        Kind("routing", Router, "kvframe_routers", "router", "routers", "--router"),
     )
 }
 """Every extension point, in the order listings show them."""
@@ -80,6 +82,7 @@ KIND_ALIASES: Mapping[str, str] = {
     "scheduler": "scheduling",
     "reuse-filter": "reuse_filter",
     "tracers": "tracer",
+    "router": "routing",
 }
 """Other spellings users write, e.g. ``scheduler = "fcfs"`` in ``kvframe.toml``."""
 
