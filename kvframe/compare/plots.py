@@ -102,7 +102,9 @@ def _hit_ratio_curve(entries: Sequence[Entry], varying: list[str], out: Path) ->
 
     keys = [k for k in varying if k != pool_key and k not in REPEAT_KEYS]
     repeats = any(k in varying for k in REPEAT_KEYS)
-    for label, group in _series(entries, keys).items():
+    series = _series(entries, keys)
+    colors = distinct_colors(len(series))
+    for color, (label, group) in zip(colors, series.items(), strict=True):
         # Repeats (seeds) of one pool size are one point: their mean, with a 95% CI bar.
         by_pool: dict[float, list[float]] = {}
         for e in group:
@@ -114,7 +116,7 @@ def _hit_ratio_curve(entries: Sequence[Entry], varying: list[str], out: Path) ->
         errors = [s.half or 0.0 for s in stats]
         ax.errorbar(
             xs, [s.mean for s in stats], yerr=errors if repeats else None, marker="o",
-            capsize=3, label=label,
+            capsize=3, label=label, color=color,
         )  # fmt: skip
     unit = "blocks" if pool_key == "num_gpu_blocks" else "bytes"
     sizes = [_pool(e, pool_key) for e in entries if _pool(e, pool_key) > 0]
@@ -125,7 +127,7 @@ def _hit_ratio_curve(entries: Sequence[Entry], varying: list[str], out: Path) ->
     ax.set_ylabel("prompt tokens served from cache (%)")
     ax.set_title("Hit ratio vs GPU pool size")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))  # off the curves
     caption = (
         "Share of prompt tokens found in a cache (GPU prefix cache plus what a CPU tier "
         "supplied) as the GPU pool grows; higher is better. One line per setting."
