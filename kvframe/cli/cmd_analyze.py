@@ -68,6 +68,12 @@ def add_analyze_command(subparsers: Any) -> None:
         help="keep lru exact beside sampled curves (mixes exact and sampled: a warning "
         "says so; the default samples lru with the others and shows exact lru as a reference)",
     )
+    _add_trace_and_output_options(parser)
+    parser.set_defaults(handler=analyze_command)
+
+
+def _add_trace_and_output_options(parser: Any) -> None:
+    """How the trace is read and counted, and what is printed or drawn."""
     parser.add_argument(
         "--metric",
         choices=("tokens", "blocks"),
@@ -92,7 +98,6 @@ def add_analyze_command(subparsers: Any) -> None:
     parser.add_argument(
         "--plot", metavar="FILE", help="also draw the curves into FILE (.png, .svg; matplotlib)"
     )
-    parser.set_defaults(handler=analyze_command)
 
 
 def parse_sizes(text: str) -> list[int]:
