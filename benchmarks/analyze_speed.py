@@ -6,14 +6,15 @@
 For each trace (default: both bundled Mooncake traces), in one process each
 so that peak memory is the analysis's own:
 
-1. ``kvframe analyze``'s default path (hashing, exact LRU by stack distances,
-   the other policies replayed on a spatial sample, the optimal bound):
-   wall time and peak RSS;
+1. ``kvframe analyze``'s default path (hashing, every policy on a spatial
+   sample when the trace is large -- LRU by stack distances on the same sample,
+   with its exact curve as the reference -- the optimal bound): wall time and
+   peak RSS;
 2. the baseline, in the same process: every curve computed the plain way,
    the plugin replayed on the whole trace at every size (``lru`` included);
-3. the error of each curve of (1) against (2), in percentage points: LRU's
-   must be 0 (it is exact), the sampled ones are what ``docs/analyze.md``
-   states.
+3. the error of each curve of (1) against (2), in percentage points: LRU's is
+   the sample's measured error (0 when nothing is sampled), the others' are
+   what ``docs/analyze.md`` states.
 
 Prints the speed-up of (1) over (2) as a ratio measured in the same run.
 """

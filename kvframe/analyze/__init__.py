@@ -58,12 +58,14 @@ def analyze(
     partial_blocks: bool = False,
     registry: PluginRegistry | None = None,
     progress: Callable[[str], None] | None = None,
+    lru_exact: bool = False,
 ) -> Analysis:
     """Read ``workload`` (a file or a bundled name) and analyse it.
 
     ``policies`` default to every installed eviction policy and its variants
     (:func:`default_policy_specs`); ``block_size`` to the trace's own
-    (:func:`auto_block_size`).
+    (:func:`auto_block_size`). When the replayed policies are sampled, ``lru`` is
+    sampled with them (comparable curves) unless ``lru_exact``.
     """
     from kvframe.workloads import load_workload
 
@@ -91,4 +93,5 @@ def analyze(
         sample_rate=sample_rate,
         metric=metric,
         progress=progress,
+        lru_exact=lru_exact,
     )

@@ -17,7 +17,9 @@ from kvframe.analyze.reuse import QUANTILES
 __all__ = [
     "DEFINITION",
     "above_bound_warnings",
+    "curve_figure",
     "curve_table",
+    "mixing_warnings",
     "plot_curves",
     "summary_lines",
     "to_csv",
@@ -86,14 +88,61 @@ def summary_lines(result: Analysis) -> list[str]:
         lines.append(f"jobs: {reuse.jobs:,}; per-job hit rate min/25%/median/75%/max {quartiles}")
     for curve in result.curves:
         extra = f", {curve.refused_stores:,} stores refused" if curve.refused_stores else ""
-        lines.append(f"{curve.policy}: {curve.method}, {curve.seconds:.1f} s{extra}")
-    lines.extend(above_bound_warnings(result))
-    if result.sample_rate < 1:
         lines.append(
-            f"sampling: requests kept by the hash of their chain's block {result.sample_depth}, "
-            f"cache scaled by the same rate ({result.sample_rate:g}); error in docs/analyze.md"
+            f"{curve.policy}: {curve.method}{_error_text(curve)}, {curve.seconds:.1f} s{extra}"
+        )
+    lines.extend(_sampling_lines(result))
+    lines.extend(mixing_warnings(result))
+    lines.extend(above_bound_warnings(result))
+    return lines
+
+
+def _error_text(curve: Any) -> str:
+    if curve.error is None:
+        return ""
+    basis = (
+        "sampled lru against exact lru"
+        if curve.error_kind == "measured"
+        else "lru's measured error on the same sample"
+    )
+    return f" (±{curve.error * 100:.2f} points, {curve.error_kind}: {basis})"
+
+
+def _sampling_lines(result: Analysis) -> list[str]:
+    """How the sample was drawn and, when lru was sampled too, its exact reference."""
+    if result.sample_rate >= 1:
+        return []
+    lines = [
+        f"sampling: requests kept by the hash of their chain's block {result.sample_depth}, "
+        f"cache scaled by the same rate ({result.sample_rate:g}); every policy curve is "
+        "sampled so that they compare; --sample-rate 1 replays the whole trace"
+    ]
+    if result.lru_exact:
+        lines.append(
+            "lru exact (reference, not in the table): "
+            + ", ".join(f"{rate:.4f}" for rate in result.lru_exact)
         )
     return lines
+
+
+def mixing_warnings(result: Analysis) -> list[str]:
+    """A warning when the policy curves were not all made the same way.
+
+    An exact curve beside sampled ones (``lru_exact=True``), or curves sampled
+    at different rates, differ by the sampling bias as well as by policy: the
+    issue-50 case, where four sampled policies read 38% above exact LRU and
+    tied it once LRU was sampled too. The optimal bound is always exact and is
+    not counted: it is a bound, and :func:`above_bound_warnings` covers it.
+    """
+    kinds = {curve.label().split(",")[0] for curve in result.curves if curve.policy != OPTIMAL}
+    if len(kinds) < 2:
+        return []
+    return [
+        "warning: the curves mix "
+        + " and ".join(sorted(kinds))
+        + " results; their differences include the sampling error, so compare only "
+        "curves of the same kind (the default samples every policy alike)"
+    ]
 
 
 def above_bound_warnings(result: Analysis) -> list[str]:
@@ -131,7 +180,7 @@ def curve_table(result: Analysis) -> Any:
     """Rows = cache sizes (blocks, tokens), columns = policies then the optimal bound."""
     from kvframe.console import new_table
 
-    names = [c.policy for c in result.curves]
+    names = [f"{c.policy}\n{_short_label(c)}" for c in result.curves]
     table = new_table(
         "blocks", "tokens", *names, numeric_from=0, title=f"hit rate by cache size ({result.trace})"
     )
@@ -140,6 +189,14 @@ def curve_table(result: Analysis) -> Any:
         cells = [f"{c.hit_rates[i]:.4f}" for c in result.curves]
         table.add_row(label, _size_label(size, result.block_size), *cells)
     return table
+
+
+def _short_label(curve: Any) -> str:
+    """The heading's second line: ``exact`` or ``s 22% ±1.2`` (points)."""
+    if not curve.sampled:
+        return "exact"
+    error = "" if curve.error is None else f" ±{curve.error * 100:.1f}"
+    return f"s {curve.sample_rate:.0%}{error}"
 
 
 def to_json(result: Analysis) -> str:
@@ -156,26 +213,46 @@ def to_csv(result: Analysis) -> str:
 
 
 def plot_curves(result: Analysis, path: str | Path) -> Path:
-    """Hit rate against cache size (log scale): one line per policy, the bound and the ceiling.
+    """Draw :func:`curve_figure` into ``path``.
+
+    :raises ImportError: without matplotlib.
+    """
+    path = Path(path)
+    curve_figure(result).savefig(path, dpi=120)
+    return path
+
+
+def curve_figure(result: Analysis) -> Any:
+    """Hit rate against cache size (log scale): one line per policy, each labelled exact or
+    sampled (rate, error) with its error as a band, the bound and the ceiling.
 
     :raises ImportError: without matplotlib.
     """
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=(7, 4.5), layout="constrained")
+    figure = Figure(figsize=(8.5, 4.5), layout="constrained")
     axes = figure.add_subplot()
     for curve in result.curves:
         style = {"color": "black", "linestyle": "--"} if curve.policy == OPTIMAL else {}
-        label = f"{curve.policy} ({curve.method})"
-        axes.plot(result.sizes, curve.hit_rates, marker=".", label=label, **style)
+        label = f"{curve.policy} ({curve.label()})"
+        (line,) = axes.plot(result.sizes, curve.hit_rates, marker=".", label=label, **style)
+        if curve.error:
+            # The sampling error as a band: a gap inside it is no difference.
+            low = [max(0.0, r - curve.error) for r in curve.hit_rates]
+            high = [r + curve.error for r in curve.hit_rates]
+            axes.fill_between(result.sizes, low, high, color=line.get_color(), alpha=0.12)
     axes.axhline(result.ceiling, color="grey", linestyle=":", label=f"ceiling {result.ceiling:.3f}")
     axes.set_xscale("log")
     axes.set_xlabel(f"cache size (blocks of {result.block_size} tokens)")
     axes.set_ylabel("prefix-cache hit rate (tokens)")
     axes.set_ylim(0, min(1.0, result.ceiling * 1.15 + 0.02))
-    axes.set_title(f"{result.trace}: {result.num_requests:,} requests, cache only")
+    sampled = (
+        "" if result.sample_rate >= 1 else f"; sampled {result.sample_rate:.0%}, bands = error"
+    )
+    figure.suptitle(
+        f"{result.trace}: {result.num_requests:,} requests, cache only{sampled}", fontsize="medium"
+    )
     axes.grid(True, which="both", alpha=0.3)
-    axes.legend(fontsize="small", loc="lower right")
-    path = Path(path)
-    figure.savefig(path, dpi=120)
-    return path
+    # Outside the axes: a legend over the curves hides the small sizes it is about.
+    axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return figure

@@ -58,9 +58,22 @@ def add_analyze_command(subparsers: Any) -> None:
     parser.add_argument(
         "--sample-rate",
         default="auto",
-        help="fraction of requests replayed for policies other than lru (spatial "
-        "sampling; default auto: all of a trace up to 60,000 block lookups)",
+        help="fraction of requests every policy curve is computed on (spatial sampling, "
+        "lru included so that the curves compare; each sampled curve states its error; "
+        "default auto: all of a trace up to 60,000 block lookups)",
     )
+    parser.add_argument(
+        "--exact-lru",
+        action="store_true",
+        help="keep lru exact beside sampled curves (mixes exact and sampled: a warning "
+        "says so; the default samples lru with the others and shows exact lru as a reference)",
+    )
+    _add_trace_and_output_options(parser)
+    parser.set_defaults(handler=analyze_command)
+
+
+def _add_trace_and_output_options(parser: Any) -> None:
+    """How the trace is read and counted, and what is printed or drawn."""
     parser.add_argument(
         "--metric",
         choices=("tokens", "blocks"),
@@ -85,7 +98,6 @@ def add_analyze_command(subparsers: Any) -> None:
     parser.add_argument(
         "--plot", metavar="FILE", help="also draw the curves into FILE (.png, .svg; matplotlib)"
     )
-    parser.set_defaults(handler=analyze_command)
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -157,6 +169,7 @@ def analyze_command(args: argparse.Namespace, ctx: Context) -> int:
         sample_rate=rate,
         optimal=not args.no_optimal,
         metric=args.metric,
+        lru_exact=args.exact_lru,
     )
     written = _show(args, ctx, result)
     if written is not None:
@@ -169,12 +182,24 @@ def analyze_command(args: argparse.Namespace, ctx: Context) -> int:
 def _show(args: argparse.Namespace, ctx: Context, result: Any) -> int | None:
     """Print the result as asked (table, JSON or CSV) and draw the figure; an exit code
     only when the figure cannot be drawn."""
-    from kvframe.analyze.report import curve_table, plot_curves, summary_lines, to_csv, to_json
+    from kvframe.analyze.report import (
+        above_bound_warnings,
+        curve_table,
+        mixing_warnings,
+        plot_curves,
+        summary_lines,
+        to_csv,
+        to_json,
+    )
 
-    if args.json:
-        ctx.print(to_json(result))
-    elif args.csv:
-        ctx.stdout.write(to_csv(result))
+    if args.json or args.csv:
+        if args.json:
+            ctx.print(to_json(result))
+        else:
+            ctx.stdout.write(to_csv(result))
+        # The table's header says these; data on stdout must not hide them.
+        for line in mixing_warnings(result) + above_bound_warnings(result):
+            print(f"kvframe analyze: {line}", file=sys.stderr)
     else:
         from kvframe.console import emit
 

@@ -460,6 +460,25 @@ def _report(
         ctx.print(where)
 
 
+def _tier_note(counters: Mapping[str, Any], metadata: Mapping[str, Any]) -> str:
+    """The tier's traffic in one line whose numbers add up: hit tokens for new and for
+    preempted requests, and the loaded bytes as tokens of KV (issue 50: a tier serving
+    only preempted requests read "0 hit tokens ... 1.8 GiB loaded")."""
+    hit = counters.get("offload_hit_tokens", 0)
+    new = counters.get("offload_hit_tokens_new", hit)
+    preempted = counters.get("offload_hit_tokens_preempted", 0)
+    loaded = counters.get("offload_bytes_loaded", 0)
+    per_token = (metadata.get("preset") or {}).get("kv_bytes_per_token")
+    as_tokens = f" ({loaded / per_token:,.0f} tokens of KV)" if per_token else ""
+    return (
+        f"offload tier: {hit:,} hit tokens ({new:,} for new requests + {preempted:,} for "
+        f"preempted ones), {_bytes(counters['offload_bytes_stored'])} stored / "
+        f"{_bytes(loaded)} loaded{as_tokens}, "
+        f"{counters.get('offload_evicted_blocks', 0):,} blocks evicted, "
+        f"{counters.get('offload_transfer_time_s', 0.0):.3f} s of transfers"
+    )
+
+
 def _notes(summary: MetricsSummary) -> list[str]:
     """The footnotes a reader needs to read the tables right: ignored requests, the
     offload tier's traffic, skipped trace lines, and what an interrupt left undone."""
@@ -474,16 +493,7 @@ def _notes(summary: MetricsSummary) -> list[str]:
             "or token figure"
         )
     if "offload_bytes_stored" in counters:
-        notes.append(
-            "offload tier: {hit} hit tokens, {stored} stored / {loaded} loaded, "
-            "{evicted} blocks evicted, {time:.3f} s of transfers".format(
-                hit=counters.get("offload_hit_tokens", 0),
-                stored=_bytes(counters["offload_bytes_stored"]),
-                loaded=_bytes(counters.get("offload_bytes_loaded", 0)),
-                evicted=counters.get("offload_evicted_blocks", 0),
-                time=counters.get("offload_transfer_time_s", 0.0),
-            )
-        )
+        notes.append(_tier_note(counters, summary.metadata))
     if counters.get("num_skipped_lines"):
         notes.append(f"{counters['num_skipped_lines']} malformed trace lines skipped")
     if summary.partial:

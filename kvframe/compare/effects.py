@@ -9,12 +9,25 @@ or, plainly, that the settings cannot be told apart at that confidence, with
 the size of difference the repeats could have detected.
 
 How two settings are compared: on the seeds both ran, *paired* (each seed's
-difference, so that the luck of a draw common to both cancels); the
-difference's interval excluding zero makes it real. A setting is ranked worse
-than the best only then; settings whose difference to the best includes zero
-tie with it. Why not rank by the means alone: on a workload where the policies
-tie, the means still differ in the fourth digit, and a ranking by them would
-be noise presented as a result.
+difference, so that the luck of a draw common to both cancels). Settings are
+ranked only against settings of the same workload *and pool size*
+(:data:`CONTEXT_KEYS`, :data:`POOL_KEYS`): "lru@400 worse than s3fifo@1200"
+says nothing about either policy. Each other setting is then, against the
+best one, exactly one of:
+
+* **identical** -- the same value on every seed: merged with the settings it
+  equals (``a = b = c``), never listed separately;
+* **worse** -- the difference's 95% interval excludes zero;
+* **tied** -- the difference's 95% interval lies within ±:data:`TIE_TOLERANCE`
+  (1%) of the best setting's mean: the repeats show that any difference is small;
+* **undecided** -- neither: the interval includes zero *and* differences over
+  1%; the verdict gives the gap and its interval instead of calling it a tie.
+
+Why this rule (issue 50): "tied" used to mean "the interval includes zero",
+so four seeds with a wide interval called an 18% gap a tie while a 2% gap
+with a tight one was "worse". Why not rank by the means alone: on a workload
+where the policies tie, the means still differ in the fourth digit, and a
+ranking by them would be noise presented as a result.
 
 The t quantiles are tabulated (no SciPy): exact for 1-30 degrees of freedom,
 and the next smaller tabulated one above that (a slightly wider, conservative
@@ -32,8 +45,11 @@ import attrs
 from kvframe.compare.load import Entry
 
 __all__ = [
+    "CONTEXT_KEYS",
     "EFFECT_METRICS",
+    "POOL_KEYS",
     "REPEAT_KEYS",
+    "TIE_TOLERANCE",
     "Interval",
     "Setting",
     "Verdict",
@@ -59,6 +75,12 @@ CONTEXT_KEYS = (
     "rate_scale",
 )
 """Settings that make a different workload: settings are compared only within one."""
+
+POOL_KEYS = ("num_gpu_blocks", "kv_memory")
+"""Pool sizes: settings are ranked only against settings of the same size."""
+
+TIE_TOLERANCE = 0.01
+"""Tied: the difference's 95% interval lies within ± this share of the best's mean."""
 
 EFFECT_METRICS: tuple[tuple[str, str, bool, float, str], ...] = (
     # (metric, label, higher is better, display scale, unit)
@@ -127,24 +149,38 @@ class Setting:
     label: str
     runs: tuple[Entry, ...]
     context: str = ""
-    """The workload it ran (:data:`CONTEXT_KEYS`): verdicts compare within one context."""
+    """The workload and pool size it ran (:data:`CONTEXT_KEYS`, :data:`POOL_KEYS`):
+    verdicts compare within one context."""
 
-    def values(self, metric: str) -> dict[str, float]:
-        """``seed -> value`` of ``metric`` over the runs that have it."""
-        out: dict[str, float] = {}
+    def pairs(self, metric: str) -> list[tuple[str, float]]:
+        """``(seed, value)`` of ``metric`` for every run that has it (a seed may repeat:
+        runs without one, or the same run twice)."""
+        out = []
         for run in self.runs:
             value = run.value(metric)
             if value is not None:
-                out[json.dumps(run.config.get("seed"))] = float(value)
+                out.append((json.dumps(run.config.get("seed")), float(value)))
         return out
 
+    def values(self, metric: str) -> dict[str, float]:
+        """``seed -> value`` when every run has its own seed (pairable); empty otherwise."""
+        pairs = self.pairs(metric)
+        out = dict(pairs)
+        return out if len(out) == len(pairs) else {}
+
     def interval(self, metric: str) -> Interval | None:
-        values = list(self.values(metric).values())
+        """The mean over *every* run (not one per seed: three runs without a seed are
+        three values) and its interval."""
+        values = [value for _, value in self.pairs(metric)]
         return interval(values) if values else None
 
 
 def settings_of(entries: Sequence[Entry]) -> list[Setting]:
-    """The settings of ``entries`` (done runs), each with its repeats, in first-seen order."""
+    """The settings of ``entries`` (done runs), each with its repeats, in first-seen order.
+
+    Two runs are one setting only when *every* setting they record is equal but the
+    seed: a setting compare does not know is still a setting (issue 50).
+    """
     from kvframe.compare.load import varying_keys
 
     ok = [e for e in entries if e.status != "failed" and e.metrics is not None]
@@ -157,10 +193,11 @@ def settings_of(entries: Sequence[Entry]) -> list[Setting]:
         ident = json.dumps(config, sort_keys=True, default=str)
         groups.setdefault(ident, []).append(entry)
         labels.setdefault(ident, entry.label(keys) if keys else "all runs")
-        context = {k: config.get(k) for k in CONTEXT_KEYS if config.get(k) is not None}
+        context = {
+            k: config.get(k) for k in (*CONTEXT_KEYS, *POOL_KEYS) if config.get(k) is not None
+        }
         contexts.setdefault(ident, json.dumps(context, sort_keys=True, default=str))
-    settings = [Setting(labels[k], tuple(v), contexts[k]) for k, v in groups.items()]
-    return settings
+    return [Setting(labels[k], tuple(v), contexts[k]) for k, v in groups.items()]
 
 
 def _within(settings: Sequence[Setting]) -> list[Setting]:
@@ -168,7 +205,8 @@ def _within(settings: Sequence[Setting]) -> list[Setting]:
     from kvframe.compare.load import varying_keys
 
     runs = [run for s in settings for run in s.runs]
-    keys = [k for k in varying_keys(runs) if k not in REPEAT_KEYS and k not in CONTEXT_KEYS]
+    fixed = (*REPEAT_KEYS, *CONTEXT_KEYS, *POOL_KEYS)
+    keys = [k for k in varying_keys(runs) if k not in fixed]
     if not keys:
         return list(settings)
     return [attrs.evolve(s, label=s.runs[0].label(keys)) for s in settings]
@@ -176,50 +214,74 @@ def _within(settings: Sequence[Setting]) -> list[Setting]:
 
 @attrs.frozen(slots=True)
 class Verdict:
-    """What the repeats say about one metric across the settings."""
+    """What the repeats say about one metric across the settings of one context.
+
+    Each setting other than the best is in exactly one of :attr:`worse`,
+    :attr:`tied` and :attr:`undecided` (settings identical on every seed are
+    one entry, labelled ``a = b``); the rule is the module docstring's.
+    """
 
     metric: str
     label: str
     best: tuple[str, ...]
-    """Settings tied for best (the best mean, and every one not distinguishable from it)."""
+    """The best setting, and those identical to it on every seed."""
     worse: tuple[tuple[str, Interval], ...]
-    """Settings really worse than the best mean, with the difference's interval."""
+    """Settings really worse than the best (interval excludes zero), with the difference."""
     detectable: float | None
     """The widest half-width of a difference to the best: smaller differences could
     not have been told from zero (``None``: too few repeats for any interval)."""
     scale: float
     unit: str
+    tied: tuple[str, ...] = ()
+    """Settings whose difference to the best lies within ±:data:`TIE_TOLERANCE` of it."""
+    undecided: tuple[tuple[str, Interval], ...] = ()
+    """Settings neither worse nor tied: the interval spans zero and more than the tolerance."""
+    reference: float = 0.0
+    """The best setting's mean (the tolerance is a share of it)."""
 
     @property
     def indistinguishable(self) -> bool:
+        """No setting is shown to be worse (tied or undecided)."""
         return not self.worse
+
+    @property
+    def identical(self) -> bool:
+        """Every setting equals the best on every seed."""
+        return not (self.worse or self.tied or self.undecided)
 
     def sentence(self) -> str:
         """The verdict in one line, for the table and the report."""
+        if self.detectable is None and not self.identical:
+            return f"{self.label}: too few repeats (seeds) for a confidence interval"
+        if self.identical:
+            count = len(self.best[0].split(" = "))
+            return f"{self.label}: identical on every seed for all {count} settings"
+        parts = [f"best {self.best[0]}"]
+        tolerance = f"{TIE_TOLERANCE:.0%} of the best"
+        if self.tied:
+            parts.append(f"tied with it (95% CI within ±{tolerance}): " + "; ".join(self.tied))
+        if self.worse:
+            parts.append(
+                "worse at 95% confidence: "
+                + "; ".join(f"{label} by {self._gap(d)}" for label, d in self.worse)
+            )
+        if self.undecided:
+            parts.append(
+                f"undecided (95% CI spans 0 and more than ±{tolerance}; more seeds needed): "
+                + "; ".join(f"{label} {self._gap(d)} apart" for label, d in self.undecided)
+            )
+        return f"{self.label}: " + "; ".join(parts)
 
+    def _gap(self, d: Interval) -> str:
+        """``2 points [1.5 points, 2.5 points]``: the difference's size and interval."""
         unit = " points" if self.unit == "%" else self.unit  # a difference of two rates
 
         def amount(x: float) -> str:
             return f"{x * self.scale:.3g}{unit}"
 
-        if self.detectable is None:
-            return f"{self.label}: too few repeats (seeds) for a confidence interval"
-        if self.indistinguishable and self.detectable == 0:
-            return f"{self.label}: identical on every seed for all {len(self.best)} settings"
-        if self.indistinguishable:
-            return (
-                f"{self.label}: no difference at 95% confidence between the "
-                f"{len(self.best)} settings (a difference under about "
-                f"{amount(self.detectable)} would not show with these repeats)"
-            )
-        worse = "; ".join(
-            f"{label} by {amount(abs(d.mean))} [{amount(abs(d.high))}, {amount(abs(d.low))}]"
-            if d.mean < 0
-            else f"{label} by {amount(d.mean)} [{amount(d.low)}, {amount(d.high)}]"
-            for label, d in self.worse
-        )
-        best = self.best[0] if len(self.best) == 1 else " = ".join(self.best) + " (tied at 95%)"
-        return f"{self.label}: best {best}; worse at 95% confidence: {worse}"
+        if d.mean < 0:
+            return f"{amount(abs(d.mean))} [{amount(-d.high)}, {amount(-d.low)}]"
+        return f"{amount(d.mean)} [{amount(d.low)}, {amount(d.high)}]"
 
 
 def _difference(a: Setting, b: Setting, metric: str) -> Interval | None:
@@ -237,23 +299,112 @@ def _difference(a: Setting, b: Setting, metric: str) -> Interval | None:
 
 
 def verdicts(settings: Sequence[Setting]) -> list[Verdict]:
-    """Verdicts within each context (workload) of two or more settings; the label
-    names the workload when there are several."""
+    """Verdicts within each context (workload and pool size) of two or more settings;
+    the label names the context when there are several."""
     contexts: dict[str, list[Setting]] = {}
     for setting in settings:
         contexts.setdefault(setting.context, []).append(setting)
+    names = _context_names(list(contexts))
     out: list[Verdict] = []
     for context, members in contexts.items():
-        name = (json.loads(context) if context else {}).get("workload")
         for verdict in _verdicts(_within(members)):
-            if len(contexts) > 1 and name:
-                verdict = attrs.evolve(verdict, label=f"[{_short_workload(name)}] {verdict.label}")
+            if names[context]:
+                verdict = attrs.evolve(verdict, label=f"[{names[context]}] {verdict.label}")
             out.append(verdict)
     return out
 
 
+def _context_names(contexts: Sequence[str]) -> dict[str, str]:
+    """Each context's name: the workload and pool size where they vary (``chat,
+    num_gpu_blocks=400``), other context keys only when those do not tell them apart."""
+    decoded = {c: json.loads(c) if c else {} for c in contexts}
+
+    def varies(key: str) -> bool:
+        return len({json.dumps(d.get(key), default=str) for d in decoded.values()}) > 1
+
+    def name(d: dict, keys: Sequence[str]) -> str:
+        parts = []
+        for key in keys:
+            if d.get(key) is None or not varies(key) or key == "generate":
+                continue
+            parts.append(_short_workload(d[key]) if key == "workload" else f"{key}={d[key]}")
+        return ", ".join(parts)
+
+    short = {c: name(d, ("workload", *POOL_KEYS)) for c, d in decoded.items()}
+    if len(set(short.values())) == len(short):
+        return short
+    every = ("workload", *POOL_KEYS, *(k for k in CONTEXT_KEYS if k != "workload"))
+    return {c: name(d, every) for c, d in decoded.items()}
+
+
 def _short_workload(name: str) -> str:
     return str(name).rsplit("/", 1)[-1].removesuffix(".gz").removesuffix(".jsonl")
+
+
+def _identical(a: Setting, b: Setting, metric: str) -> bool:
+    """Equal values on the same seeds (each setting with its own seeds)."""
+    va, vb = a.values(metric), b.values(metric)
+    return bool(va) and va.keys() == vb.keys() and all(va[s] == vb[s] for s in va)
+
+
+def _classes(settings: Sequence[Setting], metric: str) -> list[Setting]:
+    """``settings`` with those identical on every seed merged into one (``a = b``)."""
+    classes: list[list[Setting]] = []
+    for setting in settings:
+        for members in classes:
+            if _identical(members[0], setting, metric):
+                members.append(setting)
+                break
+        else:
+            classes.append([setting])
+    return [
+        members[0]
+        if len(members) == 1
+        else attrs.evolve(members[0], label=" = ".join(m.label for m in members))
+        for members in classes
+    ]
+
+
+def _judge(diff: Interval, reference: float) -> str:
+    """``worse``, ``tied`` or ``undecided``: the one rule of the module docstring."""
+    if diff.excludes_zero():
+        return "worse"
+    tolerance = TIE_TOLERANCE * abs(reference)
+    return (
+        "tied"
+        if diff.half is not None and diff.low >= -tolerance and diff.high <= tolerance
+        else "undecided"
+    )
+
+
+def _verdict(settings: Sequence[Setting], metric: str, label: str, higher: bool) -> Verdict | None:
+    """One metric's verdict over ``settings`` (one context), or ``None`` when some lacks it."""
+    intervals = {s.label: s.interval(metric) for s in settings}
+    if any(i is None for i in intervals.values()):
+        return None
+    classes = _classes(settings, metric)
+    sign = 1.0 if higher else -1.0
+    best = max(classes, key=lambda s: sign * s.interval(metric).mean)  # type: ignore[union-attr]
+    reference = best.interval(metric).mean  # type: ignore[union-attr]
+    found: dict[str, list] = {"worse": [], "tied": [], "undecided": []}
+    halves: list[float] = []
+    missing = False
+    for other in classes:
+        if other is best:
+            continue
+        diff = _difference(best, other, metric)
+        if diff is None or diff.half is None:
+            missing = True
+            found["undecided"].append((other.label, diff or Interval(0.0, None, 0)))
+            continue
+        halves.append(diff.half)
+        kind = _judge(diff, reference)
+        found[kind].append(other.label if kind == "tied" else (other.label, diff))
+    detectable = None if missing or not halves else max(halves)
+    return Verdict(
+        metric, label, (best.label,), tuple(found["worse"]), detectable, 1.0, "",
+        tied=tuple(found["tied"]), undecided=tuple(found["undecided"]), reference=reference,
+    )  # fmt: skip
 
 
 def _verdicts(settings: Sequence[Setting]) -> list[Verdict]:
@@ -262,30 +413,9 @@ def _verdicts(settings: Sequence[Setting]) -> list[Verdict]:
     if len(settings) < 2:
         return out
     for metric, label, higher, scale, unit in EFFECT_METRICS:
-        intervals = {s.label: s.interval(metric) for s in settings}
-        if any(i is None for i in intervals.values()):
-            continue
-        sign = 1.0 if higher else -1.0
-        best = max(settings, key=lambda s: sign * intervals[s.label].mean)  # type: ignore[union-attr]
-        tied = [best.label]
-        worse: list[tuple[str, Interval]] = []
-        halves: list[float] = []
-        missing = False
-        for other in settings:
-            if other is best:
-                continue
-            diff = _difference(best, other, metric)
-            if diff is None or diff.half is None:
-                missing = True
-                tied.append(other.label)
-                continue
-            halves.append(diff.half)
-            if diff.excludes_zero():
-                worse.append((other.label, diff))
-            else:
-                tied.append(other.label)
-        detectable = None if missing or not halves else max(halves)
-        out.append(Verdict(metric, label, tuple(tied), tuple(worse), detectable, scale, unit))
+        verdict = _verdict(settings, metric, label, higher)
+        if verdict is not None:
+            out.append(attrs.evolve(verdict, scale=scale, unit=unit))
     return out
 
 

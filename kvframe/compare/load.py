@@ -20,20 +20,30 @@ from kvframe.config import ConfigError
 
 __all__ = ["Coverage", "Entry", "derived_metrics", "load_entries", "typed_row", "varying_keys"]
 
-# Engine settings a run directory's metrics.json records that a comparison may be about.
-_RUN_KEYS = (
-    "scheduling",
-    "gpu_eviction",
-    "offload",
-    "eviction",
-    "reuse_filter",
-    "num_gpu_blocks",
-    "block_size",
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "preset",
-    "enable_prefix_caching",
-)
+_NOT_SETTINGS = frozenset({"tracers"})
+"""Engine metadata that records how a run was observed, not what it simulated."""
+
+
+def _run_settings(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """Every engine setting a run directory's ``metrics.json`` records, under the names
+    sweep cells use (``scheduler``), and the workload's name.
+
+    Why every one: a setting compare does not know (``vllm``, ``async_scheduling``,
+    ``long_prefill_token_threshold`` before issue 50) was dropped, and runs that
+    differed only there were merged into one setting. A value that is not a plain
+    scalar is kept as its JSON text, so that it still tells runs apart.
+    """
+    engine = meta.get("engine") or {}
+    config: dict[str, Any] = {}
+    for key, value in engine.items():
+        if key in _NOT_SETTINGS:
+            continue
+        scalar = value is None or isinstance(value, (str, int, float, bool))
+        config[key] = value if scalar else json.dumps(value, sort_keys=True, default=str)
+    if "scheduling" in config:
+        config["scheduler"] = config.pop("scheduling")
+    config["workload"] = (meta.get("workload") or {}).get("name")
+    return config
 
 
 @attrs.frozen(slots=True)
@@ -192,13 +202,9 @@ def _from_run_dir(path: Path) -> Entry:
     except (OSError, json.JSONDecodeError) as err:
         raise ConfigError(f"cannot read metrics.json: {err}", origin=str(path)) from None
     meta = metrics.get("metadata") or {}
-    config = dict(meta.get("sweep_cell") or {})
-    if not config:
-        engine = meta.get("engine") or {}
-        config = {k: engine.get(k) for k in _RUN_KEYS if k in engine}
-        config["workload"] = (meta.get("workload") or {}).get("name")
-        if "scheduling" in config:
-            config["scheduler"] = config.pop("scheduling")
+    cell = dict(meta.get("sweep_cell") or {})
+    # A sweep cell names what its sweep varied; the engine records the rest.
+    config = {**_run_settings(meta), **cell} if cell else _run_settings(meta)
     # What produced the numbers: a torch run's times may be measured, a sim run's are
     # the cost model's; a comparison that mixes them must show it.
     config.setdefault("executor", (meta.get("engine") or {}).get("executor", "sim"))

@@ -4,8 +4,11 @@ Which figures: each appears when the runs can support it.
 
 * **hit ratio vs pool size** (a miss-ratio curve, as libCacheSim draws them),
   one line per remaining setting (policy, tier), when the GPU pool size varies;
-* **latency CDFs** -- TTFT, TPOT, end-to-end -- one line per run (at the middle
-  pool size when the pool size varies, so that the legend stays readable);
+* **latency CDFs** -- TTFT, TPOT, end-to-end -- one line per *setting* (every
+  one: no run is ever left out), the mean over its seeds with a band from the
+  fastest to the slowest seed at each quantile, a distinct colour per setting
+  (:func:`distinct_colors`) and the legend below the panels, where it covers
+  nothing;
 * **mean job completion time** per setting, for agentic workloads (runs whose
   requests belong to jobs);
 * **throughput vs load** when ``rate_scale`` varies.
@@ -27,7 +30,7 @@ from typing import Any
 from kvframe.compare.load import Entry, varying_keys
 from kvframe.config import ConfigError
 
-__all__ = ["PlotFile", "write_plots", "write_report"]
+__all__ = ["PlotFile", "distinct_colors", "latency_cdf_figure", "write_plots", "write_report"]
 
 _POOL_KEYS = ("num_gpu_blocks", "kv_memory")
 _CDF_METRICS = (
@@ -35,7 +38,8 @@ _CDF_METRICS = (
     ("time_per_output_token_seconds", "time per output token (ms)", 1000.0),
     ("e2e_request_latency_seconds", "end-to-end latency (s)", 1.0),
 )
-_MAX_LINES = 12
+_QUANTILE_POINTS = 200
+"""Quantiles a setting's CDF is drawn at (its seeds are averaged quantile by quantile)."""
 
 
 def _figure_class() -> Any:
@@ -77,7 +81,8 @@ def _pool(entry: Entry, key: str) -> float:
 
 
 def _save(fig: Any, out: Path, stem: str, title: str, caption: str) -> PlotFile:
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
     path = out / stem
     fig.savefig(path.with_suffix(".svg"))
     buffer = io.BytesIO()
@@ -97,7 +102,9 @@ def _hit_ratio_curve(entries: Sequence[Entry], varying: list[str], out: Path) ->
 
     keys = [k for k in varying if k != pool_key and k not in REPEAT_KEYS]
     repeats = any(k in varying for k in REPEAT_KEYS)
-    for label, group in _series(entries, keys).items():
+    series = _series(entries, keys)
+    colors = distinct_colors(len(series))
+    for color, (label, group) in zip(colors, series.items(), strict=True):
         # Repeats (seeds) of one pool size are one point: their mean, with a 95% CI bar.
         by_pool: dict[float, list[float]] = {}
         for e in group:
@@ -109,7 +116,7 @@ def _hit_ratio_curve(entries: Sequence[Entry], varying: list[str], out: Path) ->
         errors = [s.half or 0.0 for s in stats]
         ax.errorbar(
             xs, [s.mean for s in stats], yerr=errors if repeats else None, marker="o",
-            capsize=3, label=label,
+            capsize=3, label=label, color=color,
         )  # fmt: skip
     unit = "blocks" if pool_key == "num_gpu_blocks" else "bytes"
     sizes = [_pool(e, pool_key) for e in entries if _pool(e, pool_key) > 0]
@@ -120,7 +127,7 @@ def _hit_ratio_curve(entries: Sequence[Entry], varying: list[str], out: Path) ->
     ax.set_ylabel("prompt tokens served from cache (%)")
     ax.set_title("Hit ratio vs GPU pool size")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))  # off the curves
     caption = (
         "Share of prompt tokens found in a cache (GPU prefix cache plus what a CPU tier "
         "supplied) as the GPU pool grows; higher is better. One line per setting."
@@ -133,47 +140,96 @@ def _hit_ratio_curve(entries: Sequence[Entry], varying: list[str], out: Path) ->
     return _save(fig, out, "hit_ratio_vs_pool_size", "Hit ratio vs pool size", caption)
 
 
-def _cdf_entries(entries: Sequence[Entry], varying: list[str]) -> tuple[list[Entry], str]:
-    pool_key = next((k for k in _POOL_KEYS if k in varying), None)
-    if pool_key is None:
-        return list(entries)[:_MAX_LINES], ""
-    sizes = sorted({_pool(e, pool_key) for e in entries})
-    middle = sizes[len(sizes) // 2]
-    chosen = [e for e in entries if _pool(e, pool_key) == middle][:_MAX_LINES]
-    return chosen, f" at {pool_key} = {middle:g}"
+def distinct_colors(count: int) -> list[tuple[float, float, float, float]]:
+    """``count`` colours, all different: tab10 up to 10, tab20 up to 20, else evenly spaced
+    hues of a cyclic map at alternating lightness (neighbours never look alike)."""
+    from matplotlib import colormaps
+
+    if count <= 10:
+        return [colormaps["tab10"](i) for i in range(count)]
+    if count <= 20:
+        return [colormaps["tab20"](i) for i in range(count)]
+    hues = colormaps["hsv"]
+    out = []
+    for i in range(count):
+        r, g, b, a = hues(i / count)
+        shade = 0.6 if i % 2 else 1.0  # every other one darker: adjacent hues stay apart
+        out.append((r * shade, g * shade, b * shade, a))
+    return out
 
 
-def _latency_cdfs(entries: Sequence[Entry], varying: list[str], out: Path) -> PlotFile | None:
-    chosen, note = _cdf_entries(entries, varying)
-    keys = [k for k in varying if k not in _POOL_KEYS or not note]
-    data = {
-        e.name: {m: sorted(v * scale for v in e.column(m)) for m, _, scale in _CDF_METRICS}
-        for e in chosen
-    }
-    if not any(values for per in data.values() for values in per.values()):
+def _quantile_curve(values: Sequence[float]) -> list[float]:
+    """The values at :data:`_QUANTILE_POINTS` evenly spaced quantiles (nearest rank)."""
+    ordered = sorted(values)
+    last = len(ordered) - 1
+    return [ordered[round(last * k / (_QUANTILE_POINTS - 1))] for k in range(_QUANTILE_POINTS)]
+
+
+def _setting_cdfs(
+    entries: Sequence[Entry], keys: Sequence[str]
+) -> dict[str, dict[str, list[list[float]]]]:
+    """``setting label -> metric -> one quantile curve per run`` (runs without values
+    add nothing); every setting of ``entries``, in first-seen order."""
+    out: dict[str, dict[str, list[list[float]]]] = {}
+    for label, group in _series(entries, keys).items():
+        per_metric: dict[str, list[list[float]]] = {}
+        for metric, _, scale in _CDF_METRICS:
+            runs = [[v * scale for v in e.column(metric)] for e in group]
+            per_metric[metric] = [_quantile_curve(r) for r in runs if r]
+        out[label] = per_metric
+    return out
+
+
+def latency_cdf_figure(entries: Sequence[Entry], varying: Sequence[str]) -> Any | None:
+    """TTFT / TPOT / end-to-end CDFs: one line per setting, its seeds' mean quantile by
+    quantile, a band from the fastest to the slowest seed; ``None`` with no latencies.
+
+    Why not one line per run (as before issue 50): a legend of 54 settings x 4 seeds
+    is unreadable, so only the first twelve runs were drawn and the rest dropped in
+    silence. Settings are the comparison; seeds are its spread.
+    """
+    from kvframe.compare.effects import REPEAT_KEYS
+
+    keys = [k for k in varying if k not in REPEAT_KEYS]
+    curves = _setting_cdfs(entries, keys)
+    if not any(runs for per in curves.values() for runs in per.values()):
         return None
-    fig = _figure_class()(figsize=(13, 4.2 + 0.25 * len(chosen) / 4))
+    colors = dict(zip(curves, distinct_colors(len(curves)), strict=True))
+    rows = (len(curves) + 2) // 3
+    fig = _figure_class()(figsize=(13, 4.2 + 0.22 * rows), layout="constrained")
+    probabilities = [k / (_QUANTILE_POINTS - 1) for k in range(_QUANTILE_POINTS)]
     for i, (metric, axis_label, _) in enumerate(_CDF_METRICS):
         ax = fig.add_subplot(1, len(_CDF_METRICS), i + 1)
-        for entry in chosen:
-            values = data[entry.name][metric]
-            if not values:
+        for label, per in curves.items():
+            runs = per[metric]
+            if not runs:
                 continue
-            n = len(values)
-            ax.step(values, [(k + 1) / n for k in range(n)], where="post", label=entry.label(keys))
+            mean = [sum(qs) / len(qs) for qs in zip(*runs, strict=True)]
+            ax.plot(mean, probabilities, color=colors[label], label=label, linewidth=1.2)
+            if len(runs) > 1:
+                low = [min(qs) for qs in zip(*runs, strict=True)]
+                high = [max(qs) for qs in zip(*runs, strict=True)]
+                ax.fill_betweenx(probabilities, low, high, color=colors[label], alpha=0.15)
         ax.set_xlabel(axis_label)
         ax.set_ylabel("fraction of requests")
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
-    # One legend below the three panels: inside the TTFT panel it covered the curves.
     handles, labels = fig.axes[0].get_legend_handles_labels()
-    columns = min(4, max(1, len(labels)))
-    fig.suptitle(f"Latency CDFs{note}")
-    fig.tight_layout(rect=(0, 0.06 + 0.045 * ((len(labels) + columns - 1) // columns), 1, 1))
-    fig.legend(handles, labels, loc="lower center", ncol=columns, fontsize="small", frameon=False)
+    fig.suptitle(f"Latency CDFs: {len(curves)} settings")
+    # Below the panels, outside every axes: inside one it covered the curves and labels.
+    fig.legend(handles, labels, loc="outside lower center", ncol=3, fontsize="small")
+    return fig
+
+
+def _latency_cdfs(entries: Sequence[Entry], varying: list[str], out: Path) -> PlotFile | None:
+    fig = latency_cdf_figure(entries, varying)
+    if fig is None:
+        return None
     caption = (
-        "Cumulative distribution of per-request latencies: a curve further left is faster; "
-        "where it reaches 0.9 is the p90." + (f" Runs{note}." if note else "")
+        "Cumulative distribution of per-request latencies, one line per setting (every "
+        "setting of the comparison): a curve further left is faster; where it reaches 0.9 "
+        "is the p90. With several seeds the line is their mean at each quantile and the "
+        "band spans the fastest to the slowest seed."
     )
     return _save(fig, out, "latency_cdfs", "Latency CDFs", caption)
 

@@ -20,6 +20,8 @@ TABLE_METRICS: tuple[tuple[str, str, str], ...] = (
     ("total_hit_rate", "hit rate", "pct"),
     ("prefix_cache_hit_rate", "GPU hit rate", "pct"),
     ("offload_hit_tokens", "CPU-tier hit tokens", "int"),
+    ("offload_hit_tokens_preempted", "of them preempted", "int"),
+    ("offload_bytes_loaded", "CPU-tier loaded", "bytes"),
     ("time_to_first_token_seconds.mean", "TTFT mean (s)", "num"),
     ("time_to_first_token_seconds.p90", "TTFT p90 (s)", "num"),
     ("time_per_output_token_seconds.mean", "TPOT mean (s)", "num"),
@@ -48,6 +50,8 @@ def _fmt(value: float | None, kind: str) -> str:
         return f"{100 * value:.2f}%"
     if kind == "int":
         return f"{int(value):,}"
+    if kind == "bytes":
+        return f"{value / 2**30:,.2f} GiB"
     return f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.0f}"
 
 

@@ -272,9 +272,11 @@ class Tier(Protocol):
         """When the earliest transfer in flight lands on the engine's clock (``inf``: none)."""
         ...
 
-    def counters(self, hit_tokens: int) -> dict[str, int | float]:
+    def counters(self, hit_tokens: int, preempted_hit_tokens: int = 0) -> dict[str, int | float]:
         """The tier's counters for the run's summary (``offload_*``), given the prefix
-        tokens the scheduler took from it; empty without a tier."""
+        tokens the scheduler took from it at first admissions (``hit_tokens``) and at
+        re-admissions of preempted requests (``preempted_hit_tokens``); empty without
+        a tier."""
         ...
 
 
@@ -293,7 +295,7 @@ class NoTier:
     def next_completion(self) -> float:
         return math.inf
 
-    def counters(self, hit_tokens: int) -> dict[str, int | float]:
+    def counters(self, hit_tokens: int, preempted_hit_tokens: int = 0) -> dict[str, int | float]:
         return {}
 
 

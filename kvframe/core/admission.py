@@ -465,7 +465,7 @@ class AdmissionPhase:
         if request.num_cached_tokens < 0:
             self._record_first_admission(step, request, local_tokens, external_tokens)
         elif request.status == _PREEMPTED:
-            self._record_readmission(step, request, local_tokens + external_tokens)
+            self._record_readmission(step, request, local_tokens, external_tokens)
 
     def _promote_loaded(self, request: Request) -> bool:
         """A request waiting for an async load: if the load landed, make it admissible."""
@@ -496,10 +496,14 @@ class AdmissionPhase:
             PrefixHit(request.request_id, request.num_prompt_tokens, local_tokens, external_tokens)
         )
 
-    def _record_readmission(self, step: StepPlan, request: Request, hit_tokens: int) -> None:
+    def _record_readmission(
+        self, step: StepPlan, request: Request, local_tokens: int, external_tokens: int
+    ) -> None:
         stats = self.stats
+        hit_tokens = local_tokens + external_tokens
         stats.preempted_prefix_cache_queries += request.num_tokens
         stats.preempted_prefix_cache_hits += hit_tokens
+        stats.preempted_external_prefix_cache_hits += external_tokens
         computed_before = self._computed_before_preemption.pop(request.request_id, 0)
         recomputed = max(0, computed_before - hit_tokens)
         stats.num_recomputed_tokens += recomputed

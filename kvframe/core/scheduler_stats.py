@@ -31,6 +31,9 @@ class SchedulerStats:
     preempted_prefix_cache_queries: int = 0
     preempted_prefix_cache_hits: int = 0
     """Lookups and hits when preempted requests were re-admitted."""
+    preempted_external_prefix_cache_hits: int = 0
+    """Of those hits, tokens an offload tier supplied beyond the GPU hit (issue 50: a tier
+    that only ever served preempted requests reported 0 hit tokens beside GiB loaded)."""
     num_recomputed_tokens: int = 0
     """Tokens computed before a preemption and computed again after it."""
     num_retentions: int = 0

@@ -340,7 +340,12 @@ class Engine:
         uncomputed = scheduler.kv_cache_manager.uncomputed
         counters["prefix_cache_uncomputed_hits"] = uncomputed.hit_tokens
         counters["prefix_cache_uncomputed_rolled_back"] = uncomputed.num_rolled_back
-        counters.update(self.tier.counters(scheduler.stats.connector_prefix_cache_hits))
+        stats = scheduler.stats
+        counters.update(
+            self.tier.counters(
+                stats.connector_prefix_cache_hits, stats.preempted_external_prefix_cache_hits
+            )
+        )
         counters.update(self.executor.counters())
         hasher = scheduler.block_hasher
         metadata = {

@@ -53,12 +53,19 @@ class OffloadTier:
     def next_completion(self) -> float:
         return self.handler.next_completion()
 
-    def counters(self, hit_tokens: int) -> dict[str, int | float]:
-        """Bytes, transfers and time from the handler; blocks from the connector."""
+    def counters(self, hit_tokens: int, preempted_hit_tokens: int = 0) -> dict[str, int | float]:
+        """Bytes, transfers and time from the handler; blocks from the connector.
+
+        ``offload_hit_tokens`` is every prompt token the tier supplied: to new
+        requests (``_new``) and to preempted ones re-admitted (``_preempted``), so
+        that it accounts for what ``offload_bytes_loaded`` moved (issue 50).
+        """
         handler = self.handler
         stats = self.connector.stats
         return {
-            "offload_hit_tokens": hit_tokens,
+            "offload_hit_tokens": hit_tokens + preempted_hit_tokens,
+            "offload_hit_tokens_new": hit_tokens,
+            "offload_hit_tokens_preempted": preempted_hit_tokens,
             "offload_bytes_stored": handler.bytes_stored,
             "offload_bytes_loaded": handler.bytes_loaded,
             "offload_num_stores": handler.num_stores,

@@ -124,7 +124,10 @@ def _run(workload, async_scheduling: bool, vllm: str) -> tuple[Engine, _Recorder
 def test_the_tier_is_used_and_nothing_leaks(workload, vllm):
     engine, _, counters = _run(workload, True, vllm)
     assert counters["num_requests_finished"] + counters["num_requests_ignored"] == LIMIT
-    assert counters["offload_hit_tokens"] == counters["external_prefix_cache_hits"] > 0
+    assert counters["offload_hit_tokens_new"] == counters["external_prefix_cache_hits"] > 0
+    assert counters["offload_hit_tokens"] == (
+        counters["offload_hit_tokens_new"] + counters["offload_hit_tokens_preempted"]
+    )
     assert counters["offload_num_loads"] > 0 and counters["offload_num_stores"] > 0
     scheduler = engine.scheduler
     assert scheduler.kv_cache_manager.num_free_blocks == NUM_GPU_BLOCKS - 1

@@ -41,7 +41,11 @@ def test_the_cpu_tier_adds_hits_and_saves_computation(workload):
     for counters in (base, tier):  # ignored requests are counted apart from finished ones
         assert counters["num_requests_finished"] + counters["num_requests_ignored"] == LIMIT
     assert base.get("external_prefix_cache_hits", 0) == 0
-    assert tier["offload_hit_tokens"] == tier["external_prefix_cache_hits"] > 0
+    assert tier["offload_hit_tokens_new"] == tier["external_prefix_cache_hits"] > 0
+    assert tier["offload_hit_tokens_preempted"] == tier["preempted_external_prefix_cache_hits"]
+    assert tier["offload_hit_tokens"] == (
+        tier["offload_hit_tokens_new"] + tier["offload_hit_tokens_preempted"]
+    )
     base_hits = base["prefix_cache_hits"] + base["preempted_prefix_cache_hits"]
     tier_hits = (
         tier["prefix_cache_hits"]
