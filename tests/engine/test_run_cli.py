@@ -525,3 +525,57 @@ def test_both_cores_write_the_same_trace_event_for_event(
     python = Path("python.jsonl").read_bytes()
     assert b'"event":"block_removed"' in python and b'"event":"block_stored"' in python
     assert Path("compiled.jsonl").read_bytes() == python
+
+
+_NEVER_ADMITS_LONG_PROMPTS = '''
+import kvframe
+from kvframe_fcfs import FCFSPolicy
+
+
+class NeverAdmitsLong(FCFSPolicy):
+    """Marks every prompt over 4,000 tokens as waiting for a KV load that never lands."""
+
+    name = "never-admits-long"
+
+    def on_arrival(self, request):
+        if request.num_prompt_tokens > 4000:
+            request.status = kvframe.RequestStatus.WAITING_FOR_REMOTE_KVS
+'''
+
+
+def test_a_stalled_run_writes_what_finished_marked_partial_and_exits_1(
+    conversation_trace: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+):
+    Path("stall_policy.py").write_text(_NEVER_ADMITS_LONG_PROMPTS)
+    monkeypatch.syspath_prepend(".")
+    code = run_cli(
+        "run", conversation_trace, "--limit", "30", "--out", "o",
+        "--scheduler", "stall_policy:NeverAdmitsLong",
+    )  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 1, err
+    assert "PARTIAL: the engine stalled" in out and "note: stalled:" in out
+    assert "engine stalled at t=" in err and "marked partial (metadata.stalled)" in err
+    metrics = json.loads(Path("o/metrics.json").read_text())
+    assert metrics["partial"] is True and "interrupted_by" not in metrics["metadata"]
+    assert metrics["metadata"]["stalled"].startswith("engine stalled at t=")
+    with open("o/requests.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    finished = [r for r in rows if r["finish_status"] not in ("", "ignored")]
+    long_ones = [r for r in rows if int(r["num_prompt_tokens"]) > 4000]
+    # The short prompts finished and are kept; the long ones never ran.
+    assert finished and long_ones
+    assert metrics["counters"]["num_requests_finished"] == len(finished) == 30 - len(long_ones)
+    assert all(r["finish_status"] == "" for r in long_ones)
+
+
+def test_the_summary_names_the_vllm_target_the_scheduling_mode_and_the_core(
+    conversation_trace: str, capsys: pytest.CaptureFixture[str]
+):
+    base = ["run", conversation_trace, "--limit", "3", "--core", "python"]
+    assert run_cli(*base, "--out", "a") == 0
+    out = capsys.readouterr().out
+    assert "vLLM target: 0.19.1, synchronous scheduling" in out
+    assert "core: python block pool (setting python)" in out
+    assert run_cli(*base, "--out", "b", "--vllm", "0.33", "--async-scheduling") == 0
+    assert "vLLM target: 0.33.0, asynchronous scheduling" in capsys.readouterr().out
