@@ -579,3 +579,42 @@ def test_the_summary_names_the_vllm_target_the_scheduling_mode_and_the_core(
     assert "core: python block pool (setting python)" in out
     assert run_cli(*base, "--out", "b", "--vllm", "0.33", "--async-scheduling") == 0
     assert "vLLM target: 0.33.0, asynchronous scheduling" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        # A separate negative value reaches the same check as the joined spelling.
+        (["--kv-memory", "-3GiB"], "--kv-memory: bad value for kv_memory: expected a size"),
+        (["--kv-memory=-3GiB"], "--kv-memory: bad value for kv_memory: expected a size"),
+        (["--offload-bandwidth", "-1GB"], "--offload-bandwidth: bad value for offload_bandwidth"),
+        (["--num-gpu-blocks", "-3"], "num_gpu_blocks must be a positive integer, got -3"),
+        (["--max-model-len", "-2k"], "--max-model-len: expected an integer, got '-2k'"),
+        # A bad number is one line naming the flag, not a usage dump.
+        (["--num-gpu-blocks", "abc"], "--num-gpu-blocks: expected an integer, got 'abc'"),
+        (["--max-num-seqs", "1.5"], "--max-num-seqs: expected an integer, got '1.5'"),
+        (["--limit", "-5"], "--limit must be >= 1, got -5"),
+    ],
+)
+def test_bad_numbers_and_sizes_get_one_clear_line_however_they_are_spelt(
+    conversation_trace: str, capsys: pytest.CaptureFixture[str], flags: list[str], expected: str
+):
+    assert run_cli("run", conversation_trace, *flags, "--out", "o") == 2
+    err = capsys.readouterr().err
+    assert expected in err
+    assert "usage:" not in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_negative_value_is_joined_only_after_an_option_that_takes_one():
+    from kvframe.cli.main import join_negative_values
+
+    options = {"--kv-memory", "--limit"}
+    assert join_negative_values(["run", "t", "--kv-memory", "-3GiB"], options) == [
+        "run",
+        "t",
+        "--kv-memory=-3GiB",
+    ]
+    # Not after a switch, not a real option, not past "--".
+    assert join_negative_values(["--force", "-3"], options) == ["--force", "-3"]
+    assert join_negative_values(["--limit", "-v"], options) == ["--limit", "-v"]
+    assert join_negative_values(["--", "--limit", "-3"], options) == ["--", "--limit", "-3"]
