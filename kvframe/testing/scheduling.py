@@ -14,15 +14,16 @@ an executor would. Every step it checks that
 * every unfinished request is in exactly one of running / waiting /
   skipped-waiting (the policy's queues lose nothing);
 * block accounting is consistent: each block's ``ref_cnt`` is the number of
-  block tables holding it, and free + held = every usable block;
+  block tables holding it, and free + held = every usable block.
 
-A fixed workload goes beyond the policy's own numbers (:func:`beyond_defaults_workload`):
-prompts longer than any number its options hold, more requests than any count in them.
-
-At the end of each run it checks that every request finished within a bound on the number of
-steps (no starvation: a request ``may_admit`` refuses forever is reported, with
-how often it was refused), that retention was released once the clock moved past
-every reasonable deadline, and that every block came back. Separately, it runs
+Besides the generated workloads, fixed ones: a crowded pool, and one that goes beyond
+the policy's own numbers (:func:`beyond_defaults_workload`: prompts longer than any
+number its options hold, more requests than any count in them), since no generated
+prompt is long enough to cross a threshold an option sets. At the end of each run the
+suite checks that every request finished within a bound on the number of steps (no
+starvation: a request ``may_admit`` refuses forever is reported, with how often it
+was refused), that retention was released once the clock moved past every
+reasonable deadline, and that every block came back. Separately, it runs
 the engine with and without runs of decode steps and requires the same results
 (:attr:`kvframe.SchedulingPolicy.allows_decode_runs` is honest).
 """
