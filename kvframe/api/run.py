@@ -267,7 +267,7 @@ def run(
     run early with a partial result (:attr:`Result.partial`; a stall also warns and
     says why in :attr:`Result.stalled`), as ``kvframe run`` keeps them.
     """
-    from kvframe.engine import Engine, EngineConfig, EngineStalled
+    from kvframe.engine import Engine, EngineConfig
 
     chosen, source = selection(config, settings)
     engine_config = EngineConfig.from_selection(chosen)
@@ -275,23 +275,32 @@ def run(
         raise ConfigError(f"limit must be >= 1, got {limit}", origin=_WHERE)
     workload = _workload(trace, limit, format, skip_bad_lines, sort_arrivals)
     engine = Engine.from_config(engine_config)
-    built = not isinstance(trace, str | os.PathLike)  # read_workload already applied the limit
-    try:
-        outcome = engine.run(
-            workload,
-            limit=limit if built else None,
-            progress=progress,
-            record_steps=record_steps,
-        )
-    except EngineStalled as err:
-        if err.result is None:
-            raise
-        outcome = err.result
-        warnings.warn(f"{err}; the result is partial", RuntimeWarning, stacklevel=2)
+    built = not isinstance(trace, str | os.PathLike)  # load_workload already applied the limit
+    outcome = _replay(engine, workload, limit if built else None, progress, record_steps)
     result = _result(outcome, engine.config, source)
     if out is not None:
         result.save(out, force=force)
     return result
+
+
+def _replay(
+    engine: Any,
+    workload: Any,
+    limit: int | None,
+    progress: Callable[[RunProgress], Any] | None,
+    record_steps: bool,
+) -> RunResult:
+    """``engine.run``; a stall's partial result is returned with a ``RuntimeWarning``
+    (``kvframe run`` writes it and exits 1; a notebook keeps it)."""
+    from kvframe.engine import EngineStalled
+
+    try:
+        return engine.run(workload, limit=limit, progress=progress, record_steps=record_steps)
+    except EngineStalled as err:
+        if err.result is None:
+            raise
+        warnings.warn(f"{err}; the result is partial", RuntimeWarning, stacklevel=3)
+        return err.result
 
 
 def _workload(
