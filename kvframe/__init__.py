@@ -224,14 +224,14 @@ if not any(isinstance(finder, _MovedModuleFinder) for finder in sys.meta_path):
 # names stay the subpackages -- every `kvframe.sweep.spec` keeps working -- and the
 # subpackages are made callable: calling one calls kvframe.api's function. The package
 # root stands outside the floors, so this is the one place that may tie them together.
-_CALLABLE_SUBPACKAGES = {"compare": "compare", "sweep": "sweep"}
+_CALLABLE_SUBPACKAGES = frozenset(("compare", "sweep"))
 
 
 class _CallableSubpackage(types.ModuleType):
     """A subpackage that, called, runs :mod:`kvframe.api`'s function of the same name."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        name = _CALLABLE_SUBPACKAGES[self.__name__.rpartition(".")[2]]
+        name = self.__name__.rpartition(".")[2]
         return getattr(importlib.import_module("kvframe.api"), name)(*args, **kwargs)
 
 
@@ -257,7 +257,7 @@ del _name
 
 
 def __getattr__(name: str) -> object:
-    if name in _CALLABLE_SUBPACKAGES:  # kvframe.sweep(...) before anything imported it
+    if name in _CALLABLE_SUBPACKAGES or name == "api":  # kvframe.sweep(...), kvframe.api.X
         return importlib.import_module(f"{__name__}.{name}")
     module = _LAZY.get(name)
     if module is None:

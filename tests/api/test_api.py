@@ -177,6 +177,7 @@ def test_kvframe_compare_and_sweep_are_callable_however_they_were_imported(tmp_p
         """
         import kvframe
         assert callable(kvframe.compare) and callable(kvframe.sweep)  # not imported yet
+        assert kvframe.api.requests is not None  # the module, on first access
         import kvframe.compare.table
         from kvframe.sweep.spec import load_sweep
         assert callable(kvframe.compare) and callable(kvframe.sweep)
