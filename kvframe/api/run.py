@@ -196,13 +196,7 @@ class Result:
         :raises ConfigError: when ``out`` already holds a run and ``force`` is false.
         """
         path = Path(out)
-        existing = [n for n in SAVED_FILES if (path / n).exists()]
-        if existing and not force:
-            raise ConfigError(
-                f"{path} already holds a run ({', '.join(existing)}); it would be overwritten",
-                origin="save()",
-                hints=["pass force=True to replace it, or choose another directory"],
-            )
+        existing = _earlier_run(path, force=force)
         path.mkdir(parents=True, exist_ok=True)
         for name in existing:
             (path / name).unlink()
@@ -222,6 +216,21 @@ class Result:
             if self.step_log is not None:
                 for row in self.step_log.rows():
                     out.write(",".join(repr(v) for v in row) + "\n")
+
+
+def _earlier_run(path: Path, *, force: bool) -> list[str]:
+    """The files of an earlier run in ``path`` (to replace with ``force``).
+
+    :raises ConfigError: when there are some and ``force`` is false.
+    """
+    existing = [n for n in SAVED_FILES if (path / n).exists()]
+    if existing and not force:
+        raise ConfigError(
+            f"{path} already holds a run ({', '.join(existing)}); it would be overwritten",
+            origin="out",
+            hints=["pass force=True to replace it, or choose another directory"],
+        )
+    return existing
 
 
 def run(
@@ -273,6 +282,8 @@ def run(
     engine_config = EngineConfig.from_selection(chosen)
     if limit is not None and limit < 1:
         raise ConfigError(f"limit must be >= 1, got {limit}", origin=_WHERE)
+    if out is not None:  # checked before the replay, as kvframe run checks --out
+        _earlier_run(Path(out), force=force)
     workload = _workload(trace, limit, format, skip_bad_lines, sort_arrivals)
     engine = Engine.from_config(engine_config)
     built = not isinstance(trace, str | os.PathLike)  # load_workload already applied the limit

@@ -125,6 +125,8 @@ def test_a_saved_run_reads_back_without_kvframe_and_compares(chat: str) -> None:
     assert len(pd.read_csv("saved/engine_steps.csv")) == len(result.steps)
     with pytest.raises(ConfigError, match="already holds a run"):
         result.save("saved")
+    with pytest.raises(ConfigError, match="already holds a run"):  # before any replay
+        kvframe.run(chat, num_gpu_blocks=48, out="saved", progress=pytest.fail)
     result.save("saved", force=True)
     # kvframe compare reads the directory like a kvframe run --out one.
     (row,) = kvframe.compare("saved").to_dict("records")
