@@ -9,6 +9,11 @@ an attribute of ``kvframe`` -- the plugin bases, the views the host passes
 ``import kvframe`` is deliberately light: it imports pluggy and the plugin base
 classes, never torch, and it does not scan entry points (that happens when a
 :class:`PluginRegistry` is first asked). Every other name loads on first access.
+
+A researcher's calls are here too (:mod:`kvframe.api`, pandas imported only when
+a table is built): ``kvframe.run(...)`` runs a workload and returns its summary,
+requests and steps as DataFrames; ``kvframe.sweep(...)`` and ``kvframe.compare(...)``
+return a sweep's or several runs' rows as one DataFrame.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from kvframe.contract.hookspecs import hookimpl, hookspec
 from kvframe.domain.version import __version__
 
 if TYPE_CHECKING:
+    from kvframe.api import Result, run
     from kvframe.config import Bytes, ConfigError, PluginSpec
     from kvframe.contract.offload import (
         ConnectorSemantics,
@@ -79,6 +85,7 @@ if TYPE_CHECKING:
 # `import kvframe` pays only for the plugin bases; the host itself only scans entry
 # points when first asked.
 _LAZY: dict[str, str] = {
+    **dict.fromkeys(("Result", "run"), "kvframe.api"),
     **dict.fromkeys(("Bytes", "ConfigError", "PluginSpec"), "kvframe.config"),
     **dict.fromkeys(
         ("ConnectorSemantics", "OffloadContext", "OffloadManager", "TransferHandler"),
@@ -223,7 +230,47 @@ if not any(isinstance(finder, _MovedModuleFinder) for finder in sys.meta_path):
     sys.meta_path.insert(0, _MovedModuleFinder())
 
 
+# `kvframe.sweep(...)` and `kvframe.compare(...)` (kvframe.api) share their names with
+# the subpackages kvframe.sweep and kvframe.compare, which the import system binds on
+# this package whenever either is imported (`from kvframe.sweep import ...`). So the
+# names stay the subpackages -- every `kvframe.sweep.spec` keeps working -- and the
+# subpackages are made callable: calling one calls kvframe.api's function. The package
+# root stands outside the floors, so this is the one place that may tie them together.
+_CALLABLE_SUBPACKAGES = frozenset(("compare", "sweep"))
+
+
+class _CallableSubpackage(types.ModuleType):
+    """A subpackage that, called, runs :mod:`kvframe.api`'s function of the same name."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        name = self.__name__.rpartition(".")[2]
+        return getattr(importlib.import_module("kvframe.api"), name)(*args, **kwargs)
+
+
+class _Package(types.ModuleType):
+    """``kvframe`` itself: binding ``compare`` or ``sweep`` makes the subpackage callable."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if (
+            name in _CALLABLE_SUBPACKAGES
+            and isinstance(value, types.ModuleType)
+            and value.__name__ == f"{__name__}.{name}"
+            and type(value) is types.ModuleType
+        ):
+            value.__class__ = _CallableSubpackage
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+for _name in _CALLABLE_SUBPACKAGES:  # imported before this ran (a reload)
+    if f"{__name__}.{_name}" in sys.modules:
+        setattr(sys.modules[__name__], _name, sys.modules[f"{__name__}.{_name}"])
+del _name
+
+
 def __getattr__(name: str) -> object:
+    if name in _CALLABLE_SUBPACKAGES or name == "api":  # kvframe.sweep(...), kvframe.api.X
+        return importlib.import_module(f"{__name__}.{name}")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'kvframe' has no attribute {name!r}")
@@ -264,6 +311,7 @@ __all__ = [
     "RequestScopedPolicy",
     "RequestScopedSlots",
     "RequestStatus",
+    "Result",
     "Retention",
     "ReuseFilter",
     "Router",
@@ -280,9 +328,12 @@ __all__ = [
     "TransferHandler",
     "__version__",
     "claimed_max_evictable",
+    "compare",
     "get_preset",
     "get_registry",
     "hookimpl",
     "hookspec",
     "prefill_pairs",
+    "run",
+    "sweep",
 ]

@@ -18,9 +18,15 @@ id (``metadata.run_id`` in ``metrics.json``, ``run_id`` in ``outputs.jsonl``
 and ``steps.csv``), so that ``outputs-diff`` can tell files of different runs
 apart. If writing still fails, the summary is printed with a one-line error.
 
+An engine stall (a scheduling policy that never admits some requests, see
+:class:`~kvframe.engine.EngineStalled`) is kept the same way: the requests that
+finished are written, marked partial (``metadata.stalled`` holds the reason),
+the summary says so, and the exit status is 1.
+
 Exit codes: 0 success; 1 the run produced no usable result (the engine
-stalled, every request was ignored, or the results could not be written);
-2 bad trace, configuration or usage; 130 interrupted (Ctrl-C); 143 terminated (SIGTERM).
+stalled -- partial results written --, every request was ignored, or the results
+could not be written); 2 bad trace, configuration or usage; 130 interrupted
+(Ctrl-C); 143 terminated (SIGTERM).
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from kvframe.cli.common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_STALLED,
     EXIT_USAGE,
     Context,
     add_engine_arguments,
@@ -62,8 +69,6 @@ __all__ = [
     "OUTPUT_FILES",
     "RUN_FILES",
     "add_run_command",
-    "describe_clock",
-    "describe_configuration",
     "nothing_ran",
     "prepare_out_dir",
     "run_command",
@@ -169,9 +174,12 @@ def run_command(args: argparse.Namespace, ctx: Context) -> int:
             result = engine.run(workload, progress=progress if progress.enabled else None)
         except EngineStalled as err:
             progress.close()
-            print(f"kvframe run: error: {err}", file=sys.stderr)
-            return EXIT_FAILED
-        progress.close()
+            if err.result is None:
+                print(f"kvframe run: error: {err}", file=sys.stderr)
+                return EXIT_STALLED
+            result = err.result  # written like an interrupt's: see _save_and_report
+        else:
+            progress.close()
 
     return _save_and_report(args, ctx, engine, result, interrupts, out_dir, run_id)
 
@@ -213,13 +221,18 @@ def _save_and_report(
     The summary is printed even when writing fails, so a finished replay is never lost.
     """
     source = config_file(args)
+    stalled = result.summary.metadata.get("stalled")
     summary = attrs.evolve(
         result.summary,
         metadata={
             **result.summary.metadata,
             "config_file": None if source is None else str(Path(source).resolve()),
             "run_id": run_id,
-            **({"interrupted_by": interrupts.received or "SIGINT"} if result.partial else {}),
+            **(
+                {"interrupted_by": interrupts.received or "SIGINT"}
+                if result.partial and not stalled
+                else {}
+            ),
         },
     )
     try:
@@ -233,6 +246,13 @@ def _save_and_report(
         )
         return EXIT_FAILED
     _report(summary, out_dir, ctx, as_json=args.json, config_source=source)
+    if stalled:
+        print(
+            f"kvframe run: error: {stalled}\nkvframe run: the results up to the stall are "
+            f"written to {out_dir}, marked partial (metadata.stalled)",
+            file=sys.stderr,
+        )
+        return EXIT_STALLED
     if result.partial:
         return interrupts.exit_status
     reason = nothing_ran(summary.counters)
@@ -358,69 +378,6 @@ def _bytes(n: float) -> str:
     return f"{n:.1f} GiB"  # pragma: no cover
 
 
-def describe_configuration(
-    engine: Mapping[str, Any], config_source: str | None, clock: str | None = None
-) -> list[str]:
-    """Lines saying what ran: scheduler, GPU pool and its eviction, tier, config file, and
-    (given ``clock``, the summary's ``metadata.clock``) which clock the times are on."""
-    blocks = engine.get("num_gpu_blocks")
-    pool = (
-        f"{blocks:,} GPU blocks x {engine.get('block_size')} tokens"
-        if isinstance(blocks, int)
-        else "GPU pool ?"
-    )
-    tier = engine.get("offload") or "none"
-    if engine.get("offload") and engine.get("eviction"):
-        tier += f" (eviction {engine['eviction']})"
-    if engine.get("reuse_filter"):
-        tier += f", reuse filter {engine['reuse_filter']}"
-    lines = [
-        f"configuration: preset {engine.get('preset')}, scheduler {engine.get('scheduling')}, "
-        f"{pool}, GPU eviction {engine.get('gpu_eviction') or 'vLLM LRU free queue'}, "
-        f"offload tier {tier}",
-        "config file: "
-        + (config_source if config_source is not None else "none (flags and defaults only)"),
-    ]
-    if engine.get("tracers"):
-        lines.append("tracers: " + ", ".join(engine["tracers"]))
-    if clock is not None:
-        lines.append(describe_clock(clock, engine))
-    return lines
-
-
-def describe_core(metadata: Mapping[str, Any]) -> str:
-    """Which core ran the block pool (the summary's ``metadata.core``), and why when it
-    is not the one the setting asked for."""
-    core = metadata.get("core", "?")
-    setting = metadata.get("engine", {}).get("core", "auto")
-    line = f"core: {core} block pool (setting {setting}"
-    if core == "python" and setting == "auto":
-        line += "; scripts/build-core builds the compiled one"
-    line += ")"
-    hasher = metadata.get("hasher")
-    if hasher:
-        line += f", {hasher} block hasher"
-    note = metadata.get("core_note")
-    if note:
-        line += f": {note}"
-    return line
-
-
-def describe_clock(clock: str, engine: Mapping[str, Any]) -> str:
-    """Which clock the run's times are on: the cost model's (virtual) or measured.
-
-    Why say it: a torch-executor run on a laptop CPU printed "TTFT 0.015 s" next
-    to "preset llama3.1-8b-h100", and read as a measurement of that CPU.
-    """
-    if clock == "virtual":
-        return (
-            f"clock: virtual -- every time above is the cost model's (preset "
-            f"{engine.get('preset')}), not measured on this machine"
-        )
-    what = "wall time" if clock == "wall" else "CPU time of the engine's thread"
-    return f"clock: measured -- each step advances by the forward pass's {what}"
-
-
 def _report(
     summary: MetricsSummary,
     out_dir: Path | None,
@@ -441,6 +398,7 @@ def _report(
             print(where, file=sys.stderr)
         return
     from kvframe.console import emit
+    from kvframe.engine.describe import describe_configuration, describe_core
 
     emit(ctx.stdout, *summary.tables())
     ctx.print("")
@@ -496,7 +454,13 @@ def _notes(summary: MetricsSummary) -> list[str]:
         notes.append(_tier_note(counters, summary.metadata))
     if counters.get("num_skipped_lines"):
         notes.append(f"{counters['num_skipped_lines']} malformed trace lines skipped")
-    if summary.partial:
+    if summary.partial and summary.metadata.get("stalled"):
+        notes.append(
+            f"stalled: {counters.get('num_requests_unfinished', 0)} requests could never be "
+            f"scheduled or finished, {counters.get('num_requests_not_arrived', 0)} not yet "
+            "arrived; the figures cover the requests that finished before the stall"
+        )
+    elif summary.partial:
         cause = summary.metadata.get("interrupted_by")
         notes.append(
             f"interrupted{f' ({cause})' if cause else ''}: "

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -59,8 +60,71 @@ SUBCOMMANDS: list[Callable[[Any], None]] = [
 """Functions that each add one subcommand; later commands append themselves here."""
 
 
+_BAD_VALUE = re.compile(r"argument (?P<flag>[^:]+): invalid (?P<type>\w+) value: (?P<value>.*)")
+_EXPECTED = {"int": "an integer", "float": "a number"}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, except that a bad *value* gets kvframe's one-line error.
+
+    Why: ``--num-gpu-blocks abc`` is not a usage mistake; the usage dump argparse
+    prints for it buried the one line that matters, while the same value in
+    ``kvframe.toml`` got a plain message. Subcommand parsers are this class too
+    (``add_subparsers`` makes its parsers of the parent's class).
+    """
+
+    def error(self, message: str) -> Any:  # argparse's signature: it never returns
+        bad = _BAD_VALUE.fullmatch(message)
+        if bad is None:
+            super().error(message)
+        expected = _EXPECTED.get(bad["type"], f"a valid {bad['type']}")
+        self.exit(
+            2, f"{self.prog}: error: {bad['flag']}: expected {expected}, got {bad['value']}\n"
+        )
+
+
+_NEGATIVE = re.compile(r"-\.?\d")
+"""A value that starts like a negative number: ``-3``, ``-3GiB``, ``-.5``."""
+
+
+def _value_options(parser: argparse.ArgumentParser) -> set[str]:
+    """Every long option, of every subcommand, that takes one value (``--kv-memory``)."""
+    options: set[str] = set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                options |= _value_options(sub)
+        elif action.nargs is None:
+            options.update(o for o in action.option_strings if o.startswith("--"))
+    return options
+
+
+def join_negative_values(argv: Sequence[str], options: set[str]) -> list[str]:
+    """``--kv-memory -3GiB`` as ``--kv-memory=-3GiB``.
+
+    Why: argparse reads a separate ``-3GiB`` as an unknown option and answers with a
+    usage dump ("expected one argument"), while ``--kv-memory=-3GiB`` reaches the
+    check that explains what is wrong. Joined, both spellings get that message.
+    Tokens after ``--`` are left alone.
+    """
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":
+            out.extend(argv[i:])
+            break
+        if token in options and i + 1 < len(argv) and _NEGATIVE.match(argv[i + 1]):
+            out.append(f"{token}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(token)
+        i += 1
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="kvframe",
         description="Try KV-cache scheduling, eviction and offload policies "
         "on vLLM V1's semantics.",
@@ -145,6 +209,7 @@ def main(argv: Sequence[str] | None = None, *, registry: PluginRegistry | None =
         (tests pass one).
     """
     parser = build_parser()
+    argv = join_negative_values(sys.argv[1:] if argv is None else argv, _value_options(parser))
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # --help, --version and usage errors (code 2)

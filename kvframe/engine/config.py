@@ -425,8 +425,9 @@ def _int(value: Any) -> int:
         return value
     if isinstance(value, float) and value.is_integer():
         return int(value)
-    if isinstance(value, str) and value.strip().replace("_", "").isdigit():
-        return int(value.strip().replace("_", ""))
+    digits = value.strip().replace("_", "") if isinstance(value, str) else ""
+    if digits.isdigit() or (digits[:1] in ("+", "-") and digits[1:].isdigit()):
+        return int(digits)  # a sign is read, so that "-3" gets the range check's message
     raise ValueError(f"expected an integer, got {value!r}")
 
 

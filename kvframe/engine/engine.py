@@ -49,6 +49,7 @@ from kvframe.engine.build import assemble
 from kvframe.engine.config import EngineConfig
 from kvframe.engine.metrics import MetricsCollector, MetricsSummary
 from kvframe.engine.step import EngineStalled, EngineStep
+from kvframe.engine.steplog import StepLog, StepRecordingCollector
 from kvframe.log import get_logger
 from kvframe.workloads.spec import Workload
 
@@ -77,6 +78,9 @@ class RunResult:
     wall_clock_seconds: float
     num_requests_total: int
     """Requests in the (limited) workload, arrived or not."""
+    steps: StepLog | None = None
+    """Every step's times and tokens, when the run was asked to record them
+    (``Engine.run(record_steps=True)``); ``None`` otherwise."""
 
     @property
     def counters(self) -> dict[str, int | float]:
@@ -207,6 +211,7 @@ class Engine:
         *,
         limit: int | None = None,
         progress: ProgressCallback | None = None,
+        record_steps: bool = False,
     ) -> RunResult:
         """Replay ``workload`` until every request has finished.
 
@@ -215,8 +220,12 @@ class Engine:
         :param progress: called after every step with a :class:`RunProgress`;
             it should throttle itself. An exception from it stops the run (a
             ``KeyboardInterrupt`` stops it cleanly, like Ctrl-C).
+        :param record_steps: keep every step's times and tokens in
+            :attr:`RunResult.steps` (:mod:`kvframe.engine.steplog`; a run without it
+            pays nothing for them).
         :return: the metrics; ``partial`` if interrupted by ``KeyboardInterrupt``.
-        :raises EngineStalled: when requests can never be scheduled.
+        :raises EngineStalled: when requests can never be scheduled; its ``result`` is
+            the partial result up to the stall (``metadata.stalled`` says why).
         """
         if self._ran:
             raise RuntimeError("an Engine runs once; build a new one for another run")
@@ -227,14 +236,40 @@ class Engine:
                 raise ValueError(f"limit must be >= 1, got {limit}")
             specs = specs[:limit]
         self._num_total = len(specs)
+        if record_steps:
+            self._collector = StepRecordingCollector()
+        step = self._start(specs)
+        tracing = self.tracing
+        started = time.perf_counter()
+        try:
+            partial, stalled = self._run_until_stopped(step, progress)
+        finally:
+            if tracing is not None:
+                tracing.close()
+        wall = time.perf_counter() - started
+        summary = self._summary(
+            workload, step, wall, partial, stalled=None if stalled is None else str(stalled)
+        )
+        log.info(
+            "run_finished",
+            wall_seconds=round(wall, 3),
+            partial=partial,
+            decode_run_steps=step.num_decode_run_steps,
+        )
+        steps = self._collector.steps if record_steps else None  # type: ignore[attr-defined]
+        result = RunResult(summary, partial, wall, len(specs), steps)
+        if stalled is not None:
+            stalled.result = result
+            raise stalled
+        return result
+
+    def _start(self, specs: Sequence[RequestSpec]) -> EngineStep:
+        """The run's :class:`EngineStep` over ``specs`` (and the ``run_started`` log line)."""
         tracing = self.tracing
         hook = tracing.hook if tracing is not None and tracing.active else None
-        arrivals = ArrivalQueue(specs)
         step = self._step = EngineStep(
-            self.scheduler, self.executor, self.tier, self._collector, arrivals, hook
+            self.scheduler, self.executor, self.tier, self._collector, ArrivalQueue(specs), hook
         )
-        started = time.perf_counter()
-        partial = False
         log.info(
             "run_started",
             requests=len(specs),
@@ -243,23 +278,26 @@ class Engine:
             block_size=self.scheduler.config.block_size,
             preset=self.preset.name,
         )
+        return step
+
+    def _run_until_stopped(
+        self, step: EngineStep, progress: ProgressCallback | None
+    ) -> tuple[bool, EngineStalled | None]:
+        """Run the loop; ``(partial, stall)``: ``partial`` when Ctrl-C/SIGTERM or a stall
+        ended it, ``stall`` the :class:`EngineStalled` of a stall.
+
+        A stall is kept like an interrupt: the requests that finished before it are
+        results (a scheduling policy that never admits some requests loses no others).
+        """
         try:
             self._run_loop(step, progress)
         except KeyboardInterrupt:
-            partial = True
             log.warning("run_interrupted", steps=self.scheduler.stats.num_steps, now=step.now)
-        finally:
-            if tracing is not None:
-                tracing.close()
-        wall = time.perf_counter() - started
-        summary = self._summary(workload, step, wall, partial)
-        log.info(
-            "run_finished",
-            wall_seconds=round(wall, 3),
-            partial=partial,
-            decode_run_steps=step.num_decode_run_steps,
-        )
-        return RunResult(summary, partial, wall, len(specs))
+            return True, None
+        except EngineStalled as err:
+            log.warning("run_stalled", steps=self.scheduler.stats.num_steps, now=step.now)
+            return True, err
+        return False, None
 
     def _run_loop(self, step: EngineStep, progress: ProgressCallback | None) -> None:
         """The batch queue's loop under asynchronous scheduling, else the synchronous one."""
@@ -329,6 +367,8 @@ class Engine:
         step: EngineStep,
         wall: float,
         partial: bool,
+        *,
+        stalled: str | None = None,
     ) -> MetricsSummary:
         scheduler = self.scheduler
         known = workload if isinstance(workload, Workload) else None
@@ -368,6 +408,8 @@ class Engine:
         if description:
             metadata["executor"] = description
         metadata["clock"] = self.executor.clock
+        if stalled is not None:
+            metadata["stalled"] = stalled
         return self._collector.summary(
             counters=counters, wall_clock_seconds=wall, partial=partial, metadata=metadata
         )

@@ -272,8 +272,9 @@ CSV_COLUMNS = tuple(field.name for field in attrs.fields(RequestMetrics))
 class MetricsSummary:
     """Everything a run reports: ``metrics.json``, ``requests.csv`` and a text table.
 
-    ``partial`` marks a run that was interrupted: latencies then cover only the
-    requests that got that far, and counters stop where the run stopped.
+    ``partial`` marks a run that was interrupted or stalled (``metadata.stalled``
+    then says why): latencies cover only the requests that got that far, and
+    counters stop where the run stopped.
     """
 
     partial: bool
@@ -354,7 +355,8 @@ class MetricsSummary:
         c = self.counters
         title = "kvframe run summary"
         if self.partial:
-            title += " (PARTIAL: the run was interrupted)"
+            stalled = self.metadata.get("stalled")
+            title += f" (PARTIAL: {'the engine stalled' if stalled else 'the run was interrupted'})"
         counters = new_table("metric", "value", title=title, numeric_from=1)
         row = counters.add_row
         row(

@@ -68,7 +68,16 @@ engine declares a stall (a policy that keeps preempting and re-queueing)."""
 
 
 class EngineStalled(RuntimeError):
-    """Requests wait, nothing can be scheduled, and no arrival or deadline can change that."""
+    """Requests wait, nothing can be scheduled, and no arrival or deadline can change that.
+
+    :meth:`Engine.run <kvframe.engine.engine.Engine.run>` raises it with :attr:`result`
+    set: what the run measured up to the stall, marked partial (``metadata.stalled``
+    holds this message), so that a caller can keep the finished requests the way an
+    interrupt keeps them. Raised from a step, before the engine adds that, it is ``None``.
+    """
+
+    result: Any = None
+    """The partial :class:`~kvframe.engine.engine.RunResult`, once the engine attached it."""
 
 
 class Flight:

@@ -24,9 +24,15 @@ from typing import Any
 
 import attrs
 
-from kvframe.config import ConfigError
+from kvframe.config import ConfigError, did_you_mean
 
-__all__ = ["GENERATORS", "apply_jitter", "check_generated", "generate_workload"]
+__all__ = [
+    "GENERATORS",
+    "apply_jitter",
+    "check_generated",
+    "generate_workload",
+    "generator_options",
+]
 
 GENERATORS = ("gen:chat", "gen:agentic", "gen:skewed")
 """``workload`` values that generate the workload in the cell."""
@@ -71,10 +77,39 @@ def check_generated(settings: Mapping[str, Any], where: str) -> None:
                 origin=where,
             )
         return
+    options = settings.get("generate") or {}
+    _check_option_names(name, options, where)
     try:
-        _config(name, settings.get("generate") or {}, settings.get("seed", 0))
+        _config(name, options, settings.get("seed", 0))
     except (TypeError, ValueError) as err:
         raise ConfigError(f"generate: {err}", origin=where) from None
+
+
+def generator_options(name: str) -> tuple[str, ...]:
+    """The options ``generate`` may set for ``name``: its config's fields (``seed`` aside,
+    which is the cell's own key), and ``preset`` for ``gen:agentic``."""
+    fields = attrs.fields(_generator(name).config_type)
+    names = [f.alias for f in fields if f.init and f.alias != "seed"]
+    return (*names, "preset") if name == "gen:agentic" else tuple(names)
+
+
+def _check_option_names(name: str, options: Mapping[str, Any], where: str) -> None:
+    """An unknown ``generate`` key gets a did-you-mean and the list, not a ``TypeError``
+    from the config's constructor."""
+    known = generator_options(name)
+    for key in options:
+        if key == "seed":
+            raise ConfigError(
+                "generate: 'seed' is the cell's own key (seed = N, or a grid of seeds), "
+                "not a generator option",
+                origin=where,
+            )
+        if key not in known:
+            raise ConfigError(
+                f"generate: unknown option {key!r} of {name}{did_you_mean(key, known)}",
+                origin=where,
+                hints=[f"{name} options: " + ", ".join(known)],
+            )
 
 
 def generate_workload(settings: Mapping[str, Any]) -> Any:

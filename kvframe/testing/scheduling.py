@@ -14,12 +14,16 @@ an executor would. Every step it checks that
 * every unfinished request is in exactly one of running / waiting /
   skipped-waiting (the policy's queues lose nothing);
 * block accounting is consistent: each block's ``ref_cnt`` is the number of
-  block tables holding it, and free + held = every usable block;
+  block tables holding it, and free + held = every usable block.
 
-and at the end that every request finished within a bound on the number of
-steps (no starvation: a request ``may_admit`` refuses forever is reported, with
-how often it was refused), that retention was released once the clock moved past
-every reasonable deadline, and that every block came back. Separately, it runs
+Besides the generated workloads, fixed ones: a crowded pool, and one that goes beyond
+the policy's own numbers (:func:`beyond_defaults_workload`: prompts longer than any
+number its options hold, more requests than any count in them), since no generated
+prompt is long enough to cross a threshold an option sets. At the end of each run the
+suite checks that every request finished within a bound on the number of steps (no
+starvation: a request ``may_admit`` refuses forever is reported, with how often it
+was refused), that retention was released once the clock moved past every
+reasonable deadline, and that every block came back. Separately, it runs
 the engine with and without runs of decode steps and requires the same results
 (:attr:`kvframe.SchedulingPolicy.allows_decode_runs` is honest).
 """
@@ -40,7 +44,13 @@ from kvframe.domain.queues import FIFORequestQueue, RequestQueue
 from kvframe.domain.request import Request, RequestStatus
 from kvframe.testing.common import ContractViolation, PluginSuite, PluginTarget, suite_settings
 
-__all__ = ["FIFOQueue", "ReferenceFIFOPolicy", "SchedulingPolicySuite", "Workload"]
+__all__ = [
+    "FIFOQueue",
+    "ReferenceFIFOPolicy",
+    "SchedulingPolicySuite",
+    "Workload",
+    "beyond_defaults_workload",
+]
 
 SAMPLED_TOKEN = 7
 """The token the suite's executor samples for every request (no stop tokens are set)."""
@@ -267,6 +277,72 @@ def pressure_workload() -> Workload:
         ("max_num_batched_tokens", 24),
         ("max_num_seqs", 4),
         ("max_model_len", 64),
+    )
+    return Workload(settings, tuple(plans))
+
+
+LONGEST_PROMPT = 16_384
+"""The cap, in tokens, on :func:`beyond_defaults_workload`'s longest prompt."""
+
+MOST_REQUESTS = 260
+"""The cap on :func:`beyond_defaults_workload`'s number of short requests."""
+
+
+def _numbers_in_options(target: PluginTarget) -> list[float]:
+    """The policy's numeric options as the suite builds it: each option's default, or
+    the value the target gives it (bools, ``None`` and infinities aside)."""
+    from kvframe.config.options import plugin_options
+
+    values = {o.name: o.default for o in plugin_options(target.cls) if not o.required}
+    values.update(target.options)
+    return [
+        float(v)
+        for v in values.values()
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+    ]
+
+
+def beyond_defaults_workload(target: PluginTarget) -> Workload:
+    """Prompts longer than any number in the policy's options, and more requests.
+
+    Why: the generated workloads' prompts are at most about 50 tokens and they hold
+    at most ten requests. A policy whose options hold a larger number -- a cap on
+    prompt tokens, a sort window, tokens of ageing per second -- is never pushed past
+    it there, so it could starve long prompts (or the requests beyond a window) at
+    its defaults and still pass. Here three long prompts (twice the largest number in
+    the options plus one, at least 256 tokens, at most :data:`LONGEST_PROMPT`) arrive
+    among short ones sharing a prefix -- more of them than any count up to
+    :data:`MOST_REQUESTS` in the options -- with spread priorities, and one request
+    decodes long. Every request must finish within the suite's step bound.
+    """
+    numbers = _numbers_in_options(target)
+    long_len = int(min(LONGEST_PROMPT, max(256, 2 * max(numbers, default=0.0) + 1)))
+    counts = [int(n) for n in numbers if n == int(n) and n < MOST_REQUESTS]
+    num_short = min(MOST_REQUESTS, max(8, max(counts, default=0) + 4))
+    shared = [800_000 + i for i in range(8)]
+    plans = [
+        PlannedRequest(
+            f"s{i}",
+            tuple(shared + [(i + 1) * 100_000 + k for k in range(4 + i % 13)]),
+            2 + i % 5,
+            arrival_step=i // 4,
+            priority=i % 3,
+        )
+        for i in range(num_short)
+    ]
+    for n, (length, arrival, priority) in enumerate(
+        ((long_len, 0, 2), (long_len // 2 + 1, 3, 0), (long_len, num_short // 8 + 5, 1))
+    ):
+        prompt = tuple(shared + [50_000_000 + 100_000 * n + k for k in range(length - 8)])
+        plans.append(PlannedRequest(f"long{n}", prompt, 4, arrival_step=arrival, priority=priority))
+    plans.append(PlannedRequest("long-decode", tuple(shared), 64, arrival_step=1, priority=2))
+    need = -(-(long_len + 64) // 16)
+    settings = (
+        ("block_size", 16),
+        ("num_gpu_blocks", 1 + 2 * need + 32),
+        ("max_num_batched_tokens", 512),
+        ("max_num_seqs", 8),
+        ("max_model_len", long_len + 128),
     )
     return Workload(settings, tuple(plans))
 
@@ -886,6 +962,12 @@ class SchedulingPolicySuite(PluginSuite):
         )
         driver.run()
 
+    def test_prompts_longer_than_its_options_finish(self, kvframe_target: PluginTarget) -> None:
+        """Long prompts and many requests, beyond every number in the policy's options
+        (:func:`beyond_defaults_workload`): a policy that starves them at its defaults fails."""
+        workload = beyond_defaults_workload(kvframe_target)
+        _Driver(kvframe_target, workload, self.retention_horizon, self.max_retention_wait).run()
+
     def test_decode_runs_change_no_decision(self, kvframe_target: PluginTarget) -> None:
         """The engine gives the same results with and without runs of decode steps.
 
@@ -918,7 +1000,7 @@ class SchedulingPolicySuite(PluginSuite):
 def _engine_records(target: PluginTarget, *, step_by_step: bool) -> dict[str, list[tuple]]:
     """Per-request (id, first token, finish, outputs, preemptions) of two small engine runs."""
     from kvframe.core.factory import make_scheduler
-    from kvframe.engine import Engine, EngineConfig
+    from kvframe.engine import Engine, EngineConfig, EngineStalled
     from kvframe.executors.sim import SimExecutor
     from kvframe.workloads.agentic import generate_agentic
     from kvframe.workloads.chat import generate_chat
@@ -940,7 +1022,13 @@ def _engine_records(target: PluginTarget, *, step_by_step: bool) -> dict[str, li
         policy = target.create()
         scheduler = make_scheduler(config.scheduler_config(), policy)
         engine = Engine(config, scheduler, SimExecutor(config.preset_object.cost_model))
-        summary = engine.run(specs).summary
+        try:
+            summary = engine.run(specs).summary
+        except EngineStalled as err:
+            raise ContractViolation(
+                f"{target.label}: the engine stalled on the {name} workload (requests wait "
+                f"and the policy never lets them run: starvation): {err}"
+            ) from None
         records[name] = [
             (
                 r.request_id,

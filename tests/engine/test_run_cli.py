@@ -525,3 +525,96 @@ def test_both_cores_write_the_same_trace_event_for_event(
     python = Path("python.jsonl").read_bytes()
     assert b'"event":"block_removed"' in python and b'"event":"block_stored"' in python
     assert Path("compiled.jsonl").read_bytes() == python
+
+
+_NEVER_ADMITS_LONG_PROMPTS = '''
+import kvframe
+from kvframe_fcfs import FCFSPolicy
+
+
+class NeverAdmitsLong(FCFSPolicy):
+    """Marks every prompt over 4,000 tokens as waiting for a KV load that never lands."""
+
+    name = "never-admits-long"
+
+    def on_arrival(self, request):
+        if request.num_prompt_tokens > 4000:
+            request.status = kvframe.RequestStatus.WAITING_FOR_REMOTE_KVS
+'''
+
+
+def test_a_stalled_run_writes_what_finished_marked_partial_and_exits_1(
+    conversation_trace: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+):
+    Path("stall_policy.py").write_text(_NEVER_ADMITS_LONG_PROMPTS)
+    monkeypatch.syspath_prepend(".")
+    code = run_cli(
+        "run", conversation_trace, "--limit", "30", "--out", "o",
+        "--scheduler", "stall_policy:NeverAdmitsLong",
+    )  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 1, err
+    assert "PARTIAL: the engine stalled" in out and "note: stalled:" in out
+    assert "engine stalled at t=" in err and "marked partial (metadata.stalled)" in err
+    metrics = json.loads(Path("o/metrics.json").read_text())
+    assert metrics["partial"] is True and "interrupted_by" not in metrics["metadata"]
+    assert metrics["metadata"]["stalled"].startswith("engine stalled at t=")
+    with open("o/requests.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    finished = [r for r in rows if r["finish_status"] not in ("", "ignored")]
+    long_ones = [r for r in rows if int(r["num_prompt_tokens"]) > 4000]
+    # The short prompts finished and are kept; the long ones never ran.
+    assert finished and long_ones
+    assert metrics["counters"]["num_requests_finished"] == len(finished) == 30 - len(long_ones)
+    assert all(r["finish_status"] == "" for r in long_ones)
+
+
+def test_the_summary_names_the_vllm_target_the_scheduling_mode_and_the_core(
+    conversation_trace: str, capsys: pytest.CaptureFixture[str]
+):
+    base = ["run", conversation_trace, "--limit", "3", "--core", "python"]
+    assert run_cli(*base, "--out", "a") == 0
+    out = capsys.readouterr().out
+    assert "vLLM target: 0.19.1, synchronous scheduling" in out
+    assert "core: python block pool (setting python)" in out
+    assert run_cli(*base, "--out", "b", "--vllm", "0.33", "--async-scheduling") == 0
+    assert "vLLM target: 0.33.0, asynchronous scheduling" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        # A separate negative value reaches the same check as the joined spelling.
+        (["--kv-memory", "-3GiB"], "--kv-memory: bad value for kv_memory: expected a size"),
+        (["--kv-memory=-3GiB"], "--kv-memory: bad value for kv_memory: expected a size"),
+        (["--offload-bandwidth", "-1GB"], "--offload-bandwidth: bad value for offload_bandwidth"),
+        (["--num-gpu-blocks", "-3"], "num_gpu_blocks must be a positive integer, got -3"),
+        (["--max-model-len", "-2k"], "--max-model-len: expected an integer, got '-2k'"),
+        # A bad number is one line naming the flag, not a usage dump.
+        (["--num-gpu-blocks", "abc"], "--num-gpu-blocks: expected an integer, got 'abc'"),
+        (["--max-num-seqs", "1.5"], "--max-num-seqs: expected an integer, got '1.5'"),
+        (["--limit", "-5"], "--limit must be >= 1, got -5"),
+    ],
+)
+def test_bad_numbers_and_sizes_get_one_clear_line_however_they_are_spelt(
+    conversation_trace: str, capsys: pytest.CaptureFixture[str], flags: list[str], expected: str
+):
+    assert run_cli("run", conversation_trace, *flags, "--out", "o") == 2
+    err = capsys.readouterr().err
+    assert expected in err
+    assert "usage:" not in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_negative_value_is_joined_only_after_an_option_that_takes_one():
+    from kvframe.cli.main import join_negative_values
+
+    options = {"--kv-memory", "--limit"}
+    assert join_negative_values(["run", "t", "--kv-memory", "-3GiB"], options) == [
+        "run",
+        "t",
+        "--kv-memory=-3GiB",
+    ]
+    # Not after a switch, not a real option, not past "--".
+    assert join_negative_values(["--force", "-3"], options) == ["--force", "-3"]
+    assert join_negative_values(["--limit", "-v"], options) == ["--limit", "-v"]
+    assert join_negative_values(["--", "--limit", "-3"], options) == ["--", "--limit", "-3"]

@@ -51,3 +51,14 @@ def test_asking_the_registry_scans_entry_points() -> None:
         """
     )
     assert "importlib_metadata" in loaded
+
+
+def test_the_notebook_api_imports_pandas_only_when_it_builds_a_table() -> None:
+    loaded = modules_after(
+        """
+        import kvframe
+        kvframe.run, kvframe.sweep, kvframe.compare, kvframe.Result
+        """
+    )
+    assert "kvframe.api" in loaded
+    assert loaded.isdisjoint(["pandas", "pyarrow", *HEAVY]), loaded & {"pandas", "pyarrow"}

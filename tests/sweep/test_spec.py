@@ -77,6 +77,21 @@ def test_explicit_cells_cross_the_grid_and_keys_do_not_depend_on_order(write_swe
             "grid] key 'vllm': unknown vLLM fidelity target '0.3'",
         ),
         (GRID.replace("[grid]", "[grid]\nvllm = [0.33]"), "vllm must be a release as a string"),
+        # A typo inside generate: a did-you-mean and the generator's options, no TypeError.
+        (
+            "[base]\nworkload = 'gen:chat'\n[base.generate]\nnum_requets = 20\n"
+            "[grid]\nseed = [0, 1]\n",
+            "generate: unknown option 'num_requets' of gen:chat; did you mean 'num_requests'?",
+        ),
+        (
+            "[base]\nworkload = 'gen:agentic'\n[base.generate]\npreset = 'swe-bench'\n"
+            "num_jbos = 3\n[grid]\nseed = [0]\n",
+            "unknown option 'num_jbos' of gen:agentic; did you mean 'num_jobs'?",
+        ),
+        (
+            "[base]\nworkload = 'gen:skewed'\n[base.generate]\nseed = 4\n[grid]\nseed = [0]\n",
+            "'seed' is the cell's own key",
+        ),
     ],
 )
 def test_bad_sweep_files_fail_before_any_cell_runs(write_sweep, text: str, expected: str) -> None:
@@ -166,3 +181,15 @@ def test_the_contended_bfcl_sweep_is_the_documented_grid() -> None:
     assert {(Path(s["workload"]).stem, s["rate_scale"]) for s in settings} == {
         (f"bfcl-s{seed}", scale) for seed in range(3) for scale in (1, 4, 16)
     }
+
+
+def test_a_generate_typo_on_the_command_line_is_one_line_not_a_type_error(
+    write_sweep, capsys
+) -> None:
+    path = write_sweep(
+        "[base]\nworkload = 'gen:chat'\n[base.generate]\nrat = 2.0\n[grid]\nseed = [0, 1]\n"
+    )
+    assert main(["sweep", str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "generate: unknown option 'rat' of gen:chat; did you mean 'rate'?" in err
+    assert "gen:chat options: num_requests, rate," in err and "TypeError" not in err

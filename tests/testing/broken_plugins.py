@@ -263,6 +263,19 @@ class Starves(GoodFIFO):
         return GatedFIFO()
 
 
+class StarvesLongPrompts(GoodFIFO):
+    """Admits a prompt only up to ``max_prompt_tokens`` (2,048 by default): every prompt
+    the generated workloads hold is shorter, so only a longer one shows the starvation."""
+
+    name = "starves-long-prompts"
+
+    def __init__(self, *, max_prompt_tokens: int = 2048) -> None:
+        self.max_prompt_tokens = max_prompt_tokens
+
+    def may_admit(self, request: Request) -> bool:
+        return request.num_prompt_tokens <= self.max_prompt_tokens
+
+
 class VictimNotRunning(GoodFIFO):
     """Names the head of the waiting queue as the victim when there is one."""
 

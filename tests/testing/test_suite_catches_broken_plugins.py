@@ -203,7 +203,22 @@ def test_a_heavy_import_is_caught_in_a_fresh_interpreter(suite, pytester) -> Non
 
 def test_a_correct_fifo_passes_the_scheduling_suite(suite) -> None:
     result = suite("scheduling:broken_plugins:GoodFIFO", args=QUICK)
-    result.assert_outcomes(passed=12)
+    result.assert_outcomes(passed=13)
+
+
+def test_a_policy_that_starves_long_prompts_at_its_defaults_is_caught(suite) -> None:
+    # The generated workloads miss it: their prompts are all shorter than its cap.
+    passed = suite("scheduling:broken_plugins:StarvesLongPrompts", args=(*QUICK, "-k", "generated"))
+    passed.assert_outcomes(passed=1)
+    result = suite("scheduling:broken_plugins:StarvesLongPrompts", args=("-k", "longer"))
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*not every request finished (starvation): *long0 (WAITING, 0/4097 tokens computed*"
+            "may_admit refused long0 * times*",
+            "*max_model_len=4225",
+        ]
+    )
 
 
 def test_a_starved_request_is_caught(suite) -> None:
