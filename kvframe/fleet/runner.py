@@ -128,7 +128,7 @@ class Fleet:
     def from_config(
         cls,
         config: EngineConfig | Sequence[EngineConfig],
-        router: Router | PluginSpec | str,
+        router: Router | PluginSpec | str | None = None,
         *,
         replicas: int | None = None,
         settings: FleetSettings | None = None,
@@ -136,7 +136,8 @@ class Fleet:
     ) -> Fleet:
         """Build ``replicas`` engines from ``config`` (or one per config of a sequence: a
         heterogeneous fleet) and the router (an instance, or a spec the registry resolves
-        as ``--router`` does).
+        as ``--router`` does). Left out, ``replicas``, ``router`` and ``settings`` come from
+        the (first) config's fleet fields.
 
         :raises ConfigError: for an unknown plugin or a bad option.
         :raises ValueError: for a bad replica count or a fleet the fleet cannot run.
@@ -146,9 +147,16 @@ class Fleet:
 
             registry = get_registry()
         configs = _replica_configs(config, replicas)
+        first = configs[0]
+        if settings is None:
+            settings = FleetSettings(first.kv_event_delay, first.load_report_interval)
+        if router is None:
+            if first.router is None:
+                raise ValueError("a fleet needs a router (--router NAME)")
+            router = first.router
         label = None
         if not isinstance(router, Router):
-            label = str(router)
+            label = router if isinstance(router, str) else (router.source or str(router))
             router = registry.create("routing", router)
         kv_events = bool(router.uses_kv_events)
         engines = [
@@ -242,6 +250,8 @@ def _replica_configs(
     config: EngineConfig | Sequence[EngineConfig], replicas: int | None
 ) -> list[EngineConfig]:
     if isinstance(config, EngineConfig):
+        if replicas is None:
+            replicas = config.replicas
         count = 1 if replicas is None else replicas
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise ValueError(f"--replicas must be an integer >= 1, got {replicas!r}")
