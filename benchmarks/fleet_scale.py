@@ -135,7 +135,10 @@ def _rss_kib() -> int:
 
 def memory_part(requests: int) -> None:
     print(f"part 2: generated chat workload, {requests:,} requests")
-    print(f"{'replicas':>8} {'CPU s':>8} {'RSS before':>11} {'peak':>9} {'per replica':>12} {'steps':>9}")
+    print(
+        f"{'replicas':>8} {'CPU s':>8} {'RSS before':>11} {'peak':>9} "
+        f"{'per replica':>12} {'steps':>9}"
+    )
     peaks = {}
     for replicas in (1, 64):
         out = subprocess.run(

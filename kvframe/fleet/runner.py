@@ -197,8 +197,12 @@ class Fleet:
         started = time.perf_counter()
         partial = False
         error: RoutingError | None = None
-        log.info("fleet_started", requests=len(specs), replicas=len(self.engines),
-                 router=self.router_label)
+        log.info(
+            "fleet_started",
+            requests=len(specs),
+            replicas=len(self.engines),
+            router=self.router_label,
+        )
         try:
             run.loop(progress)
         except KeyboardInterrupt:
@@ -222,9 +226,7 @@ class Fleet:
         partial: bool,
         error: str | None,
     ) -> FleetResult:
-        replicas = tuple(
-            r.engine.summarize(workload, r.step, wall, partial) for r in run.replicas
-        )
+        replicas = tuple(r.engine.summarize(workload, r.step, wall, partial) for r in run.replicas)
         known = workload if isinstance(workload, Workload) else None
         skipped = 0 if known is None else known.num_skipped_lines
         summary = fleet_summary(
@@ -278,8 +280,7 @@ class _FleetRun:
         self.arrivals = arrivals
         self.num_total = num_total
         self.replicas = [
-            Replica(i, engine, Inbox(arrivals), num_total)
-            for i, engine in enumerate(fleet.engines)
+            Replica(i, engine, Inbox(arrivals), num_total) for i, engine in enumerate(fleet.engines)
         ]
         n = len(self.replicas)
         self.uses_loads = bool(router.uses_loads)
@@ -297,8 +298,9 @@ class _FleetRun:
                 driver = replica.driver
                 if hasattr(driver, "decode_runs"):
                     driver.decode_runs = False  # type: ignore[union-attr]
-        router.attach(FleetInfo(num_replicas=n, block_size=first.scheduler.block_size,
-                                seed=first.config.seed))
+        router.attach(
+            FleetInfo(num_replicas=n, block_size=first.scheduler.block_size, seed=first.config.seed)
+        )
         # (next step start, replica index): stale entries are skipped on pop.
         self.heap: list[tuple[float, int]] = []
 

@@ -102,9 +102,7 @@ class SignalBoard:
         self.view._outstanding[replica] += 1
 
     def finished(self, request_id: str, replica: int, time: float) -> None:
-        heapq.heappush(
-            self._pending, (time, next(self._seq), _FINISH, (request_id, replica))
-        )
+        heapq.heappush(self._pending, (time, next(self._seq), _FINISH, (request_id, replica)))
 
     def kv_events(self, replica: int, time: float, events: Sequence[KVEvent]) -> None:
         published = [PublishedEvent(replica, time, event) for event in events]

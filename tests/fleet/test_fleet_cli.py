@@ -15,7 +15,7 @@ from kvframe.config import ConfigError
 from kvframe.sweep.cell import run_cell
 from kvframe.sweep.spec import parse_sweep
 
-ROUTER = '''
+ROUTER = """
 import kvframe
 
 class RR(kvframe.Router):
@@ -33,7 +33,7 @@ class RR(kvframe.Router):
 class Seven(RR):
     def route(self, request, view):
         return 7 if request.request_id == "line-20" else super().route(request, view)
-'''
+"""
 
 
 @pytest.fixture(autouse=True)
