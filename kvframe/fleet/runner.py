@@ -183,7 +183,7 @@ class Fleet:
             cleanly with a partial result.
         :raises RoutingError: the router chose a replica out of range (its ``result``
             holds the partial result).
-        :raises EngineStalled: when requests can never be scheduled.
+        :raises ~kvframe.engine.EngineStalled: when requests can never be scheduled.
         """
         if self._ran:
             raise RuntimeError("a Fleet runs once; build a new one for another run")
