@@ -338,7 +338,7 @@ class _FleetRun:
     def _horizon(self, replica: Replica, due: float) -> float:
         """The time at which a run of plain decode steps in ``replica`` must stop."""
         horizon = due
-        if self.arrivals.num_held:
+        if self.arrivals.has_held:
             # A finish elsewhere may release a turn: no replica runs ahead of the others.
             heap = self.heap
             while heap and heap[0][0] != self.replicas[heap[0][1]].next_time:
