@@ -19,8 +19,9 @@ flight at once; the batch queue
 before it applies the last. Both advance one iteration per call, so a fleet
 (:mod:`kvframe.fleet`) can interleave replicas on one clock; a fleet's replica
 sets :attr:`EngineStep.horizon` and :attr:`EngineStep.in_fleet`. Around the
-phases the object keeps what both loops share: the clock (:attr:`EngineStep.now`), arrivals (:meth:`~EngineStep.arrive`,
-requests that can never fit finished as ignored), a step that schedules
+phases the object keeps what both loops share: the clock
+(:attr:`EngineStep.now`), arrivals (:meth:`~EngineStep.arrive`, requests that
+can never fit finished as ignored), a step that schedules
 nothing (:meth:`~EngineStep.run_empty`), the clock after one
 (:meth:`~EngineStep.idle`, or :class:`EngineStalled`) and, for the
 synchronous loop alone, runs of plain decode steps in one go
