@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         OffloadManager,
         TransferHandler,
     )
+    from kvframe.contract.prefix_index import ApproxPrefixIndex, KVPrefixIndex
     from kvframe.contract.records import (
         AllBlocksCleared,
         BlockRemoved,
@@ -97,6 +98,7 @@ _LAZY: dict[str, str] = {
         ),
         "kvframe.contract.records",
     ),
+    **dict.fromkeys(("ApproxPrefixIndex", "KVPrefixIndex"), "kvframe.contract.prefix_index"),
     **dict.fromkeys(
         ("InManagerReuseFilter", "RequestAccess", "RequestScopedPolicy", "RequestScopedSlots"),
         "kvframe.contract.request_scoped",
@@ -234,6 +236,7 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "AllBlocksCleared",
+    "ApproxPrefixIndex",
     "BlockHash",
     "BlockRemoved",
     "BlockStored",
@@ -248,6 +251,7 @@ __all__ = [
     "FleetView",
     "InManagerReuseFilter",
     "KVEvent",
+    "KVPrefixIndex",
     "ModelShape",
     "OffloadContext",
     "OffloadManager",

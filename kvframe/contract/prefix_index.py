@@ -1,0 +1,205 @@
+"""Prefix indexes a router keeps: which replica holds how much of a request's prefix.
+
+Two indexes, both answering the same question -- for each replica, how many of
+the request's leading blocks it holds -- from different signals:
+
+* :class:`KVPrefixIndex` is built from the KV events the replicas publish
+  (``BlockStored`` / ``BlockRemoved`` / ``AllBlocksCleared``): what NVIDIA
+  Dynamo's KV router keeps in its ``RadixTree`` indexer.
+* :class:`ApproxPrefixIndex` is built from the router's own decisions: a
+  request sent to a replica is assumed cached there for ``ttl`` seconds of
+  virtual time (Dynamo's ``ApproxKvIndexer``, its ``--no-kv-events`` mode).
+
+Why a dict of hashes and not a tree: kvframe's block hashes are *chained*
+(each one hashes its parent's hash with its tokens, as vLLM's do), so a hash
+names its whole prefix. A replica holds the first ``k`` blocks of a request
+exactly when it holds each of their hashes, and the walk Dynamo's radix tree
+makes from the root (keep the workers that hold every block so far; a worker's
+score is the depth where it dropped out) is a walk over the request's hashes in
+a flat map. Owners are an ``int`` bit mask per hash, so each step of the walk is
+one dict lookup and one ``&`` whatever the fleet's size. Semantics pinned to
+Dynamo's ``RadixTree``: a hash stored twice on one replica and removed once is
+gone (no reference count), ``AllBlocksCleared`` empties the replica, and only
+the GPU medium counts (offload tiers publish their own medium; a router that
+wants them passes ``media``).
+
+Both run on the fleet's arrival path, once per request: ``overlaps`` costs one
+lookup per matched block plus one.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Sequence
+
+from kvframe.contract.records import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
+
+__all__ = ["ApproxPrefixIndex", "KVPrefixIndex"]
+
+
+def _walk(owners: dict[bytes, int], hashes: Sequence[bytes], num_replicas: int) -> list[int]:
+    """Per replica, the number of leading ``hashes`` whose owner masks include it."""
+    scores = [0] * num_replicas
+    active = (1 << num_replicas) - 1
+    depth = 0
+    get = owners.get
+    for block_hash in hashes:
+        held = get(block_hash, 0) & active
+        dropped = active & ~held
+        while dropped:
+            low = dropped & -dropped
+            scores[low.bit_length() - 1] = depth
+            dropped ^= low
+        active = held
+        if not active:
+            return scores
+        depth += 1
+    while active:
+        low = active & -active
+        scores[low.bit_length() - 1] = depth
+        active ^= low
+    return scores
+
+
+class KVPrefixIndex:
+    """Which replica holds which block, from the replicas' KV events (Dynamo's indexer).
+
+    :param num_replicas: replicas are numbered ``0 .. num_replicas - 1``.
+    :param media: the media whose events count (``"GPU"``: the replicas' prefix
+        caches, as Dynamo's router indexes them).
+    """
+
+    __slots__ = ("_media", "_owners", "_sizes", "num_replicas")
+
+    def __init__(self, num_replicas: int, *, media: Iterable[str] = ("GPU",)) -> None:
+        if num_replicas < 1:
+            raise ValueError(f"KVPrefixIndex: num_replicas must be >= 1, not {num_replicas}")
+        self.num_replicas = num_replicas
+        self._media = frozenset(media)
+        self._owners: dict[bytes, int] = {}
+        """Block hash -> bit mask of the replicas that hold it."""
+        self._sizes = [0] * num_replicas
+        """Blocks held per replica (Dynamo's tree size, its tie-breaker)."""
+
+    def apply(self, replica: int, event: KVEvent) -> None:
+        """Apply one event ``replica`` published."""
+        if event.medium not in self._media:
+            return
+        if not 0 <= replica < self.num_replicas:
+            raise ValueError(
+                f"KVPrefixIndex.apply: replica {replica} outside 0..{self.num_replicas - 1}"
+            )
+        bit = 1 << replica
+        owners = self._owners
+        if type(event) is BlockStored:
+            added = 0
+            for block_hash in event.block_hashes:
+                mask = owners.get(block_hash, 0)
+                if not mask & bit:
+                    owners[block_hash] = mask | bit
+                    added += 1
+            self._sizes[replica] += added
+        elif type(event) is BlockRemoved:
+            removed = 0
+            for block_hash in event.block_hashes:
+                mask = owners.get(block_hash, 0)
+                if mask & bit:
+                    mask ^= bit
+                    if mask:
+                        owners[block_hash] = mask
+                    else:
+                        del owners[block_hash]
+                    removed += 1
+            self._sizes[replica] -= removed
+        elif type(event) is AllBlocksCleared:
+            self.clear(replica)
+        else:
+            raise TypeError(f"KVPrefixIndex.apply: not a KV event: {event!r}")
+
+    def clear(self, replica: int) -> None:
+        """Forget every block of ``replica`` (it reset its prefix cache)."""
+        keep = ~(1 << replica)
+        owners = self._owners
+        for block_hash in [h for h, m in owners.items() if m >> replica & 1]:
+            mask = owners[block_hash] & keep
+            if mask:
+                owners[block_hash] = mask
+            else:
+                del owners[block_hash]
+        self._sizes[replica] = 0
+
+    def overlaps(self, hashes: Sequence[bytes]) -> list[int]:
+        """Per replica, how many of ``hashes``' leading blocks it holds."""
+        return _walk(self._owners, hashes, self.num_replicas)
+
+    def size(self, replica: int) -> int:
+        """Blocks ``replica`` holds, as far as its events say."""
+        return self._sizes[replica]
+
+    def holds(self, replica: int, block_hash: bytes) -> bool:
+        return bool(self._owners.get(block_hash, 0) >> replica & 1)
+
+
+class ApproxPrefixIndex:
+    """Which replica probably holds which block, from the router's own decisions.
+
+    Dynamo's ``ApproxKvIndexer``: routing a request to a replica records its
+    blocks there; a record expires ``ttl`` seconds (virtual time) after the
+    last request that carried it. No KV event is read, so evictions the
+    replica made earlier are unknown to it.
+
+    :param ttl: seconds a routed block is assumed to stay cached (Dynamo: 120).
+    """
+
+    __slots__ = ("_expiry", "_owners", "_queue", "_sizes", "num_replicas", "ttl")
+
+    def __init__(self, num_replicas: int, *, ttl: float = 120.0) -> None:
+        if num_replicas < 1:
+            raise ValueError(f"ApproxPrefixIndex: num_replicas must be >= 1, not {num_replicas}")
+        if not ttl > 0:
+            raise ValueError(f"ApproxPrefixIndex: ttl must be > 0 seconds, not {ttl}")
+        self.num_replicas = num_replicas
+        self.ttl = ttl
+        self._owners: dict[bytes, int] = {}
+        self._expiry: dict[tuple[int, bytes], float] = {}
+        """(replica, hash) -> when the record expires (the latest routing wins)."""
+        self._queue: deque[tuple[float, int, bytes]] = deque()
+        """Records in the order they were made: expiry times are non-decreasing."""
+        self._sizes = [0] * num_replicas
+
+    def expire(self, now: float) -> None:
+        """Drop the records whose time is up (called by :meth:`overlaps` and :meth:`record`)."""
+        queue, expiry, owners = self._queue, self._expiry, self._owners
+        while queue and queue[0][0] <= now:
+            when, replica, block_hash = queue.popleft()
+            if expiry.get((replica, block_hash)) != when:
+                continue  # renewed since; a later queue entry holds its expiry
+            del expiry[(replica, block_hash)]
+            mask = owners[block_hash] & ~(1 << replica)
+            if mask:
+                owners[block_hash] = mask
+            else:
+                del owners[block_hash]
+            self._sizes[replica] -= 1
+
+    def record(self, replica: int, hashes: Sequence[bytes], now: float) -> None:
+        """``replica`` was sent a request with these blocks at ``now``."""
+        self.expire(now)
+        when = now + self.ttl
+        bit = 1 << replica
+        owners, expiry, queue = self._owners, self._expiry, self._queue
+        for block_hash in hashes:
+            key = (replica, block_hash)
+            if key not in expiry:
+                owners[block_hash] = owners.get(block_hash, 0) | bit
+                self._sizes[replica] += 1
+            expiry[key] = when
+            queue.append((when, replica, block_hash))
+
+    def overlaps(self, hashes: Sequence[bytes], now: float) -> list[int]:
+        """Per replica, how many of ``hashes``' leading blocks it probably holds at ``now``."""
+        self.expire(now)
+        return _walk(self._owners, hashes, self.num_replicas)
+
+    def size(self, replica: int) -> int:
+        return self._sizes[replica]

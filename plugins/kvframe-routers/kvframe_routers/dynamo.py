@@ -1,0 +1,199 @@
+"""NVIDIA Dynamo 1.6's KV router: lowest cost of prefill still to compute plus active blocks.
+
+The rule, from Dynamo's ``DefaultWorkerSelector::select_worker`` (``kv_router``
+scheduler/selector) and ``ActiveSequences::potential_blocks_and_tokens``
+(``sequence.rs``), per worker ``w`` for a request of ``isl`` prompt tokens
+whose full blocks hash to ``h_1 .. h_n``:
+
+* ``overlap(w)``: how many leading blocks ``w`` holds, from the indexer --
+  fed by the workers' KV events (:class:`kvframe.KVPrefixIndex`, Dynamo's
+  ``RadixTree``), or with ``use_kv_events=false`` predicted from the router's
+  own decisions, each routed block assumed cached for ``ttl`` seconds
+  (:class:`kvframe.ApproxPrefixIndex`, Dynamo's ``ApproxKvIndexer``);
+* ``prefill_blocks(w) = (isl - overlap(w) * block_size) / block_size``
+  (a float: the tokens the worker would still prefill, in blocks);
+* ``decode_blocks(w) = active_blocks(w) + new_blocks(w)``: the distinct blocks
+  of the requests this router sent ``w`` that have not finished
+  (reference-counted by hash, so shared prefixes count once), plus those of
+  ``h_1 .. h_n`` not among them;
+* ``cost(w) = overlap_score_weight * prefill_blocks(w) + decode_blocks(w)``.
+
+With ``temperature == 0`` the lowest cost wins; a tie goes to the worker with
+the fewest blocks in the indexer (Dynamo's tree-size tie-break), then -- where
+Dynamo takes whichever a hash map yields first -- to the lowest replica
+number. With ``temperature > 0`` a worker is drawn from Dynamo's softmax over
+``-cost / (max - min) / temperature`` (uniform when all costs are equal), with
+a generator seeded from the run's seed.
+
+Where kvframe's view is narrower than Dynamo's: Dynamo also adds, to
+``prefill_blocks``, the prefill tokens of the worker's requests that have not
+produced a first token yet (``active_tokens``, cleared by
+``mark_prefill_completed``). A router here learns only when a request
+finishes, not its first token, so that term is left out: in a steady trace
+replay a request spends almost all of its life decoding, where Dynamo's term
+is zero too.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+
+import kvframe
+from kvframe import ApproxPrefixIndex, FleetInfo, FleetView, KVPrefixIndex, RoutingRequest
+
+__all__ = ["DynamoKVRouter", "softmax_pick"]
+
+
+def softmax_pick(costs: Sequence[float], temperature: float, rng: random.Random) -> int:
+    """Dynamo's ``softmax_sample`` for ``temperature > 0``: lower cost, likelier.
+
+    Costs are normalised by their range and negated, scaled by ``1/temperature``,
+    and a uniform draw walks the cumulative probabilities in replica order.
+    """
+    low, high = min(costs), max(costs)
+    if low == high:
+        probabilities = [1.0 / len(costs)] * len(costs)
+    else:
+        scaled = [-(c / (high - low)) / temperature for c in costs]
+        top = max(scaled)
+        exps = [math.exp(s - top) for s in scaled]
+        total = sum(exps)
+        probabilities = [e / total for e in exps]
+    sample = rng.random()
+    cumulative = 0.0
+    for replica, probability in enumerate(probabilities):
+        cumulative += probability
+        if sample <= cumulative:
+            return replica
+    return len(costs) - 1
+
+
+class _ActiveSequences:
+    """Per worker: the blocks of the requests sent to it that have not finished.
+
+    Dynamo's ``ActiveSequences``: blocks are reference-counted by hash, so a
+    prefix shared by several active requests counts once.
+    """
+
+    __slots__ = ("blocks", "requests")
+
+    def __init__(self) -> None:
+        self.blocks: dict[bytes, int] = {}
+        self.requests: dict[str, tuple[bytes, ...]] = {}
+
+    def new_blocks(self, hashes: Sequence[bytes]) -> int:
+        blocks = self.blocks
+        return sum(1 for h in hashes if h not in blocks)
+
+    def add(self, request_id: str, hashes: tuple[bytes, ...]) -> None:
+        blocks = self.blocks
+        for h in hashes:
+            blocks[h] = blocks.get(h, 0) + 1
+        self.requests[request_id] = hashes
+
+    def remove(self, request_id: str) -> None:
+        hashes = self.requests.pop(request_id, None)
+        if hashes is None:
+            return
+        blocks = self.blocks
+        for h in hashes:
+            left = blocks[h] - 1
+            if left:
+                blocks[h] = left
+            else:
+                del blocks[h]
+
+
+class DynamoKVRouter(kvframe.Router):
+    """Dynamo's KV router: overlap weight x prefill blocks + active blocks, lowest wins."""
+
+    name = "dynamo-kv"
+    description = (
+        "NVIDIA Dynamo's KV router cost (overlap weight, temperature, KV events or approx)."
+    )
+    uses_kv_events = True
+
+    def __init__(
+        self,
+        *,
+        overlap_score_weight: float = 1.0,
+        temperature: float = 0.0,
+        use_kv_events: bool = True,
+        ttl: float = 120.0,
+    ) -> None:
+        """
+        :param overlap_score_weight: weight of the prefill term (Dynamo's default 1.0).
+        :param temperature: 0 picks the lowest cost; above 0, a seeded softmax draw.
+        :param use_kv_events: index the replicas' KV events (true), or predict
+            from this router's own decisions (Dynamo's approximate mode).
+        :param ttl: approximate mode only: seconds a routed block counts as cached.
+        """
+        if overlap_score_weight < 0 or not math.isfinite(overlap_score_weight):
+            raise ValueError(
+                f"dynamo-kv: overlap_score_weight must be finite and >= 0, "
+                f"not {overlap_score_weight}"
+            )
+        if temperature < 0 or not math.isfinite(temperature):
+            raise ValueError(f"dynamo-kv: temperature must be finite and >= 0, not {temperature}")
+        if not ttl > 0:
+            raise ValueError(f"dynamo-kv: ttl must be > 0 seconds, not {ttl}")
+        self.overlap_score_weight = overlap_score_weight
+        self.temperature = temperature
+        self.uses_kv_events = use_kv_events  # the fleet reads it from the instance
+        self.ttl = ttl
+        self._block_size = 16
+        self._index: KVPrefixIndex | ApproxPrefixIndex = KVPrefixIndex(1)
+        self._active: list[_ActiveSequences] = [_ActiveSequences()]
+        self._rng = random.Random(0)
+
+    def attach(self, fleet: FleetInfo) -> None:
+        n = fleet.num_replicas
+        self._block_size = fleet.block_size
+        self._index = (
+            KVPrefixIndex(n) if self.uses_kv_events else ApproxPrefixIndex(n, ttl=self.ttl)
+        )
+        self._active = [_ActiveSequences() for _ in range(n)]
+        self._rng = random.Random(fleet.seed)
+
+    def costs(self, request: RoutingRequest, view: FleetView) -> list[float]:
+        """Each replica's cost for ``request`` now (after taking the delivered KV events)."""
+        index = self._index
+        hashes = request.block_hashes
+        if isinstance(index, KVPrefixIndex):
+            for published in view.take_kv_events():
+                index.apply(published.replica, published.event)
+            overlaps = index.overlaps(hashes)
+        else:
+            overlaps = index.overlaps(hashes, view.now)
+        isl, block_size, weight = (
+            request.num_prompt_tokens,
+            self._block_size,
+            self.overlap_score_weight,
+        )
+        costs = []
+        for replica, overlap in enumerate(overlaps):
+            prefill_tokens = max(isl - overlap * block_size, 0)
+            active = self._active[replica]
+            decode_blocks = len(active.blocks) + active.new_blocks(hashes)
+            costs.append(weight * (prefill_tokens / block_size) + decode_blocks)
+        return costs
+
+    def route(self, request: RoutingRequest, view: FleetView) -> int:
+        costs = self.costs(request, view)
+        if self.temperature > 0:
+            chosen = softmax_pick(costs, self.temperature, self._rng)
+        else:
+            low = min(costs)
+            size = self._index.size
+            chosen = min((r for r, c in enumerate(costs) if c == low), key=lambda r: (size(r), r))
+        hashes = request.block_hashes
+        self._active[chosen].add(request.request_id, hashes)
+        if isinstance(self._index, ApproxPrefixIndex):
+            self._index.record(chosen, hashes, view.now)
+        return chosen
+
+    def on_finished(self, request_id: str, replica: int, now: float) -> None:
+        if 0 <= replica < len(self._active):
+            self._active[replica].remove(request_id)
