@@ -21,7 +21,8 @@ those recorded signals and nothing else. Whatever the router's rule, it
   returns: a fleet's view is valid during the call only, and a router that
   kept it could read signals it was not given at that arrival. What it keeps
   of the signals, it copies (records are immutable and may be kept);
-* takes ``on_finished`` for every request it routed, in any order.
+* takes ``on_first_token`` and ``on_finished`` for every request it routed,
+  in any order across requests (first token before finish for each).
 
 Together, a router that reaches for a replica's internals has nothing to
 reach here, is caught where it tries (the view), or chooses differently on a
@@ -106,10 +107,11 @@ class SyntheticView:
 class Scenario:
     """A recorded run: the fleet's shape and seed, and its operations in order.
 
-    Operations: ``("arrive", RequestSpec)``, ``("loads", reports)``,
-    ``("events", published)`` and ``("finish", u)`` -- the outstanding request
-    at position ``int(u * count)`` finishes, so the scenario does not depend on
-    where the router sent anything.
+    Operations: ``("arrive", request fields)``, ``("loads", reports)``,
+    ``("events", published)``, ``("first", u)`` and ``("finish", u)`` -- the
+    outstanding request (for ``first``: of those without a first token) at
+    position ``int(u * count)`` gets its first token or finishes, so the
+    scenario does not depend on where the router sent anything.
     """
 
     def __init__(self, seed: int, num_replicas: int, ops: list[tuple[str, Any]]) -> None:
@@ -191,6 +193,8 @@ def make_scenario(seed: int, num_replicas: int | None = None, arrivals: int = 60
         if rng.random() < 0.6:
             ops.append(("events", _kv_events(rng, n, now)))
         while rng.random() < 0.35:
+            ops.append(("first", rng.random()))
+        while rng.random() < 0.35:
             ops.append(("finish", rng.random()))
         ops.append(("arrive", _request_spec(rng, index, now)))
     return Scenario(seed, n, ops)
@@ -212,15 +216,22 @@ def replay(router: Any, scenario: Scenario, *, after_each: Any = None) -> list[i
     router.attach(FleetInfo(num_replicas=n, block_size=BLOCK_SIZE, seed=scenario.seed))
     view = SyntheticView(n, kv_events=bool(getattr(router, "uses_kv_events", False)))
     outstanding: list[tuple[str, int]] = []
+    prefilling: list[tuple[str, int]] = []
     choices: list[int] = []
     for op, data in scenario.ops:
         if op == "loads":
             view._loads = data
         elif op == "events":
             view._events.extend(data)
+        elif op == "first" and prefilling:
+            request_id, replica = prefilling.pop(int(data * len(prefilling)))
+            router.on_first_token(request_id, replica, view._now)
         elif op == "finish" and outstanding:
             request_id, replica = outstanding.pop(int(data * len(outstanding)))
             view._outstanding[replica] -= 1
+            if (request_id, replica) in prefilling:
+                prefilling.remove((request_id, replica))
+                router.on_first_token(request_id, replica, view._now)
             router.on_finished(request_id, replica, view._now)
         elif op == "arrive":
             view._now = data["arrival_time"]
@@ -232,6 +243,7 @@ def replay(router: Any, scenario: Scenario, *, after_each: Any = None) -> list[i
                 )
             choices.append(choice)
             outstanding.append((data["request_id"], choice))
+            prefilling.append((data["request_id"], choice))
             view._outstanding[choice] += 1
             if after_each is not None:
                 after_each(view)

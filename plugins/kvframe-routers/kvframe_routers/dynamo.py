@@ -10,28 +10,32 @@ whose full blocks hash to ``h_1 .. h_n``:
   ``RadixTree``), or with ``use_kv_events=false`` predicted from the router's
   own decisions, each routed block assumed cached for ``ttl`` seconds
   (:class:`kvframe.ApproxPrefixIndex`, Dynamo's ``ApproxKvIndexer``);
-* ``prefill_blocks(w) = (isl - overlap(w) * block_size) / block_size``
-  (a float: the tokens the worker would still prefill, in blocks);
+* ``prefill_blocks(w) = (isl - overlap(w) * block_size + active_tokens(w)) / block_size``
+  (a float, in blocks): the tokens the worker would still prefill for this
+  request, plus ``active_tokens(w)``, the prefill tokens of the requests this
+  router sent ``w`` that have no first token yet (each counted as its own
+  ``isl - overlap * block_size`` when it was routed, dropped at
+  :meth:`~kvframe.Router.on_first_token`; ``track_prefill_tokens=false`` leaves
+  the term out, as Dynamo's ``router_track_prefill_tokens`` does);
 * ``decode_blocks(w) = active_blocks(w) + new_blocks(w)``: the distinct blocks
   of the requests this router sent ``w`` that have not finished
   (reference-counted by hash, so shared prefixes count once), plus those of
   ``h_1 .. h_n`` not among them;
 * ``cost(w) = overlap_score_weight * prefill_blocks(w) + decode_blocks(w)``.
 
-With ``temperature == 0`` the lowest cost wins; a tie goes to the worker with
-the fewest blocks in the indexer (Dynamo's tree-size tie-break), then -- where
-Dynamo takes whichever a hash map yields first -- to the lowest replica
-number. With ``temperature > 0`` a worker is drawn from Dynamo's softmax over
+With ``temperature == 0`` the lowest cost wins. A tie, as Dynamo 1.6 breaks
+it (``select_from_logits``): when the tied workers' indexer sizes all equal,
+a uniform draw among them (Dynamo's unseeded ``rand::rng``; here the router's
+generator, seeded from the run's seed, over the tied replicas in order);
+otherwise the tied worker with the fewest indexed blocks (the first of equals:
+Dynamo's hash-map order, here the lowest replica number). With
+``temperature > 0`` a worker is drawn from Dynamo's softmax over
 ``-cost / (max - min) / temperature`` (uniform when all costs are equal), with
 a generator seeded from the run's seed.
 
-Where kvframe's view is narrower than Dynamo's: Dynamo also adds, to
-``prefill_blocks``, the prefill tokens of the worker's requests that have not
-produced a first token yet (``active_tokens``, cleared by
-``mark_prefill_completed``). A router here learns only when a request
-finishes, not its first token, so that term is left out: in a steady trace
-replay a request spends almost all of its life decoding, where Dynamo's term
-is zero too.
+``active_tokens`` relies on the fleet calling ``on_first_token`` (Dynamo's
+``mark_prefill_completed``); a request's prefill tokens otherwise leave the
+sum when it finishes.
 """
 
 from __future__ import annotations
@@ -122,6 +126,7 @@ class DynamoKVRouter(kvframe.Router):
         temperature: float = 0.0,
         use_kv_events: bool = True,
         ttl: float = 120.0,
+        track_prefill_tokens: bool = True,
     ) -> None:
         """
         :param overlap_score_weight: weight of the prefill term (Dynamo's default 1.0).
@@ -129,6 +134,8 @@ class DynamoKVRouter(kvframe.Router):
         :param use_kv_events: index the replicas' KV events (true), or predict
             from this router's own decisions (Dynamo's approximate mode).
         :param ttl: approximate mode only: seconds a routed block counts as cached.
+        :param track_prefill_tokens: count the prefill tokens of requests still
+            in prefill (Dynamo's ``router_track_prefill_tokens``, default true).
         """
         if overlap_score_weight < 0 or not math.isfinite(overlap_score_weight):
             raise ValueError(
@@ -143,10 +150,16 @@ class DynamoKVRouter(kvframe.Router):
         self.temperature = temperature
         self.uses_kv_events = use_kv_events  # the fleet reads it from the instance
         self.ttl = ttl
+        self.track_prefill_tokens = track_prefill_tokens
+        self._prefilling: list[dict[str, int]] = [{}]
+        """Per worker: request id -> prefill tokens, until its first token."""
+        self._prefill_load = [0]
+        """Per worker: the sum of ``_prefilling``'s values (Dynamo's active_tokens)."""
         self._block_size = 16
         self._index: KVPrefixIndex | ApproxPrefixIndex = KVPrefixIndex(1)
         self._active: list[_ActiveSequences] = [_ActiveSequences()]
         self._rng = random.Random(0)
+        self._overlaps: list[int] = [0]
 
     def attach(self, fleet: FleetInfo) -> None:
         n = fleet.num_replicas
@@ -155,6 +168,8 @@ class DynamoKVRouter(kvframe.Router):
             KVPrefixIndex(n) if self.uses_kv_events else ApproxPrefixIndex(n, ttl=self.ttl)
         )
         self._active = [_ActiveSequences() for _ in range(n)]
+        self._prefilling = [{} for _ in range(n)]
+        self._prefill_load = [0] * n
         self._rng = random.Random(fleet.seed)
 
     def costs(self, request: RoutingRequest, view: FleetView) -> list[float]:
@@ -172,9 +187,10 @@ class DynamoKVRouter(kvframe.Router):
             self._block_size,
             self.overlap_score_weight,
         )
+        self._overlaps = overlaps
         costs = []
         for replica, overlap in enumerate(overlaps):
-            prefill_tokens = max(isl - overlap * block_size, 0)
+            prefill_tokens = max(isl - overlap * block_size, 0) + self._prefill_load[replica]
             active = self._active[replica]
             decode_blocks = len(active.blocks) + active.new_blocks(hashes)
             costs.append(weight * (prefill_tokens / block_size) + decode_blocks)
@@ -185,15 +201,33 @@ class DynamoKVRouter(kvframe.Router):
         if self.temperature > 0:
             chosen = softmax_pick(costs, self.temperature, self._rng)
         else:
-            low = min(costs)
-            size = self._index.size
-            chosen = min((r for r, c in enumerate(costs) if c == low), key=lambda r: (size(r), r))
+            chosen = self._break_tie(costs)
         hashes = request.block_hashes
         self._active[chosen].add(request.request_id, hashes)
+        if self.track_prefill_tokens:
+            tokens = max(request.num_prompt_tokens - self._overlaps[chosen] * self._block_size, 0)
+            self._prefilling[chosen][request.request_id] = tokens
+            self._prefill_load[chosen] += tokens
         if isinstance(self._index, ApproxPrefixIndex):
             self._index.record(chosen, hashes, view.now)
         return chosen
 
+    def _break_tie(self, costs: list[float]) -> int:
+        """The lowest-cost replica; among equals, Dynamo's tree-size rule or a seeded draw."""
+        low = min(costs)
+        tied = [r for r, c in enumerate(costs) if c == low]
+        if len(tied) == 1:
+            return tied[0]
+        sizes = [self._index.size(r) for r in tied]
+        if all(s == sizes[0] for s in sizes):
+            return tied[self._rng.randrange(len(tied))]
+        return tied[sizes.index(min(sizes))]
+
+    def on_first_token(self, request_id: str, replica: int, now: float) -> None:
+        if 0 <= replica < len(self._prefilling):
+            self._prefill_load[replica] -= self._prefilling[replica].pop(request_id, 0)
+
     def on_finished(self, request_id: str, replica: int, now: float) -> None:
+        self.on_first_token(request_id, replica, now)
         if 0 <= replica < len(self._active):
             self._active[replica].remove(request_id)

@@ -92,21 +92,33 @@ def test_dynamo_cost_is_weighted_prefill_blocks_plus_active_blocks():
     # of prefill ((133 - 96)/16 = 2.3125) and the same 8 new blocks.
     assert router.costs(req, view) == [2.0 * 133 / 16 + 8, 2.0 * 37 / 16 + 8]
     assert router.route(req, view) == 1
-    # Active blocks now count on worker 1 (shared ones once); finishing frees them.
-    assert router.costs(request("b", H[:8]), view)[1] == 2.0 * 2 + 8
-    router.on_finished("a", 1, 1.0)
-    assert router.costs(request("b", H[:8]), view)[1] == 2.0 * 2 + 8
+    # "a" is prefilling on worker 1: its 37 tokens add to the prefill of "b" (32 tokens
+    # there), and its 8 blocks are active, which "b" shares: no new blocks.
+    b = request("b", H[:8])
+    assert router.costs(b, view)[1] == 2.0 * (32 + 37) / 16 + 8
+    router.on_first_token("a", 1, 0.5)
+    assert router.costs(b, view)[1] == 2.0 * 32 / 16 + 8
+    router.on_finished("a", 1, 1.0)  # its blocks leave the active set: b's 8 are new
+    assert router.costs(b, view)[1] == 2.0 * 32 / 16 + 8
+    assert router.costs(request("c", H[:4] + H[20:22]), view)[1] == 2.0 * 2 + 6
 
 
-def test_dynamo_breaks_ties_by_the_smaller_tree_then_the_lower_replica():
+def test_dynamo_breaks_ties_by_the_smaller_tree_else_by_a_seeded_draw():
     router, view = kv_view(DynamoKVRouter(), 3, [(0, H[20:25]), (2, H[25:26])])
     assert router.route(request("a", H[:2]), view) == 1  # tree sizes 5, 0, 1
-    router, view = kv_view(DynamoKVRouter(), 3, [])
-    assert router.route(request("a", H[:2]), view) == 0
+
+    def first_choices(seed):
+        out = []
+        for i in range(12):
+            router, view = attached(DynamoKVRouter(), 4, seed + i)
+            out.append(router.route(request("a", H[:2]), view))  # all tied, all empty
+        return out
+
+    assert first_choices(0) == first_choices(0) and len(set(first_choices(0))) > 1
 
 
 def test_dynamo_load_outweighs_a_short_overlap():
-    router, view = kv_view(DynamoKVRouter(), 2, [(0, H[:1])])
+    router, view = kv_view(DynamoKVRouter(track_prefill_tokens=False), 2, [(0, H[:1])])
     for i in range(3):  # three long requests already on worker 0
         router._active[0].add(f"old{i}", tuple(H[10 + 5 * i : 15 + 5 * i]))
     assert router.route(request("a", H[:4]), view) == 1
