@@ -16,7 +16,8 @@ those recorded signals and nothing else. Whatever the router's rule, it
 * reads from the view only what a :class:`kvframe.FleetView` offers (``now``,
   ``num_replicas``, ``loads()``, ``take_kv_events()``, ``num_outstanding()``):
   the synthetic view holds no replica, and reading anything else from it is
-  reported by name;
+  reported by name -- as is ``loads()`` from a router that declares
+  ``uses_loads = False`` (the fleet keeps no reports for it);
 * keeps no reference to the view (or its bound methods) once ``route``
   returns: a fleet's view is valid during the call only, and a router that
   kept it could read signals it was not given at that arrival. What it keeps
@@ -65,11 +66,12 @@ class SyntheticView:
     have is refused with a message naming it.
     """
 
-    __slots__ = ("_events", "_kv", "_loads", "_now", "_num_replicas", "_outstanding")
+    __slots__ = ("_events", "_kv", "_loads", "_now", "_num_replicas", "_outstanding", "_reports")
 
-    def __init__(self, num_replicas: int, *, kv_events: bool) -> None:
+    def __init__(self, num_replicas: int, *, kv_events: bool, loads: bool = True) -> None:
         self._num_replicas = num_replicas
         self._kv = kv_events
+        self._reports = loads
         self._now = 0.0
         self._loads: tuple[ReplicaLoad, ...] = tuple(
             ReplicaLoad(r, 0.0, 0, 0, 0.0, 0) for r in range(num_replicas)
@@ -92,6 +94,11 @@ class SyntheticView:
         return self._num_replicas
 
     def loads(self) -> Sequence[ReplicaLoad]:
+        if not self._reports:
+            raise ViewMisuse(
+                "the router read view.loads() but declares uses_loads = False: a fleet keeps "
+                "no load reports for such a router (set uses_loads = True, or do not read them)"
+            )
         return self._loads
 
     def take_kv_events(self) -> Sequence[PublishedEvent]:
@@ -214,7 +221,11 @@ def replay(router: Any, scenario: Scenario, *, after_each: Any = None) -> list[i
     """
     n = scenario.num_replicas
     router.attach(FleetInfo(num_replicas=n, block_size=BLOCK_SIZE, seed=scenario.seed))
-    view = SyntheticView(n, kv_events=bool(getattr(router, "uses_kv_events", False)))
+    view = SyntheticView(
+        n,
+        kv_events=bool(getattr(router, "uses_kv_events", False)),
+        loads=bool(getattr(router, "uses_loads", True)),
+    )
     outstanding: list[tuple[str, int]] = []
     prefilling: list[tuple[str, int]] = []
     choices: list[int] = []

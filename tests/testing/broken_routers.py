@@ -99,3 +99,14 @@ class ReturnsABool(GoodLeastOutstanding):
 
     def route(self, request, view):
         return view.num_replicas > 1
+
+
+class ReadsLoadsItDisclaims(GoodLeastOutstanding):
+    """Declares that it reads no load reports, then reads them."""
+
+    name = "reads-loads-it-disclaims"
+    uses_loads = False
+
+    def route(self, request, view):
+        waiting = [load.num_waiting for load in view.loads()]
+        return waiting.index(min(waiting))

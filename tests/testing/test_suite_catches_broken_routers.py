@@ -73,3 +73,9 @@ def test_a_router_keeping_the_view_is_caught(suite) -> None:
     result = suite("KeepsTheView", "-k", "keeps_no_reference")
     result.assert_outcomes(failed=1)
     assert "keeps a reference to the FleetView after route() returned" in text(result)
+
+
+def test_a_router_reading_loads_it_declared_it_does_not_read_is_caught(suite) -> None:
+    result = suite("ReadsLoadsItDisclaims", "-k", "exists")
+    result.assert_outcomes(failed=1)
+    assert "read view.loads() but declares uses_loads = False" in text(result)

@@ -36,6 +36,7 @@ class PrefixAffinityRouter(kvframe.Router):
 
     name = "prefix-affinity"
     description = "Consistent hashing on the first blocks' hashes; sticky per job id."
+    uses_loads = False
 
     def __init__(
         self, *, prefix_blocks: int = 4, virtual_nodes: int = 64, sticky_jobs: bool = True

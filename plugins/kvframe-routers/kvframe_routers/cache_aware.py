@@ -45,6 +45,7 @@ class CacheAwareRouter(kvframe.Router):
 
     name = "cache-aware"
     description = "SGLang router's cache-aware rule: approximate prefix tree per worker, balancing."
+    uses_loads = False  # its loads are its own in-flight counts
 
     def __init__(
         self,

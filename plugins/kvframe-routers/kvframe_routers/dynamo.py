@@ -118,6 +118,7 @@ class DynamoKVRouter(kvframe.Router):
         "NVIDIA Dynamo's KV router cost (overlap weight, temperature, KV events or approx)."
     )
     uses_kv_events = True
+    uses_loads = False  # Dynamo's cost uses its own bookkeeping, not load reports
 
     def __init__(
         self,

@@ -30,6 +30,7 @@ class RoundRobinRouter(kvframe.Router):
 
     name = "round-robin"
     description = "Each replica in turn (Dynamo's round_robin)."
+    uses_loads = False
 
     def __init__(self) -> None:
         self._num_replicas = 1
@@ -50,6 +51,7 @@ class RandomRouter(kvframe.Router):
 
     name = "random"
     description = "A replica uniformly at random, seeded from the run's seed."
+    uses_loads = False
 
     def __init__(self) -> None:
         self._num_replicas = 1
