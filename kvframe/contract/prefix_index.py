@@ -69,7 +69,7 @@ class KVPrefixIndex:
         caches, as Dynamo's router indexes them).
     """
 
-    __slots__ = ("_media", "_owners", "_sizes", "num_replicas")
+    __slots__ = ("_held", "_media", "_owners", "num_replicas")
 
     def __init__(self, num_replicas: int, *, media: Iterable[str] = ("GPU",)) -> None:
         if num_replicas < 1:
@@ -78,8 +78,9 @@ class KVPrefixIndex:
         self._media = frozenset(media)
         self._owners: dict[bytes, int] = {}
         """Block hash -> bit mask of the replicas that hold it."""
-        self._sizes = [0] * num_replicas
-        """Blocks held per replica (Dynamo's tree size, its tie-breaker)."""
+        self._held: list[set[bytes]] = [set() for _ in range(num_replicas)]
+        """Per replica, the hashes it holds: which of an event's blocks change anything
+        is a set operation (in C), and its size is Dynamo's tree size."""
 
     def apply(self, replica: int, event: KVEvent) -> None:
         """Apply one event ``replica`` published."""
@@ -90,27 +91,23 @@ class KVPrefixIndex:
                 f"KVPrefixIndex.apply: replica {replica} outside 0..{self.num_replicas - 1}"
             )
         bit = 1 << replica
-        owners = self._owners
+        owners, held = self._owners, self._held[replica]
         if type(event) is BlockStored:
-            added = 0
-            for block_hash in event.block_hashes:
-                mask = owners.get(block_hash, 0)
-                if not mask & bit:
-                    owners[block_hash] = mask | bit
-                    added += 1
-            self._sizes[replica] += added
+            new = set(event.block_hashes)
+            new -= held
+            held |= new
+            get = owners.get
+            for block_hash in new:
+                owners[block_hash] = get(block_hash, 0) | bit
         elif type(event) is BlockRemoved:
-            removed = 0
-            for block_hash in event.block_hashes:
-                mask = owners.get(block_hash, 0)
-                if mask & bit:
-                    mask ^= bit
-                    if mask:
-                        owners[block_hash] = mask
-                    else:
-                        del owners[block_hash]
-                    removed += 1
-            self._sizes[replica] -= removed
+            gone = held.intersection(event.block_hashes)
+            held -= gone
+            for block_hash in gone:
+                mask = owners[block_hash] ^ bit
+                if mask:
+                    owners[block_hash] = mask
+                else:
+                    del owners[block_hash]
         elif type(event) is AllBlocksCleared:
             self.clear(replica)
         else:
@@ -120,13 +117,13 @@ class KVPrefixIndex:
         """Forget every block of ``replica`` (it reset its prefix cache)."""
         keep = ~(1 << replica)
         owners = self._owners
-        for block_hash in [h for h, m in owners.items() if m >> replica & 1]:
+        for block_hash in self._held[replica]:
             mask = owners[block_hash] & keep
             if mask:
                 owners[block_hash] = mask
             else:
                 del owners[block_hash]
-        self._sizes[replica] = 0
+        self._held[replica] = set()
 
     def overlaps(self, hashes: Sequence[bytes]) -> list[int]:
         """Per replica, how many of ``hashes``' leading blocks it holds."""
@@ -134,10 +131,10 @@ class KVPrefixIndex:
 
     def size(self, replica: int) -> int:
         """Blocks ``replica`` holds, as far as its events say."""
-        return self._sizes[replica]
+        return len(self._held[replica])
 
     def holds(self, replica: int, block_hash: bytes) -> bool:
-        return bool(self._owners.get(block_hash, 0) >> replica & 1)
+        return block_hash in self._held[replica]
 
 
 class ApproxPrefixIndex:

@@ -195,3 +195,21 @@ def test_prefix_affinity_ring_is_the_same_in_every_instance():
     b, _ = attached(PrefixAffinityRouter(), 5)
     reqs = [request(f"r{i}", H[i : i + 4]) for i in range(20)]
     assert [a.route(r, view) for r in reqs] == [b.route(r, view) for r in reqs]
+
+
+def test_new_blocks_by_bisection_equals_a_count_of_each_block():
+    import random
+
+    from kvframe_routers.dynamo import _ActiveSequences
+
+    rng = random.Random(3)
+    chains = [[bytes([d, i]) for i in range(40)] for d in range(5)]
+    active = _ActiveSequences()
+    for step in range(300):
+        doc = chains[rng.randrange(5)]
+        if rng.random() < 0.5:
+            active.add(f"r{step}", tuple(doc[: rng.randrange(41)]))
+        elif active.requests:
+            active.remove(rng.choice(sorted(active.requests)))
+        query = doc[: rng.randrange(41)]
+        assert active.new_blocks(query) == sum(1 for h in query if h not in active.blocks)
