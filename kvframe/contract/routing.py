@@ -191,6 +191,12 @@ class Router(PluginBase):
     """Does the router read the replicas' KV events? The fleet makes replicas
     publish them only when it does (read once, when the fleet is built)."""
 
+    uses_loads: ClassVar[bool] = True
+    """Does the router read :meth:`FleetView.loads`? A router that does not (round-robin,
+    random, consistent hashing) sets it false: the fleet then keeps no load reports, and
+    replicas take runs of plain decode steps up to the next arrival instead of stopping
+    at every report (a router that reads ``loads()`` anyway gets an error)."""
+
     def attach(self, fleet: FleetInfo) -> None:
         """Called once, before the first request, with the fleet's shape and seed."""
 

@@ -125,6 +125,11 @@ class ArrivalQueue:
         return len(self._open) - self._index + len(self._released) + held
 
     @property
+    def exhausted(self) -> bool:
+        """No arrival is known now (held turns may still be released later)."""
+        return self.next_time == _NEVER
+
+    @property
     def num_held(self) -> int:
         """Turns waiting for their job's previous turn to finish."""
         return sum(len(turns) for turns in self._held.values())

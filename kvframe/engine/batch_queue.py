@@ -57,11 +57,13 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from kvframe.engine.driver import CONTINUE, DONE, STEPPED
+
 if TYPE_CHECKING:
     from kvframe.core.scheduler_output import SchedulerOutput
     from kvframe.engine.step import EngineStep, Flight
 
-__all__ = ["BATCH_QUEUE_SIZE", "run_batch_queue"]
+__all__ = ["BATCH_QUEUE_SIZE", "BatchQueueDriver", "run_batch_queue"]
 
 BATCH_QUEUE_SIZE = 2
 """vLLM's ``max_concurrent_batches`` with async scheduling and one engine (no
@@ -71,47 +73,91 @@ pipeline parallelism)."""
 def run_batch_queue(step: EngineStep, progress: Callable[[], Any] | None) -> None:
     """Replay ``step``'s arrivals in the batch queue's order (module doc); ``progress``
     is called after every iteration that applied an output."""
-    scheduler = step.scheduler
-    has_requests = scheduler.has_requests
-    keeps_queue = scheduler.config.fidelity.empty_step_keeps_queue
-    arrivals = step.arrivals
-    queue: deque[Flight] = deque()
-    gpu_free = step.now  # the GPU runs steps back to back
-    idle_steps = 0
-    while True:
-        if arrivals.next_time <= step.now:
+    advance = BatchQueueDriver(step).advance
+    if progress is None:
+        while advance():
+            pass
+        return
+    while status := advance():
+        if status == STEPPED:
+            progress()
+
+
+class BatchQueueDriver:
+    """The batch queue's loop, one iteration per :meth:`advance`, so that a fleet
+    (:mod:`kvframe.fleet`) can interleave replicas on one clock.
+
+    The queue and the GPU's next free time live here between iterations; the
+    clock is :attr:`EngineStep.now <kvframe.engine.step.EngineStep.now>`.
+    """
+
+    __slots__ = ("_arrivals", "_has_requests", "_keeps_queue", "gpu_free", "idle_steps",
+                 "queue", "slept_from", "step")
+
+    def __init__(self, step: EngineStep) -> None:
+        self.step = step
+        self._has_requests = step.scheduler.has_requests
+        self._keeps_queue = step.scheduler.config.fidelity.empty_step_keeps_queue
+        self._arrivals = step.arrivals
+        self.queue: deque[Flight] = deque()
+        self.gpu_free = step.now  # the GPU runs steps back to back
+        self.idle_steps = 0
+        self.slept_from: float | None = None
+        """Set when the last iteration moved the clock over an idle gap: the clock
+        before the jump (a fleet pulls the clock back to an arrival routed inside it)."""
+
+    def has_work(self) -> bool:
+        """Whether the next iteration steps at :attr:`EngineStep.now` (else it waits for an
+        arrival)."""
+        return bool(self.queue) or self._has_requests() or (
+            self.step.tier.busy and self._arrivals.exhausted
+        )
+
+    def advance(self) -> int:
+        """One ``step_with_batch_queue`` call (module doc): :data:`DONE` when no arrival is
+        left and nothing is in flight, :data:`STEPPED` after applying an output, else
+        :data:`CONTINUE`."""
+        step = self.step
+        self.slept_from = None
+        if self._arrivals.next_time <= step.now:
             step.arrive()
+        queue = self.queue
+        has_requests = self._has_requests
         if not queue and not has_requests():
-            if arrivals.next_time == float("inf") and step.tier.busy:
+            if self._arrivals.exhausted and step.tier.busy:
                 # The last stores still land: steps without requests, applied at
                 # once, as the synchronous loop's (vLLM's engine would stop here).
-                woke = step.run_empty(step.decide(), idle_steps)
-                idle_steps = idle_steps if woke is None else woke
+                before = step.now
+                woke = step.run_empty(step.decide(), self.idle_steps)
+                if woke is not None:
+                    self.idle_steps = woke
+                    self.slept_from = before
             elif not step.wait_for_arrival():
-                break
-            continue
+                return DONE
+            return CONTINUE
         output: SchedulerOutput | None = None
         if has_requests():
             output = step.decide()
-            flight = step.execute(output, max(step.now, gpu_free))
-            gpu_free = flight.end
+            flight = step.execute(output, max(step.now, self.gpu_free))
+            self.gpu_free = flight.end
             queue.append(flight)
             if len(queue) < BATCH_QUEUE_SIZE and (
-                output.total_num_scheduled_tokens or (keeps_queue and has_requests())
+                output.total_num_scheduled_tokens or (self._keeps_queue and has_requests())
             ):
-                continue  # schedule the next step before waiting for this one
+                return CONTINUE  # schedule the next step before waiting for this one
         done = queue.popleft()
         step.now = max(step.now, done.end)
         step.apply(done, done.end)
-        if output is not None and _stalled(output, done, queue) and scheduler.requests:
+        if output is not None and _stalled(output, done, queue) and step.scheduler.requests:
             # The clock moves to the next arrival or the end of the next transfer.
-            woke = step.idle(output, idle_steps, step.tier.next_completion())
-            idle_steps = idle_steps + 1 if woke == step.now else 0
+            before = step.now
+            woke = step.idle(output, self.idle_steps, step.tier.next_completion())
+            self.idle_steps = self.idle_steps + 1 if woke == before else 0
             step.now = woke
+            self.slept_from = before
         else:
-            idle_steps = 0
-        if progress is not None:
-            progress()
+            self.idle_steps = 0
+        return STEPPED
 
 
 def _stalled(output: SchedulerOutput, done: Flight, queue: deque[Flight]) -> bool:

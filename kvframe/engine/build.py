@@ -52,10 +52,14 @@ class EngineParts:
     """The offload tier (:data:`~kvframe.contract.offload.NO_TIER` without one)."""
 
 
-def assemble(config: EngineConfig, registry: PluginRegistry | None = None) -> EngineParts:
+def assemble(
+    config: EngineConfig, registry: PluginRegistry | None = None, *, kv_events: bool = False
+) -> EngineParts:
     """Build the plugins ``config`` selects, the scheduler and the executor.
 
     :param registry: where plugins are looked up (default: the installed ones).
+    :param kv_events: the GPU block pool records KV events even without a tracer (a
+        fleet whose router reads them).
     :raises ConfigError: for an unknown plugin or a bad option.
     """
     if registry is None:
@@ -81,6 +85,7 @@ def assemble(config: EngineConfig, registry: PluginRegistry | None = None) -> En
     eviction = _gpu_eviction(config, registry, num_gpu_blocks)
     tracing = registry.create_tracing(config.tracers) if config.tracers else None
     events = tracing is not None and tracing.active
+    pool_events = events or kv_events
     try:
         tier: Tier = NO_TIER
         if config.offload is not None:
@@ -93,7 +98,7 @@ def assemble(config: EngineConfig, registry: PluginRegistry | None = None) -> En
             )
         connector = tier.connector
         scheduler = make_scheduler(
-            config.scheduler_config(enable_kv_cache_events=events),
+            config.scheduler_config(enable_kv_cache_events=pool_events),
             policy,
             eviction_policy=eviction,
             connector=connector,

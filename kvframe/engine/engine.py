@@ -44,9 +44,10 @@ from kvframe.contract.offload import NO_TIER
 from kvframe.core.scheduler import Scheduler
 from kvframe.domain.version import __version__
 from kvframe.engine.arrivals import ArrivalQueue
-from kvframe.engine.batch_queue import run_batch_queue
+from kvframe.engine.batch_queue import BatchQueueDriver, run_batch_queue
 from kvframe.engine.build import assemble
 from kvframe.engine.config import EngineConfig
+from kvframe.engine.driver import STEPPED, SyncDriver
 from kvframe.engine.metrics import MetricsCollector, MetricsSummary
 from kvframe.engine.step import EngineStalled, EngineStep
 from kvframe.log import get_logger
@@ -149,29 +150,42 @@ class Engine:
         tracing: Tracing | None = None,
         preset: Preset | None = None,
         tier: Tier = NO_TIER,
+        collector: MetricsCollector | None = None,
     ) -> None:
         """:param tier: the offload tier whose connector ``scheduler`` and whose worker
-        ``executor`` were built with (:func:`kvframe.engine.build.build_offload`)."""
+        ``executor`` were built with (:func:`kvframe.engine.build.build_offload`).
+        :param collector: where the run's metrics go (a fleet passes one that also
+            tells it which requests finished)."""
         self.config = config
         self.scheduler = scheduler
         self.executor = executor
         self.tracing = tracing
         self.tier = tier
         self.preset = preset if preset is not None else config.preset_object
-        self._collector = MetricsCollector()
+        self._collector = MetricsCollector() if collector is None else collector
         self._num_total = 0
         self._ran = False
         self._step: EngineStep | None = None
 
     @classmethod
-    def from_config(cls, config: EngineConfig, registry: PluginRegistry | None = None) -> Engine:
+    def from_config(
+        cls,
+        config: EngineConfig,
+        registry: PluginRegistry | None = None,
+        *,
+        kv_events: bool = False,
+        collector: MetricsCollector | None = None,
+    ) -> Engine:
         """Build the plugins the config selects, the scheduler, the executor and the
         offload tier (:func:`kvframe.engine.build.assemble`).
 
         :param registry: where plugins are looked up (default: the installed ones).
+        :param kv_events: make the block pool record KV events (a fleet whose router
+            reads them takes them after each step).
+        :param collector: see :class:`Engine`.
         :raises ConfigError: for an unknown plugin or a bad option.
         """
-        parts = assemble(config, registry)
+        parts = assemble(config, registry, kv_events=kv_events)
         return cls(
             parts.config,
             parts.scheduler,
@@ -179,6 +193,7 @@ class Engine:
             tracing=parts.tracing,
             preset=parts.preset,
             tier=parts.tier,
+            collector=collector,
         )
 
     @property
@@ -220,19 +235,13 @@ class Engine:
         """
         if self._ran:
             raise RuntimeError("an Engine runs once; build a new one for another run")
-        self._ran = True
         specs = workload.requests if isinstance(workload, Workload) else workload
         if limit is not None:
             if limit < 1:
                 raise ValueError(f"limit must be >= 1, got {limit}")
             specs = specs[:limit]
-        self._num_total = len(specs)
+        step = self.prepare(ArrivalQueue(specs), len(specs))
         tracing = self.tracing
-        hook = tracing.hook if tracing is not None and tracing.active else None
-        arrivals = ArrivalQueue(specs)
-        step = self._step = EngineStep(
-            self.scheduler, self.executor, self.tier, self._collector, arrivals, hook
-        )
         started = time.perf_counter()
         partial = False
         log.info(
@@ -252,7 +261,7 @@ class Engine:
             if tracing is not None:
                 tracing.close()
         wall = time.perf_counter() - started
-        summary = self._summary(workload, step, wall, partial)
+        summary = self.summarize(workload, step, wall, partial)
         log.info(
             "run_finished",
             wall_seconds=round(wall, 3),
@@ -261,8 +270,23 @@ class Engine:
         )
         return RunResult(summary, partial, wall, len(specs))
 
+    def prepare(self, arrivals: ArrivalQueue, num_total: int) -> EngineStep:
+        """The step pipeline over ``arrivals``, for a loop driven from outside (a fleet's
+        replica; :meth:`run` calls it too). ``num_total``: requests the run may see."""
+        if self._step is not None:
+            raise RuntimeError("an Engine runs once; build a new one for another run")
+        self._ran = True
+        self._num_total = num_total
+        tracing = self.tracing
+        hook = tracing.hook if tracing is not None and tracing.active else None
+        step = self._step = EngineStep(
+            self.scheduler, self.executor, self.tier, self._collector, arrivals, hook
+        )
+        return step
+
     def _run_loop(self, step: EngineStep, progress: ProgressCallback | None) -> None:
-        """The batch queue's loop under asynchronous scheduling, else the synchronous one."""
+        """The batch queue's loop under asynchronous scheduling, else the synchronous one,
+        each driven one iteration at a time (:mod:`kvframe.engine.driver`)."""
         call = None
         if progress is not None:
             live = RunProgress(self)
@@ -272,76 +296,70 @@ class Engine:
 
         if self.scheduler.async_scheduling:
             run_batch_queue(step, call)
-        else:
-            self._loop(step, call)
+            return
+        driver = self.driver(step, call)
+        assert isinstance(driver, SyncDriver)
+        advance = driver.advance
+        if call is None:
+            while advance():
+                pass
+            return
+        while status := advance():
+            if status == STEPPED:
+                call()
 
-    def _loop(self, step: EngineStep, progress: Callable[[], Any] | None) -> None:
-        """The synchronous loop, one iteration per engine step (see the module docstring):
-        arrivals, the decision (a decode run or ``decide``), then the step executed and
-        applied at once, or one that schedules nothing (``run_empty``)."""
-        scheduler = step.scheduler
-        requests = scheduler.requests
-        arrivals = step.arrivals
-        tier = step.tier
-        # Runs of plain decode steps in one go (kvframe.core.decode_run): only
-        # where every step's effects are the scheduler's own and the cost
-        # model's, i.e. an executor that allows it, no offload tier, no tracer.
+    def driver(
+        self, step: EngineStep, progress: Callable[[], Any] | None = None
+    ) -> SyncDriver | BatchQueueDriver:
+        """The loop over ``step``, one iteration per ``advance()``: the batch queue's under
+        asynchronous scheduling, else the synchronous one (module docstring). Runs of plain
+        decode steps are taken in one go only where every step's effects are the
+        scheduler's own and the cost model's: an executor that allows it, no offload
+        tier, no tracer (:mod:`kvframe.core.decode_run`)."""
         decode_runs = (
             not self.config.step_by_step
             and step.hook is None
-            and not tier.moves_blocks
+            and not step.tier.moves_blocks
             and self.executor.supports_decode_runs
         )
+        if self.scheduler.async_scheduling:
+            return BatchQueueDriver(step)
         token_id = self.executor.token_id if decode_runs else 0
-        idle_steps = 0
-        while True:
-            if arrivals.next_time <= step.now:
-                step.arrive()
-            if not requests and not tier.busy:
-                if step.wait_for_arrival():  # nothing in flight: jump over the idle gap
-                    continue
-                break
-            output = None
-            if decode_runs and (run := scheduler.start_decode_run(token_id)) is not None:
-                output = step.decode_run(run)
-                if progress is not None:
-                    progress()
-            output = step.decide(output)
-            if output.total_num_scheduled_tokens:
-                idle_steps = 0
-                flight = step.execute(output, step.now)
-                step.apply(flight, flight.start)
-                step.now = flight.end
-            else:
-                woke = step.run_empty(output, idle_steps)
-                if woke is None:
-                    idle_steps = 0
-                    continue  # transfers finished: step again at the same time
-                idle_steps = woke
-            if progress is not None:
-                progress()
+        return SyncDriver(step, decode_runs=decode_runs, token_id=token_id, progress=progress)
 
     # -- the end ---------------------------------------------------------------
 
-    def _summary(
-        self,
-        workload: Workload | Sequence[RequestSpec],
-        step: EngineStep,
-        wall: float,
-        partial: bool,
-    ) -> MetricsSummary:
+    def run_counters(self, step: EngineStep, num_skipped_lines: int = 0) -> dict[str, int | float]:
+        """The scheduler's, the tier's and the executor's counters of the run so far."""
         scheduler = self.scheduler
-        known = workload if isinstance(workload, Workload) else None
         counters: dict[str, int | float] = attrs.asdict(scheduler.stats)
         counters["num_requests_ignored"] = step.num_ignored
         counters["num_requests_not_arrived"] = step.arrivals.num_pending
-        counters["num_skipped_lines"] = 0 if known is None else known.num_skipped_lines
+        counters["num_skipped_lines"] = num_skipped_lines
         counters["num_gpu_blocks"] = scheduler.config.num_gpu_blocks
         uncomputed = scheduler.kv_cache_manager.uncomputed
         counters["prefix_cache_uncomputed_hits"] = uncomputed.hit_tokens
         counters["prefix_cache_uncomputed_rolled_back"] = uncomputed.num_rolled_back
         counters.update(self.tier.counters(scheduler.stats.connector_prefix_cache_hits))
         counters.update(self.executor.counters())
+        return counters
+
+    @property
+    def collector(self) -> MetricsCollector:
+        """Where the run's metrics go."""
+        return self._collector
+
+    def summarize(
+        self,
+        workload: Workload | Sequence[RequestSpec],
+        step: EngineStep,
+        wall: float,
+        partial: bool,
+    ) -> MetricsSummary:
+        """The run's summary: the collector's metrics, the scheduler's counters, what ran."""
+        scheduler = self.scheduler
+        known = workload if isinstance(workload, Workload) else None
+        counters = self.run_counters(step, 0 if known is None else known.num_skipped_lines)
         hasher = scheduler.block_hasher
         metadata = {
             "kvframe_version": __version__,

@@ -281,6 +281,9 @@ class MetricsSummary:
     distributions: Mapping[str, Distribution | None]
     requests: tuple[RequestMetrics, ...] = attrs.field(repr=False)
     metadata: Mapping[str, Any] = attrs.field(factory=dict)
+    request_replicas: Mapping[str, int] | None = attrs.field(default=None, repr=False)
+    """A fleet run's replica of each request (``requests.csv``'s ``replica`` column);
+    ``None`` for a single engine."""
 
     # -- serialisation ---------------------------------------------------------
 
@@ -297,6 +300,10 @@ class MetricsSummary:
         }
         if include_requests:
             data["requests"] = [attrs.asdict(row) for row in self.requests]
+            replicas = self.request_replicas
+            if replicas is not None:
+                for row in data["requests"]:
+                    row["replica"] = replicas.get(row["request_id"])
         return data
 
     def write_json(self, path: str | os.PathLike[str] | IO[str]) -> None:
@@ -311,13 +318,27 @@ class MetricsSummary:
     def write_csv(self, path: str | os.PathLike[str] | IO[str]) -> None:
         """Write one row per request (empty cells for times a request never reached)."""
 
+        replicas = self.request_replicas
+
         def emit(out: IO[str]) -> None:
             writer = csv.writer(out, lineterminator="\n")
-            writer.writerow(CSV_COLUMNS)
+            if replicas is None:
+                writer.writerow(CSV_COLUMNS)
+                for row in self.requests:
+                    writer.writerow(
+                        "" if value is None else value
+                        for value in (getattr(row, name) for name in CSV_COLUMNS)
+                    )
+                return
+            # A fleet's rows end with the replica that served the request.
+            writer.writerow((*CSV_COLUMNS, "replica"))
             for row in self.requests:
                 writer.writerow(
-                    "" if value is None else value
-                    for value in (getattr(row, name) for name in CSV_COLUMNS)
+                    (
+                        *("" if value is None else value
+                          for value in (getattr(row, name) for name in CSV_COLUMNS)),
+                        replicas.get(row.request_id, ""),
+                    )
                 )
 
         if isinstance(path, str | os.PathLike):
@@ -546,6 +567,29 @@ class MetricsCollector:
     def count(self, name: str, value: int | float = 1) -> None:
         """Add to a named counter (offload bytes, evictions, ...); reported as is."""
         self._counters[name] = self._counters.get(name, 0) + value
+
+    @classmethod
+    def merged(cls, collectors: Sequence[MetricsCollector], order: Iterable[str]) -> MetricsCollector:
+        """One collector holding the records and step totals of several (a fleet's
+        replicas), its records in ``order`` (request ids; the fleet's routing order)."""
+        out = cls()
+        records: dict[str, _Record] = {}
+        for collector in collectors:
+            records.update(collector._records)
+            out.num_steps += collector.num_steps
+            out.busy_seconds += collector.busy_seconds
+            out.generation_tokens += collector.generation_tokens
+            out.computed_tokens += collector.computed_tokens
+            out.num_finished += collector.num_finished
+            out.last_event_time = max(out.last_event_time, collector.last_event_time)
+            if collector.first_arrival is not None and (
+                out.first_arrival is None or collector.first_arrival < out.first_arrival
+            ):
+                out.first_arrival = collector.first_arrival
+            for name, value in collector._counters.items():
+                out._counters[name] = out._counters.get(name, 0) + value
+        out._records = {rid: records[rid] for rid in order if rid in records}
+        return out
 
     # -- the end ---------------------------------------------------------------
 

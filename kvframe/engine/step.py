@@ -58,13 +58,18 @@ if TYPE_CHECKING:
     from kvframe.executors.base import Executor, StepResult
     from kvframe.workloads.spec import RequestSpec
 
-__all__ = ["EngineStalled", "EngineStep", "Flight"]
+__all__ = ["PAUSED", "EngineStalled", "EngineStep", "Flight"]
 
 log = get_logger(__name__)
 
 _MAX_IDLE_STEPS = 1000
 """Consecutive steps that schedule nothing without the clock moving before the
 engine declares a stall (a policy that keeps preempting and re-queueing)."""
+
+
+PAUSED = object()
+"""Returned by :meth:`EngineStep.decode_run` when the run stopped at :attr:`EngineStep.horizon`
+(a fleet's next event elsewhere) rather than at a step it cannot take."""
 
 
 class EngineStalled(RuntimeError):
@@ -131,6 +136,13 @@ class EngineStep:
         self.num_decode_run_steps = 0
         """Steps taken inside runs of plain decode steps (:meth:`decode_run`)."""
         self._stop_token_ids = tuple(executor.stop_token_ids)
+        self.horizon = math.inf
+        """A run of plain decode steps takes no step starting at or after this time (a
+        fleet sets it to its next arrival; the single engine never does)."""
+        self.in_fleet = False
+        """A fleet's replica: a step that can change nothing waits for the next routed
+        arrival (the clock becomes ``inf``) instead of raising :class:`EngineStalled`, since
+        another replica may still release work for it."""
 
     # -- the phases ------------------------------------------------------------
 
@@ -252,6 +264,8 @@ class EngineStep:
         earliest = retained.earliest() if retained else None
         if earliest is not None and earliest.deadline > now:
             return earliest.deadline
+        if self.in_fleet:
+            return math.inf
         raise EngineStalled(self._stall_message(now))
 
     def wait_for_arrival(self) -> bool:
@@ -269,9 +283,10 @@ class EngineStep:
 
     # -- runs of plain decode steps ------------------------------------------
 
-    def decode_run(self, run: DecodeRun) -> SchedulerOutput | None:
+    def decode_run(self, run: DecodeRun) -> SchedulerOutput | object | None:
         """Take the steps of a decode run (the clock moves with them); return, if the run
-        ended in an ordinary step, that step's output (to record and execute as usual).
+        ended in an ordinary step, that step's output (to record and execute as usual),
+        or :data:`PAUSED` if it stopped at :attr:`horizon` (every request caught up).
 
         Per step this is what the loop does for a plain decode step -- arrivals
         first, the step's duration from the cost model (no prefill, one decode
@@ -283,12 +298,17 @@ class EngineStep:
         arrivals = self.arrivals
         num_running = run.num_running
         now = self.now
+        horizon = self.horizon
         output = None
         try:
             first = True
             while True:
-                if not first and arrivals.next_time <= now:
-                    self.arrive()
+                if not first:
+                    if now >= horizon:
+                        output = PAUSED
+                        break
+                    if arrivals.next_time <= now:
+                        self.arrive()
                 first = False
                 result = run.step(now)
                 if result is STOP:
