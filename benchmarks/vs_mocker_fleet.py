@@ -13,14 +13,17 @@ The same trace and engine settings as ``vs_mocker.py`` (one worker's settings,
 on every worker), replayed by Dynamo's mocker (``run_mocker_trace_replay``
 with ``num_workers=N``) with ``router_mode="round_robin"`` and ``"kv_router"``
 (``KvRouterConfig()``: overlap weight 1.0, temperature 0, KV events, prefill
-tokens tracked), and by a kvframe fleet (``kvframe run --replicas N``) with
-``--router round-robin`` and ``--router dynamo-kv`` (the same defaults).
+tokens tracked), and by a kvframe fleet (:class:`kvframe.fleet.Fleet`, which ``kvframe run
+--replicas N`` runs) with the routers ``round-robin`` and ``dynamo-kv`` (the
+same defaults). Each side runs in a fresh subprocess.
 ``--kv-event-delay`` is passed to both (the mocker's ``kv_event_lag_ms``).
 
 Printed per worker count and mode: the fleet's prefix-cache hit rate at first
 admission on each side; how many requests went to the same worker (requests
 matched by arrival time, prompt and output length, as ``vs_mocker.py`` does;
-identical keys compared as multisets); how many got the same prefix hit; the
+identical keys compared as multisets), also under the best renaming of the
+workers and as a Rand index (see :func:`label_free`); how many got the same
+prefix hit; the
 first request (in trace order) whose worker differs; and the requests per
 worker on each side. ``--mocker-repeats R`` replays the mocker R times: its KV
 router draws among tied workers with an unseeded generator, so two mocker runs
@@ -34,7 +37,6 @@ import argparse
 import csv
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from collections import Counter, defaultdict
@@ -120,41 +122,55 @@ def _run_mocker(python: str, trace: Path, n: int, mode: str, args: argparse.Name
     return {**figures, **json.loads(line[4:])}
 
 
+def _kvframe_child(args: argparse.Namespace) -> None:
+    """Runs a kvframe fleet (:class:`kvframe.fleet.Fleet`, what ``kvframe run --replicas``
+    runs) and writes ``requests.csv`` (with its ``replica`` column) and ``counters.json``."""
+    from kvframe.engine import EngineConfig
+    from kvframe.fleet import Fleet, FleetSettings
+    from kvframe.workloads import load_workload
+
+    config = EngineConfig(
+        num_gpu_blocks=args.usable_blocks + 1,  # + vLLM's null block
+        block_size=args.block_size,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        max_num_seqs=args.max_num_seqs,
+    )
+    fleet = Fleet.from_config(
+        config,
+        args.router,
+        replicas=args.num_workers,
+        settings=FleetSettings(kv_event_delay=args.kv_event_delay),
+    )
+    workload = load_workload(args.trace, limit=args.limit or None)
+    summary = fleet.run(workload).summary
+    out = Path(args.kvframe_child)
+    with (out / "requests.csv").open("w", newline="") as handle:
+        summary.write_csv(handle)
+    (out / "counters.json").write_text(json.dumps(summary.counters))
+
+
 def _run_kvframe(
     n: int, router: str, args: argparse.Namespace, keys: list[tuple[int, int, int]]
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="vs-mocker-fleet-") as out_dir:
         command = [
-            sys.executable, "-m", "kvframe.cli", "run", args.trace,
-            "--no-config", "--no-progress", "-q", "--force", "--out", out_dir,
-            "--replicas", str(n), "--router", router,
+            sys.executable, __file__, "--kvframe-child", out_dir, "--trace", args.trace,
+            "--limit", str(args.limit), "--router", router, "--num-workers", str(n),
             "--kv-event-delay", str(args.kv_event_delay),
-            "--num-gpu-blocks", str(args.usable_blocks + 1),  # + vLLM's null block
-            "--block-size", str(args.block_size),
+            "--block-size", str(args.block_size), "--usable-blocks", str(args.usable_blocks),
             "--max-num-batched-tokens", str(args.max_num_batched_tokens),
             "--max-num-seqs", str(args.max_num_seqs),
         ]  # fmt: skip
-        if args.limit:
-            command += ["--limit", str(args.limit)]
         figures, _ = _measure(command)
-        counters = json.loads((Path(out_dir) / "metrics.json").read_text())["counters"]
+        counters = json.loads((Path(out_dir) / "counters.json").read_text())
         rows = []
         with (Path(out_dir) / "requests.csv").open(newline="") as handle:
             for rec in csv.DictReader(handle):
                 # request ids are "line-N" (1-based trace line) for Mooncake traces
                 stamp, prompt, output = keys[int(rec["request_id"].rsplit("-", 1)[1]) - 1]
-                rows.append(
-                    [stamp, prompt, output, int(rec["replica"]), int(rec["num_cached_tokens"])]
-                )
+                worker, hit = int(rec["replica"]), int(rec["num_cached_tokens"])
+                rows.append([stamp, prompt, output, worker, hit])
     return {**figures, "hit_rate": counters["prefix_cache_hit_rate"], "requests": rows}
-
-
-def _kvframe_has_fleet() -> bool:
-    text = subprocess.run(
-        [sys.executable, "-m", "kvframe.cli", "run", "--help"],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    return "--replicas" in text and "--router" in text
 
 
 # ------------------------------------------------------------------ report
@@ -185,6 +201,52 @@ def compare(a: list[Row], b: list[Row]) -> dict[str, int]:
     return {"matched": matched, "worker": same_worker, "hit": same_hit, "both": same_both}
 
 
+def _pairs(a: list[Row], b: list[Row]) -> list[tuple[int, int]]:
+    """(worker in a, worker in b) of the requests matched by key, identical keys paired in
+    worker order."""
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for row in b:
+        groups[(float(row[0]), int(row[1]), int(row[2]))].append(int(row[3]))
+    taken: dict[tuple, list[int]] = {k: sorted(v) for k, v in groups.items()}
+    mine: dict[tuple, list[int]] = defaultdict(list)
+    for row in a:
+        mine[(float(row[0]), int(row[1]), int(row[2]))].append(int(row[3]))
+    out = []
+    for key, workers in mine.items():
+        other = taken.get(key)
+        if other is not None and len(other) == len(workers):
+            out.extend(zip(sorted(workers), other, strict=True))
+    return out
+
+
+def label_free(a: list[Row], b: list[Row], n: int) -> tuple[float, float]:
+    """Agreement that does not depend on which worker is called which: the share of
+    requests on the same worker under the best renaming of one side's workers, and the
+    Rand index (the share of request pairs that both sides put together or both apart).
+
+    Workers start identical, so a tie drawn at random (Dynamo's, at the first request
+    already) renames every later choice; these two figures see through that."""
+    import itertools
+
+    pairs = _pairs(a, b)
+    if not pairs:
+        return 0.0, 0.0
+    table = [[0] * n for _ in range(n)]
+    for x, y in pairs:
+        table[x][y] += 1
+    best = max(sum(table[i][p[i]] for i in range(n)) for p in itertools.permutations(range(n)))
+
+    def together(counts: list[int]) -> int:
+        return sum(c * (c - 1) // 2 for c in counts)
+
+    total = len(pairs) * (len(pairs) - 1) // 2
+    both = together([c for row in table for c in row])
+    in_a = together([sum(row) for row in table])
+    in_b = together([sum(table[i][j] for i in range(n)) for j in range(n)])
+    rand = (total + 2 * both - in_a - in_b) / total if total else 1.0
+    return best / len(pairs), rand
+
+
 def first_divergence(a: list[Row], b: list[Row]) -> int | None:
     """The position (in arrival order) of the first request sent to different workers."""
     order_a = sorted(a, key=lambda r: (r[0], r[1], r[2], r[3]))
@@ -204,9 +266,11 @@ def _report(n: int, mode: str, mockers: list[dict], kvframe: dict) -> None:
     base = mockers[0]["requests"]
     agree = compare(kvframe["requests"], base)
     m = max(agree["matched"], 1)
+    renamed, rand = label_free(kvframe["requests"], base, n)
     print(
         f"{n:>3} {mode:<12}{mockers[0]['hit_rate']:>10.4%}{kvframe['hit_rate']:>10.4%}"
-        f"{agree['worker'] / m:>10.2%}{agree['hit'] / m:>10.2%}{agree['both'] / m:>10.2%}"
+        f"{agree['worker'] / m:>10.2%}{renamed:>10.2%}{rand:>8.3f}"
+        f"{agree['hit'] / m:>10.2%}{agree['both'] / m:>10.2%}"
         f"{agree['matched']:>8}{first_divergence(kvframe['requests'], base)!s:>9}"
         f"   mocker {_spread(base, n)}  kvframe {_spread(kvframe['requests'], n)}",
         flush=True,
@@ -214,9 +278,11 @@ def _report(n: int, mode: str, mockers: list[dict], kvframe: dict) -> None:
     for i, other in enumerate(mockers[1:], start=2):
         self_agree = compare(other["requests"], base)
         mm = max(self_agree["matched"], 1)
+        renamed, rand = label_free(other["requests"], base, n)
         print(
             f"{'':>3} {'  mocker #' + str(i):<12}{other['hit_rate']:>10.4%}{'':>10}"
-            f"{self_agree['worker'] / mm:>10.2%}{self_agree['hit'] / mm:>10.2%}"
+            f"{self_agree['worker'] / mm:>10.2%}{renamed:>10.2%}{rand:>8.3f}"
+            f"{self_agree['hit'] / mm:>10.2%}"
             f"{self_agree['both'] / mm:>10.2%}{self_agree['matched']:>8}"
             f"{first_divergence(other['requests'], base)!s:>9}   (against mocker #1)"
         )
@@ -242,9 +308,14 @@ def main() -> None:
     parser.add_argument("--mocker-child", help=argparse.SUPPRESS)
     parser.add_argument("--mode", help=argparse.SUPPRESS)
     parser.add_argument("--num-workers", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--kvframe-child", help=argparse.SUPPRESS)
+    parser.add_argument("--router", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.mocker_child:
         _mocker_child(args)
+        return
+    if args.kvframe_child:
+        _kvframe_child(args)
         return
     if not args.mocker_python:
         parser.error(
@@ -257,11 +328,6 @@ def main() -> None:
         parser.error(f"--modes: unknown {', '.join(unknown)}; modes are {', '.join(MODES)}")
     if args.mocker_repeats < 1:
         parser.error(f"--mocker-repeats must be >= 1, got {args.mocker_repeats}")
-    if not _kvframe_has_fleet():
-        raise SystemExit(
-            "`kvframe run` in this checkout has no --replicas / --router: the fleet (issue 47) "
-            "has not landed here yet"
-        )
     workers = [int(w) for w in args.workers.split(",")]
     with tempfile.TemporaryDirectory(prefix="vs-mocker-fleet-trace-") as folder:
         trace_path, keys = _plain_trace(args.trace, args.limit, Path(folder))
@@ -271,7 +337,8 @@ def main() -> None:
             f"tokens, {args.max_num_seqs} seqs, KV-event delay {args.kv_event_delay} s"
         )
         print(
-            f"{'N':>3} {'mode':<12}{'hit mock':>10}{'hit kvf':>10}{'worker':>10}{'hit':>10}"
+            f"{'N':>3} {'mode':<12}{'hit mock':>10}{'hit kvf':>10}{'worker':>10}{'renamed':>10}"
+            f"{'rand':>8}{'hit':>10}"
             f"{'both':>10}{'matched':>8}{'1st diff':>9}   requests per worker"
         )
         for n in workers:
