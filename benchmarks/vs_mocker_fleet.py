@@ -272,7 +272,8 @@ def _report(n: int, mode: str, mockers: list[dict], kvframe: dict) -> None:
         f"{agree['worker'] / m:>10.2%}{renamed:>10.2%}{rand:>8.3f}"
         f"{agree['hit'] / m:>10.2%}{agree['both'] / m:>10.2%}"
         f"{agree['matched']:>8}{first_divergence(kvframe['requests'], base)!s:>9}"
-        f"   mocker {_spread(base, n)}  kvframe {_spread(kvframe['requests'], n)}",
+        f"   mocker {_spread(base, n)}  kvframe {_spread(kvframe['requests'], n)}"
+        f"   cpu s: mocker {mockers[0]['cpu_seconds']:.1f}, kvframe {kvframe['cpu_seconds']:.1f}",
         flush=True,
     )
     for i, other in enumerate(mockers[1:], start=2):
