@@ -148,7 +148,7 @@ class ApproxPrefixIndex:
     :param ttl: seconds a routed block is assumed to stay cached (Dynamo: 120).
     """
 
-    __slots__ = ("_expiry", "_owners", "_queue", "_sizes", "num_replicas", "ttl")
+    __slots__ = ("_expiry", "_owners", "_queue", "num_replicas", "ttl")
 
     def __init__(self, num_replicas: int, *, ttl: float = 120.0) -> None:
         if num_replicas < 1:
@@ -158,40 +158,38 @@ class ApproxPrefixIndex:
         self.num_replicas = num_replicas
         self.ttl = ttl
         self._owners: dict[bytes, int] = {}
-        self._expiry: dict[tuple[int, bytes], float] = {}
-        """(replica, hash) -> when the record expires (the latest routing wins)."""
-        self._queue: deque[tuple[float, int, bytes]] = deque()
-        """Records in the order they were made: expiry times are non-decreasing."""
-        self._sizes = [0] * num_replicas
+        self._expiry: list[dict[bytes, float]] = [{} for _ in range(num_replicas)]
+        """Per replica: hash -> when its record expires (the latest routing wins)."""
+        self._queue: deque[tuple[float, int, Sequence[bytes]]] = deque()
+        """One entry per routing, in order (expiry times are non-decreasing): a record
+        whose expiry moved on since is skipped when its entry comes up."""
 
     def expire(self, now: float) -> None:
         """Drop the records whose time is up (called by :meth:`overlaps` and :meth:`record`)."""
-        queue, expiry, owners = self._queue, self._expiry, self._owners
+        queue, owners = self._queue, self._owners
         while queue and queue[0][0] <= now:
-            when, replica, block_hash = queue.popleft()
-            if expiry.get((replica, block_hash)) != when:
-                continue  # renewed since; a later queue entry holds its expiry
-            del expiry[(replica, block_hash)]
-            mask = owners[block_hash] & ~(1 << replica)
-            if mask:
-                owners[block_hash] = mask
-            else:
-                del owners[block_hash]
-            self._sizes[replica] -= 1
+            when, replica, hashes = queue.popleft()
+            expiry, keep = self._expiry[replica], ~(1 << replica)
+            for block_hash in hashes:
+                if expiry.get(block_hash) == when:
+                    del expiry[block_hash]
+                    mask = owners[block_hash] & keep
+                    if mask:
+                        owners[block_hash] = mask
+                    else:
+                        del owners[block_hash]
 
     def record(self, replica: int, hashes: Sequence[bytes], now: float) -> None:
         """``replica`` was sent a request with these blocks at ``now``."""
         self.expire(now)
         when = now + self.ttl
-        bit = 1 << replica
-        owners, expiry, queue = self._owners, self._expiry, self._queue
+        expiry, owners, bit = self._expiry[replica], self._owners, 1 << replica
+        get = owners.get
         for block_hash in hashes:
-            key = (replica, block_hash)
-            if key not in expiry:
-                owners[block_hash] = owners.get(block_hash, 0) | bit
-                self._sizes[replica] += 1
-            expiry[key] = when
-            queue.append((when, replica, block_hash))
+            if block_hash not in expiry:
+                owners[block_hash] = get(block_hash, 0) | bit
+            expiry[block_hash] = when
+        self._queue.append((when, replica, hashes))
 
     def overlaps(self, hashes: Sequence[bytes], now: float) -> list[int]:
         """Per replica, how many of ``hashes``' leading blocks it probably holds at ``now``."""
@@ -199,4 +197,4 @@ class ApproxPrefixIndex:
         return _walk(self._owners, hashes, self.num_replicas)
 
     def size(self, replica: int) -> int:
-        return self._sizes[replica]
+        return len(self._expiry[replica])
