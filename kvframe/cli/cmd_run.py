@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from kvframe.engine.engine import RunResult
     from kvframe.engine.interrupt import Interrupts
     from kvframe.engine.metrics import MetricsSummary
+    from kvframe.fleet import FleetResult
     from kvframe.workloads import Workload
 
 __all__ = [
@@ -157,6 +158,8 @@ def run_command(args: argparse.Namespace, ctx: Context) -> int:
     out_dir = Path(args.out) if args.out else _default_out_dir(args.trace)
     created = prepare_out_dir(out_dir, force=args.force)
     run_id = uuid.uuid4().hex
+    if config.is_fleet:
+        return _run_fleet(args, ctx, config, workload, out_dir, created, run_id)
     try:
         engine = Engine.from_config(config, ctx.registry)
     except BaseException:
@@ -174,6 +177,48 @@ def run_command(args: argparse.Namespace, ctx: Context) -> int:
         progress.close()
 
     return _save_and_report(args, ctx, engine, result, interrupts, out_dir, run_id)
+
+
+def _run_fleet(
+    args: argparse.Namespace,
+    ctx: Context,
+    config: Any,
+    workload: Workload,
+    out_dir: Path,
+    created: bool,
+    run_id: str,
+) -> int:
+    """``--replicas N --router SPEC``: the fleet's replay (:mod:`kvframe.fleet`), its
+    summary and per-replica table, the same files as a single engine's."""
+    from kvframe.engine import EngineStalled
+    from kvframe.engine.interrupt import sigterm_as_interrupt
+    from kvframe.fleet import Fleet, RoutingError
+
+    try:
+        fleet = Fleet.from_config(config, registry=ctx.registry)
+    except ValueError as err:
+        if created:
+            _remove_if_empty(out_dir)
+        raise ConfigError(str(err), origin="--replicas") from None
+    except BaseException:
+        if created:
+            _remove_if_empty(out_dir)
+        raise
+    error = None
+    with sigterm_as_interrupt() as interrupts:
+        try:
+            result = fleet.run(workload)
+        except EngineStalled as err:
+            print(f"kvframe run: error: {err}", file=sys.stderr)
+            return EXIT_FAILED
+        except RoutingError as err:
+            assert err.result is not None
+            result, error = err.result, str(err)
+    status = _save_and_report(args, ctx, None, result, interrupts, out_dir, run_id)
+    if error is not None:
+        print(f"kvframe run: error: {error} (partial results written)", file=sys.stderr)
+        return EXIT_FAILED
+    return status
 
 
 def _load_workload(args: argparse.Namespace) -> Workload | int:
@@ -202,8 +247,8 @@ def _load_workload(args: argparse.Namespace) -> Workload | int:
 def _save_and_report(
     args: argparse.Namespace,
     ctx: Context,
-    engine: Engine,
-    result: RunResult,
+    engine: Engine | None,
+    result: RunResult | FleetResult,
     interrupts: Interrupts,
     out_dir: Path,
     run_id: str,
@@ -219,12 +264,17 @@ def _save_and_report(
             **result.summary.metadata,
             "config_file": None if source is None else str(Path(source).resolve()),
             "run_id": run_id,
-            **({"interrupted_by": interrupts.received or "SIGINT"} if result.partial else {}),
+            **(
+                {"interrupted_by": interrupts.received or "SIGINT"}
+                if result.partial and not getattr(result, "error", None)
+                else {}
+            ),
         },
     )
     try:
         _write_outputs(summary, out_dir)
-        _write_executor_outputs(engine, out_dir, run_id)
+        if engine is not None:
+            _write_executor_outputs(engine, out_dir, run_id)
     except OSError as err:
         _report(summary, None, ctx, as_json=args.json, config_source=source)
         print(
@@ -443,6 +493,10 @@ def _report(
     from kvframe.console import emit
 
     emit(ctx.stdout, *summary.tables())
+    if summary.metadata.get("fleet"):
+        from kvframe.fleet.metrics import replica_table
+
+        emit(ctx.stdout, "", replica_table(summary))
     ctx.print("")
     metadata = summary.metadata
     for line in describe_configuration(

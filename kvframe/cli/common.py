@@ -135,6 +135,9 @@ def load_selection(args: argparse.Namespace, engine_keys: Sequence[str] = ()) ->
 # Engine settings that have a flag; their ``dest`` is the engine key.
 ENGINE_FLAGS = (
     "preset",
+    "replicas",
+    "kv_event_delay",
+    "load_report_interval",
     "num_gpu_blocks",
     "kv_memory",
     "block_size",
@@ -192,6 +195,32 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     )
     engine.add_argument("--seed", type=int, metavar="N", help="block-hash seed")
     _add_executor_arguments(engine)
+    _add_fleet_arguments(parser)
+
+
+def _add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
+    """A fleet of replicas behind --router (docs/fleet.md)."""
+    fleet = parser.add_argument_group(
+        "fleet", "N replicas of the engine behind a router on one clock (docs/fleet.md)"
+    )
+    fleet.add_argument(
+        "--replicas",
+        type=int,
+        metavar="N",
+        help="run N replicas of the engine behind --router (required with N > 1)",
+    )
+    fleet.add_argument(
+        "--kv-event-delay",
+        type=float,
+        metavar="S",
+        help="seconds before a replica's KV events reach the router (default 0)",
+    )
+    fleet.add_argument(
+        "--load-report-interval",
+        type=float,
+        metavar="S",
+        help="seconds between a replica's load reports (default 0: after every step)",
+    )
 
 
 def _add_cache_arguments(engine: Any) -> None:

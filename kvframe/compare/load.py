@@ -33,6 +33,11 @@ _RUN_KEYS = (
     "max_num_batched_tokens",
     "preset",
     "enable_prefix_caching",
+    # A fleet's (kvframe.fleet); a single engine's metrics.json has none of them.
+    "replicas",
+    "router",
+    "kv_event_delay",
+    "load_report_interval",
 )
 
 

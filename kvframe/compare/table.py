@@ -28,6 +28,7 @@ TABLE_METRICS: tuple[tuple[str, str, str], ...] = (
     ("output_throughput_tokens_per_second", "output tok/s", "num"),
     ("num_preemptions", "preemptions", "int"),
     ("num_requests_ignored", "ignored", "int"),
+    ("fleet_request_imbalance", "load imbalance", "num"),
 )
 """(metric, column heading, format) of the terminal table; a column no run has is left out."""
 

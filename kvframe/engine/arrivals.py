@@ -130,6 +130,11 @@ class ArrivalQueue:
         return self.next_time == _NEVER
 
     @property
+    def has_held(self) -> bool:
+        """Whether some turn waits for its job's previous turn (O(1), unlike :attr:`num_held`)."""
+        return bool(self._held)
+
+    @property
     def num_held(self) -> int:
         """Turns waiting for their job's previous turn to finish."""
         return sum(len(turns) for turns in self._held.values())

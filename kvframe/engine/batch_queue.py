@@ -91,8 +91,16 @@ class BatchQueueDriver:
     clock is :attr:`EngineStep.now <kvframe.engine.step.EngineStep.now>`.
     """
 
-    __slots__ = ("_arrivals", "_has_requests", "_keeps_queue", "gpu_free", "idle_steps",
-                 "queue", "slept_from", "step")
+    __slots__ = (
+        "_arrivals",
+        "_has_requests",
+        "_keeps_queue",
+        "gpu_free",
+        "idle_steps",
+        "queue",
+        "slept_from",
+        "step",
+    )
 
     def __init__(self, step: EngineStep) -> None:
         self.step = step
@@ -109,8 +117,10 @@ class BatchQueueDriver:
     def has_work(self) -> bool:
         """Whether the next iteration steps at :attr:`EngineStep.now` (else it waits for an
         arrival)."""
-        return bool(self.queue) or self._has_requests() or (
-            self.step.tier.busy and self._arrivals.exhausted
+        return (
+            bool(self.queue)
+            or self._has_requests()
+            or (self.step.tier.busy and self._arrivals.exhausted)
         )
 
     def advance(self) -> int:

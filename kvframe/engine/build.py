@@ -58,16 +58,13 @@ def assemble(
     """Build the plugins ``config`` selects, the scheduler and the executor.
 
     :param registry: where plugins are looked up (default: the installed ones).
-    :param kv_events: the GPU block pool records KV events even without a tracer (a
-        fleet whose router reads them).
+    :param kv_events: the GPU pool records KV events without a tracer (a fleet's router).
     :raises ConfigError: for an unknown plugin or a bad option.
     """
-    if registry is None:
-        from kvframe.host.registry import get_registry
-
-        registry = get_registry()
     from kvframe.executors.torch.options import parse_executor
+    from kvframe.host.registry import get_registry
 
+    registry = registry if registry is not None else get_registry()
     torch_options = parse_executor(config.executor)[1]
     plan = None
     if torch_options is not None:
@@ -85,7 +82,6 @@ def assemble(
     eviction = _gpu_eviction(config, registry, num_gpu_blocks)
     tracing = registry.create_tracing(config.tracers) if config.tracers else None
     events = tracing is not None and tracing.active
-    pool_events = events or kv_events
     try:
         tier: Tier = NO_TIER
         if config.offload is not None:
@@ -96,12 +92,11 @@ def assemble(
                 kv_bytes_per_token=None if plan is None else plan.kv_bytes_per_token(),
                 real_bytes=plan is not None,
             )
-        connector = tier.connector
         scheduler = make_scheduler(
-            config.scheduler_config(enable_kv_cache_events=pool_events),
+            config.scheduler_config(enable_kv_cache_events=events or kv_events),
             policy,
             eviction_policy=eviction,
-            connector=connector,
+            connector=tier.connector,
             cost_model=preset.cost_model,
         )
     except BaseException:

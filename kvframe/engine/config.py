@@ -15,6 +15,7 @@ well.
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -66,7 +67,7 @@ def _is_bool(instance: Any, attribute: attrs.Attribute, value: bool) -> None:
         raise ValueError(f"{attribute.name} must be true or false, got {value!r}")
 
 
-_OPTIONAL_SELECTIONS = frozenset({"gpu_eviction", "offload", "eviction", "reuse_filter"})
+_OPTIONAL_SELECTIONS = frozenset({"gpu_eviction", "offload", "eviction", "reuse_filter", "router"})
 
 
 def _selection(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
@@ -172,6 +173,16 @@ class EngineConfig:
     """Which block pool runs: ``auto`` (the compiled core where it is built, else Python;
     the ``KVFRAME_CORE`` environment variable decides when set), ``python`` or
     ``compiled`` (:mod:`kvframe.core.compiled`). Same decisions either way."""
+    replicas: int | None = attrs.field(default=None, validator=_positive_or_none)
+    """A fleet of this many replicas of this engine behind :attr:`router`
+    (``--replicas``; :mod:`kvframe.fleet`); ``None``: one engine, no router. The
+    engine itself never reads it."""
+    router: PluginSelection | None = attrs.field(default=None, validator=_selection)
+    """The fleet's router (``--router``); required with ``replicas`` > 1."""
+    kv_event_delay: float = attrs.field(default=0.0)
+    """Seconds between a replica publishing a KV event and its router receiving it."""
+    load_report_interval: float = attrs.field(default=0.0)
+    """Seconds between a replica's load reports (0: after every step)."""
     step_by_step: bool = attrs.field(default=False, validator=_is_bool)
     """Run every step through the whole scheduler and executor, never a run of
     plain decode steps in one go (:mod:`kvframe.core.decode_run`). The results
@@ -320,7 +331,42 @@ class EngineConfig:
             "vllm": self.vllm,
             "async_scheduling": self.async_scheduling,
             "core": self.core,
+            **self.describe_fleet(),
         }
+
+    @property
+    def is_fleet(self) -> bool:
+        """Whether this config describes a fleet (``replicas`` or ``router`` given)."""
+        return self.replicas is not None or self.router is not None
+
+    def describe_fleet(self) -> dict[str, Any]:
+        """The fleet settings for ``metrics.json`` (empty for a single engine, whose
+        ``metrics.json`` stays as it was)."""
+        if not self.is_fleet:
+            return {}
+        return {
+            "replicas": self.replicas,
+            "router": _spec_text(self.router),
+            "kv_event_delay": self.kv_event_delay,
+            "load_report_interval": self.load_report_interval,
+        }
+
+    def fleet_problem(self) -> str | None:
+        """Why the fleet settings do not make a run (``None``: they do)."""
+        if self.router is not None and self.replicas is None:
+            return "--router selects the router of a fleet, but --replicas N is not given"
+        if self.replicas is not None and self.replicas > 1 and self.router is None:
+            return (
+                f"a fleet of {self.replicas} replicas needs a router (--router NAME, e.g. "
+                "--router round-robin; `kvframe plugins` lists the installed ones)"
+            )
+        for name in ("kv_event_delay", "load_report_interval"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0:
+                return f"{name} must be a finite number of seconds >= 0, got {value!r}"
+        if not self.is_fleet and (self.kv_event_delay or self.load_report_interval):
+            return "--kv-event-delay and --load-report-interval are a fleet's (--replicas N)"
+        return None
 
     # -- from kvframe.toml and flags ----------------------------------------
 
@@ -362,13 +408,22 @@ class EngineConfig:
         }
         if selection.scheduling is not None:
             fields["scheduler"] = selection.scheduling
+        if selection.routing is not None:
+            fields["router"] = selection.routing
         gpu_eviction = selection.engine.get("gpu_eviction")
         if isinstance(gpu_eviction, str):
             # Parsed here so that its errors name the flag or the file's key.
             fields["gpu_eviction"] = parse_spec(
                 gpu_eviction, "eviction", origin=selection.origins.get("gpu_eviction")
             )
-        return cls.from_settings(selection.engine, origins=selection.origins, **fields)
+        config = cls.from_settings(selection.engine, origins=selection.origins, **fields)
+        problem = config.fleet_problem()
+        if problem is not None:
+            origin = selection.origins.get("replicas") or (
+                selection.routing.origin if selection.routing is not None else None
+            )
+            raise ConfigError(problem, origin=origin)
+        return config
 
     @classmethod
     def from_settings(
@@ -448,6 +503,15 @@ def _bool(value: Any) -> bool:
     raise ValueError(f"expected true or false, got {value!r}")
 
 
+def _seconds(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"expected seconds, got {value!r}")
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"expected seconds >= 0, got {value!r}")
+    return seconds
+
+
 def _str(value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError(f"expected a string, got {value!r}")
@@ -476,6 +540,9 @@ _CONVERTERS: Mapping[str, Any] = {
     "vllm": lambda value: fidelity_for(_str(value)).vllm,
     "async_scheduling": _bool,
     "core": lambda value: check_core(_str(value)),
+    "replicas": _int,
+    "kv_event_delay": lambda value: _seconds(value),
+    "load_report_interval": lambda value: _seconds(value),
 }
 
 _ALIASES: Mapping[str, str] = {
@@ -486,6 +553,8 @@ _ALIASES: Mapping[str, str] = {
     "cost-model": "cost_model",
     "step-by-step": "step_by_step",
     "async-scheduling": "async_scheduling",
+    "kv-event-delay": "kv_event_delay",
+    "load-report-interval": "load_report_interval",
 }
 
 ENGINE_KEYS: tuple[str, ...] = tuple(_CONVERTERS)

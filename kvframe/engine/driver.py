@@ -97,9 +97,10 @@ class SyncDriver:
                 return CONTINUE
             return DONE
         output = None
-        if self.decode_runs and (
-            run := self._scheduler.start_decode_run(self.token_id)
-        ) is not None:
+        if (
+            self.decode_runs
+            and (run := self._scheduler.start_decode_run(self.token_id)) is not None
+        ):
             output = step.decode_run(run)
             if self.progress is not None:
                 self.progress()

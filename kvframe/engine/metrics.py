@@ -335,8 +335,10 @@ class MetricsSummary:
             for row in self.requests:
                 writer.writerow(
                     (
-                        *("" if value is None else value
-                          for value in (getattr(row, name) for name in CSV_COLUMNS)),
+                        *(
+                            "" if value is None else value
+                            for value in (getattr(row, name) for name in CSV_COLUMNS)
+                        ),
                         replicas.get(row.request_id, ""),
                     )
                 )
@@ -569,7 +571,9 @@ class MetricsCollector:
         self._counters[name] = self._counters.get(name, 0) + value
 
     @classmethod
-    def merged(cls, collectors: Sequence[MetricsCollector], order: Iterable[str]) -> MetricsCollector:
+    def merged(
+        cls, collectors: Sequence[MetricsCollector], order: Iterable[str]
+    ) -> MetricsCollector:
         """One collector holding the records and step totals of several (a fleet's
         replicas), its records in ``order`` (request ids; the fleet's routing order)."""
         out = cls()

@@ -78,7 +78,10 @@ def fleet_summary(
     merged = MetricsCollector.merged(collectors, assigned)
     per_replica = [_replica_entry(i, summary) for i, summary in enumerate(replicas)]
     counters.update(_imbalance(replicas))
-    counters["num_requests_not_arrived"] = fleet.get("num_requests_not_arrived", 0)
+    # Routed but not yet pulled by a replica (each replica's count), plus never routed.
+    counters["num_requests_not_arrived"] = counters.get("num_requests_not_arrived", 0) + fleet.get(
+        "num_requests_not_arrived", 0
+    )
     metadata = dict(replicas[0].metadata)
     metadata["fleet"] = {**fleet, "per_replica": per_replica}
     summary = merged.summary(

@@ -128,7 +128,7 @@ class Fleet:
     def from_config(
         cls,
         config: EngineConfig | Sequence[EngineConfig],
-        router: Router | PluginSpec | str,
+        router: Router | PluginSpec | str | None = None,
         *,
         replicas: int | None = None,
         settings: FleetSettings | None = None,
@@ -136,7 +136,8 @@ class Fleet:
     ) -> Fleet:
         """Build ``replicas`` engines from ``config`` (or one per config of a sequence: a
         heterogeneous fleet) and the router (an instance, or a spec the registry resolves
-        as ``--router`` does).
+        as ``--router`` does). Left out, ``replicas``, ``router`` and ``settings`` come from
+        the (first) config's fleet fields.
 
         :raises ConfigError: for an unknown plugin or a bad option.
         :raises ValueError: for a bad replica count or a fleet the fleet cannot run.
@@ -146,9 +147,16 @@ class Fleet:
 
             registry = get_registry()
         configs = _replica_configs(config, replicas)
+        first = configs[0]
+        if settings is None:
+            settings = FleetSettings(first.kv_event_delay, first.load_report_interval)
+        if router is None:
+            if first.router is None:
+                raise ValueError("a fleet needs a router (--router NAME)")
+            router = first.router
         label = None
         if not isinstance(router, Router):
-            label = str(router)
+            label = router if isinstance(router, str) else (router.source or str(router))
             router = registry.create("routing", router)
         kv_events = bool(router.uses_kv_events)
         engines = [
@@ -175,7 +183,7 @@ class Fleet:
             cleanly with a partial result.
         :raises RoutingError: the router chose a replica out of range (its ``result``
             holds the partial result).
-        :raises EngineStalled: when requests can never be scheduled.
+        :raises ~kvframe.engine.EngineStalled: when requests can never be scheduled.
         """
         if self._ran:
             raise RuntimeError("a Fleet runs once; build a new one for another run")
@@ -189,8 +197,12 @@ class Fleet:
         started = time.perf_counter()
         partial = False
         error: RoutingError | None = None
-        log.info("fleet_started", requests=len(specs), replicas=len(self.engines),
-                 router=self.router_label)
+        log.info(
+            "fleet_started",
+            requests=len(specs),
+            replicas=len(self.engines),
+            router=self.router_label,
+        )
         try:
             run.loop(progress)
         except KeyboardInterrupt:
@@ -214,9 +226,7 @@ class Fleet:
         partial: bool,
         error: str | None,
     ) -> FleetResult:
-        replicas = tuple(
-            r.engine.summarize(workload, r.step, wall, partial) for r in run.replicas
-        )
+        replicas = tuple(r.engine.summarize(workload, r.step, wall, partial) for r in run.replicas)
         known = workload if isinstance(workload, Workload) else None
         skipped = 0 if known is None else known.num_skipped_lines
         summary = fleet_summary(
@@ -242,6 +252,8 @@ def _replica_configs(
     config: EngineConfig | Sequence[EngineConfig], replicas: int | None
 ) -> list[EngineConfig]:
     if isinstance(config, EngineConfig):
+        if replicas is None:
+            replicas = config.replicas
         count = 1 if replicas is None else replicas
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise ValueError(f"--replicas must be an integer >= 1, got {replicas!r}")
@@ -268,8 +280,7 @@ class _FleetRun:
         self.arrivals = arrivals
         self.num_total = num_total
         self.replicas = [
-            Replica(i, engine, Inbox(arrivals), num_total)
-            for i, engine in enumerate(fleet.engines)
+            Replica(i, engine, Inbox(arrivals), num_total) for i, engine in enumerate(fleet.engines)
         ]
         n = len(self.replicas)
         self.uses_loads = bool(router.uses_loads)
@@ -287,8 +298,9 @@ class _FleetRun:
                 driver = replica.driver
                 if hasattr(driver, "decode_runs"):
                     driver.decode_runs = False  # type: ignore[union-attr]
-        router.attach(FleetInfo(num_replicas=n, block_size=first.scheduler.block_size,
-                                seed=first.config.seed))
+        router.attach(
+            FleetInfo(num_replicas=n, block_size=first.scheduler.block_size, seed=first.config.seed)
+        )
         # (next step start, replica index): stale entries are skipped on pop.
         self.heap: list[tuple[float, int]] = []
 
@@ -326,7 +338,7 @@ class _FleetRun:
     def _horizon(self, replica: Replica, due: float) -> float:
         """The time at which a run of plain decode steps in ``replica`` must stop."""
         horizon = due
-        if self.arrivals.num_held:
+        if self.arrivals.has_held:
             # A finish elsewhere may release a turn: no replica runs ahead of the others.
             heap = self.heap
             while heap and heap[0][0] != self.replicas[heap[0][1]].next_time:

@@ -109,9 +109,7 @@ class SignalBoard:
         heapq.heappush(self._pending, (time, next(self._seq), _FIRST, (request_id, replica)))
 
     def finished(self, request_id: str, replica: int, time: float) -> None:
-        heapq.heappush(
-            self._pending, (time, next(self._seq), _FINISH, (request_id, replica))
-        )
+        heapq.heappush(self._pending, (time, next(self._seq), _FINISH, (request_id, replica)))
 
     def kv_events(self, replica: int, time: float, events: Sequence[KVEvent]) -> None:
         published = [PublishedEvent(replica, time, event) for event in events]

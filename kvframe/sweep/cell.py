@@ -125,7 +125,12 @@ def run_cell(key: str, settings: Mapping[str, Any], workload: Any = None) -> Cel
         from kvframe.engine.metrics import CSV_COLUMNS
 
         config = build_engine_config(settings)
-        result = Engine.from_config(config).run(load_cell_workload(settings, workload))
+        if config.is_fleet:
+            from kvframe.fleet import Fleet
+
+            result = Fleet.from_config(config).run(load_cell_workload(settings, workload))
+        else:
+            result = Engine.from_config(config).run(load_cell_workload(settings, workload))
         summary = result.summary
         metrics = summary.to_dict()
         metrics.setdefault("metadata", {})["sweep_cell"] = dict(settings)

@@ -20,8 +20,10 @@ come out::
 A cell's keys are the ones ``kvframe run`` takes: ``workload`` (a file), its
 reading options (``format``, ``limit``, ``skip_bad_lines``), ``rate_scale``
 (arrivals come that many times faster), the plugin keys of ``kvframe.toml``
-(``scheduler``, ``eviction``, ``offload``, ``reuse_filter``, ``tracer``) and
-every engine setting (``num_gpu_blocks``, ``gpu_eviction``, ``preset``, ...).
+(``scheduler``, ``eviction``, ``offload``, ``reuse_filter``, ``tracer``, and a
+fleet's ``router``) and every engine setting (``num_gpu_blocks``, ``gpu_eviction``,
+``preset``, ``replicas``, ``kv_event_delay``, ...). A cell with ``replicas`` runs a
+fleet (:mod:`kvframe.fleet`).
 The string ``"none"`` for a plugin key or ``gpu_eviction`` means "not selected", so that a grid can
 cross "with and without a CPU tier".
 
@@ -59,7 +61,16 @@ __all__ = [
     "parse_sweep",
 ]
 
-PLUGIN_KEYS = ("scheduler", "scheduling", "eviction", "offload", "reuse_filter", "tracer")
+PLUGIN_KEYS = (
+    "scheduler",
+    "scheduling",
+    "eviction",
+    "offload",
+    "reuse_filter",
+    "tracer",
+    "router",
+    "routing",
+)
 """Plugin selection keys, as in ``kvframe.toml``."""
 
 WORKLOAD_KEYS = (

@@ -10,6 +10,7 @@ published, no sooner than the configured delay and interval allow.
 from __future__ import annotations
 
 import io
+import itertools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -70,8 +71,16 @@ def _agentic() -> list[Any]:
         ("agentic", {}),
         ("agentic", {"async_scheduling": True}),
     ],
-    ids=["sync", "async", "pressure", "async-pressure", "cpu-tier", "cpu-tier-async",
-         "agentic", "agentic-async"],
+    ids=[
+        "sync",
+        "async",
+        "pressure",
+        "async-pressure",
+        "cpu-tier",
+        "cpu-tier-async",
+        "agentic",
+        "agentic-async",
+    ],
 )
 def test_one_replica_is_step_identical_to_the_single_engine(specs: Any, config: dict) -> None:
     if specs == "agentic":
@@ -119,9 +128,12 @@ def test_agentic_turns_follow_their_job_across_replicas() -> None:
         by_job.setdefault(spec.job_id, []).append(spec)
     for turns in by_job.values():
         turns.sort(key=lambda s: s.turn)
-        for before, after in zip(turns, turns[1:], strict=False):
+        for before, after in itertools.pairwise(turns):
             gap = before.tool_duration or 0.0
-            assert rows[after.request_id].arrival_time >= rows[before.request_id].finish_time + gap - 1e-12
+            assert (
+                rows[after.request_id].arrival_time
+                >= rows[before.request_id].finish_time + gap - 1e-12
+            )
 
 
 class Recorder(Router):
@@ -153,7 +165,9 @@ class Recorder(Router):
 def test_kv_events_reach_the_router_after_the_configured_delay(delay: float) -> None:
     router = Recorder()
     fleet = Fleet.from_config(
-        EngineConfig(num_gpu_blocks=300), router, replicas=2,
+        EngineConfig(num_gpu_blocks=300),
+        router,
+        replicas=2,
         settings=FleetSettings(kv_event_delay=delay),
     )
     fleet.run(TRACE[:80])
@@ -171,7 +185,9 @@ def test_kv_event_hashes_match_the_requests_block_hashes() -> None:
     router = Recorder()
     Fleet.from_config(EngineConfig(), router, replicas=1).run(TRACE[:40])
     stored = {
-        h for _, events, _ in router.seen for p in events
+        h
+        for _, events, _ in router.seen
+        for p in events
         for h in getattr(p.event, "block_hashes", ())
     }
     assert stored, "no BlockStored event reached the router"
@@ -181,7 +197,9 @@ def test_kv_event_hashes_match_the_requests_block_hashes() -> None:
 def test_load_reports_come_at_the_configured_interval(interval: float) -> None:
     router = Recorder()
     Fleet.from_config(
-        EngineConfig(), router, replicas=2,
+        EngineConfig(),
+        router,
+        replicas=2,
         settings=FleetSettings(load_report_interval=interval),
     ).run(CHAT)
     times: dict[int, list[float]] = {0: [], 1: []}
@@ -192,7 +210,7 @@ def test_load_reports_come_at_the_configured_interval(interval: float) -> None:
                 times[load.replica].append(load.time)
     assert any(len(t) > 3 for t in times.values())
     for series in times.values():
-        gaps = [b - a for a, b in zip(series[1:], series[2:], strict=False)]
+        gaps = [b - a for a, b in itertools.pairwise(series[1:])]
         assert all(gap >= interval for gap in gaps)
     assert any(load.num_running for _, _, loads in router.seen for load in loads)
 
