@@ -7,13 +7,20 @@ key is
 
 * its job id, when it has one and ``sticky_jobs`` is set: every turn of an
   agentic session goes where its first turn went;
-* otherwise the concatenation of its first ``prefix_blocks`` block hashes:
-  requests sharing that prefix land together;
+* otherwise the hash of its ``prefix_blocks``-th block (or of its last full
+  block, for a shorter prompt): hashes are chained, so it names the whole
+  prefix, and requests sharing that prefix land together;
 * otherwise (a prompt shorter than one block) its request id.
 
 The replica owning the first ring point at or after the key's hash serves it.
 No signal from the fleet is read: the rule is a pure function of the request,
 which is what makes it cheap and what makes it blind to load.
+
+Why 64 blocks (1,024 tokens at 16-token blocks) by default: the first blocks
+of a prompt are often a system prompt every request shares -- on the Mooncake
+traces the first 512 tokens are one hash id for all requests -- and a key
+inside it sends the whole workload to one replica. A key past it follows the
+conversation instead.
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ class PrefixAffinityRouter(kvframe.Router):
     uses_loads = False
 
     def __init__(
-        self, *, prefix_blocks: int = 4, virtual_nodes: int = 64, sticky_jobs: bool = True
+        self, *, prefix_blocks: int = 64, virtual_nodes: int = 64, sticky_jobs: bool = True
     ) -> None:
         """
         :param prefix_blocks: how many leading blocks key a request (K).
@@ -71,7 +78,7 @@ class PrefixAffinityRouter(kvframe.Router):
             return b"job:" + request.job_id.encode()
         prefix = request.block_hashes[: self.prefix_blocks]
         if prefix:
-            return b"blocks:" + b"".join(prefix)
+            return b"blocks:" + prefix[-1]
         return b"request:" + request.request_id.encode()
 
     def route(self, request: RoutingRequest, view: FleetView) -> int:
