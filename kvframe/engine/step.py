@@ -13,10 +13,12 @@ execute, update, metrics -- and :class:`EngineStep` holds it once:
 * :meth:`~EngineStep.apply` -- ``update_from_output`` with the flight's
   output, first-token times, (tracing) KV events, finished requests.
 
-The synchronous loop (:meth:`Engine._loop <kvframe.engine.engine.Engine>`)
-applies each flight at once; the batch queue
-(:func:`kvframe.engine.batch_queue.run_batch_queue`) decides the next step
-before it applies the last. Around the phases the object keeps what both loops
+The synchronous loop (:class:`kvframe.engine.driver.SyncDriver`) applies each
+flight at once; the batch queue
+(:class:`kvframe.engine.batch_queue.BatchQueueDriver`) decides the next step
+before it applies the last. Both advance one iteration per call, so a fleet
+(:mod:`kvframe.fleet`) can interleave replicas on one clock; a fleet's replica
+sets :attr:`EngineStep.horizon` and :attr:`EngineStep.in_fleet`. Around the phases the object keeps what both loops
 share: the clock (:attr:`EngineStep.now`), arrivals (:meth:`~EngineStep.arrive`,
 requests that can never fit finished as ignored), a step that schedules
 nothing (:meth:`~EngineStep.run_empty`), the clock after one

@@ -290,3 +290,14 @@ def test_bad_settings_and_replica_counts_are_refused() -> None:
         FleetSettings(kv_event_delay=-1.0)
     with pytest.raises(ValueError, match="--replicas"):
         Fleet.from_config(EngineConfig(), RoundRobin(), replicas=0)
+
+
+def test_a_heterogeneous_fleet_runs_each_replica_with_its_own_config() -> None:
+    configs = [EngineConfig(num_gpu_blocks=250), EngineConfig(num_gpu_blocks=2000)]
+    fleet = Fleet.from_config(configs, RoundRobin()).run(CHAT)
+    blocks = [s.counters["num_gpu_blocks"] for s in fleet.replicas]
+    assert blocks == [250, 2000]
+    alone = Engine.from_config(configs[0]).run(CHAT[0::2])
+    assert _csv(fleet.replicas[0]) == _csv(alone.summary)
+    with pytest.raises(ValueError, match="block size"):
+        Fleet.from_config([EngineConfig(), EngineConfig(block_size=32)], RoundRobin())
