@@ -46,6 +46,7 @@ if TYPE_CHECKING:
         OffloadManager,
         TransferHandler,
     )
+    from kvframe.contract.prefix_index import ApproxPrefixIndex, KVPrefixIndex
     from kvframe.contract.records import (
         AllBlocksCleared,
         BlockRemoved,
@@ -104,6 +105,7 @@ _LAZY: dict[str, str] = {
         ),
         "kvframe.contract.records",
     ),
+    **dict.fromkeys(("ApproxPrefixIndex", "KVPrefixIndex"), "kvframe.contract.prefix_index"),
     **dict.fromkeys(
         ("InManagerReuseFilter", "RequestAccess", "RequestScopedPolicy", "RequestScopedSlots"),
         "kvframe.contract.request_scoped",
@@ -281,6 +283,7 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "AllBlocksCleared",
+    "ApproxPrefixIndex",
     "BlockHash",
     "BlockRemoved",
     "BlockStored",
@@ -295,6 +298,7 @@ __all__ = [
     "FleetView",
     "InManagerReuseFilter",
     "KVEvent",
+    "KVPrefixIndex",
     "ModelShape",
     "OffloadContext",
     "OffloadManager",

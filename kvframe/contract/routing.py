@@ -204,5 +204,13 @@ class Router(PluginBase):
     def route(self, request: RoutingRequest, view: FleetView) -> int:
         """The replica (``0 <= r < view.num_replicas``) that serves ``request``."""
 
+    def on_first_token(self, request_id: str, replica: int, now: float) -> None:
+        """The client saw ``request_id``'s first output token at ``now``: its prefill is done.
+
+        A real router sees it in-band, on the response stream (Dynamo's router
+        drops the request's prompt tokens from the worker's prefill load here,
+        ``mark_prefill_completed``). Called at most once per request, before
+        :meth:`on_finished`; never for a request that finished without a token."""
+
     def on_finished(self, request_id: str, replica: int, now: float) -> None:
         """The client saw ``request_id``, sent to ``replica``, finish at ``now``."""

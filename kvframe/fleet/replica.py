@@ -38,14 +38,30 @@ _NEVER = math.inf
 
 
 class FinishTap(MetricsCollector):
-    """A replica's metrics collector that also keeps ``(request id, finish time)`` of every
-    request finished (or ignored) since the fleet last took them."""
+    """A replica's metrics collector that also keeps ``(request id, time)`` of every request
+    that produced its first token, and of every request finished (or ignored), since the
+    fleet last took them."""
 
     def __init__(self) -> None:
         super().__init__()
         self.finished: list[tuple[str, float]] = []
+        self.first_tokens: list[tuple[str, float]] = []
+        self._prefilling: set[str] = set()
+        """Requests seen arriving that have no first token yet (a preempted request's
+        later first tokens are not news to the router)."""
+
+    def on_arrival(self, request_id: str, *args: object, **kwargs: object) -> None:  # type: ignore[override]
+        self._prefilling.add(request_id)
+        super().on_arrival(request_id, *args, **kwargs)  # type: ignore[arg-type]
+
+    def on_first_token(self, request_id: str, now: float) -> None:
+        if request_id in self._prefilling:
+            self._prefilling.discard(request_id)
+            self.first_tokens.append((request_id, now))
+        super().on_first_token(request_id, now)
 
     def on_finished(self, request_id: str, now: float, **kwargs: object) -> None:  # type: ignore[override]
+        self._prefilling.discard(request_id)
         self.finished.append((request_id, now))
         super().on_finished(request_id, now, **kwargs)  # type: ignore[arg-type]
 

@@ -375,6 +375,10 @@ class _FleetRun:
     def _publish(self, replica: Replica) -> None:
         tap = replica.tap
         board = self.board
+        if tap.first_tokens:
+            for request_id, first in tap.first_tokens:
+                board.first_token(request_id, replica.index, first)
+            tap.first_tokens.clear()
         if tap.finished:
             index = replica.index
             for request_id, finish in tap.finished:

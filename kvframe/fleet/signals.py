@@ -1,8 +1,11 @@
 """What a router may know, and when: the fleet's published signals and the view built from them.
 
-Replicas publish three kinds of signal, each stamped with the virtual time it
+Replicas publish four kinds of signal, each stamped with the virtual time it
 was published (the end of the step that produced it):
 
+* **first tokens** -- the client sees a request's first output token (its
+  prefill is done); the router's :meth:`~kvframe.Router.on_first_token` is
+  called then (once per request, before its finish);
 * **finishes** -- the client sees a request finish at its finish time; the
   router's :meth:`~kvframe.Router.on_finished` is called then, and the view's
   :meth:`~kvframe.contract.routing.FleetView.num_outstanding` counts it;
@@ -36,7 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SignalBoard", "View"]
 
-_FINISH, _EVENTS, _LOAD = 0, 1, 2
+_FINISH, _EVENTS, _LOAD, _FIRST = 0, 1, 2, 3
 
 
 class View:
@@ -101,6 +104,10 @@ class SignalBoard:
         """The router sent a request to ``replica``."""
         self.view._outstanding[replica] += 1
 
+    def first_token(self, request_id: str, replica: int, time: float) -> None:
+        """``request_id`` produced its first token on ``replica`` (the client sees it at once)."""
+        heapq.heappush(self._pending, (time, next(self._seq), _FIRST, (request_id, replica)))
+
     def finished(self, request_id: str, replica: int, time: float) -> None:
         heapq.heappush(self._pending, (time, next(self._seq), _FINISH, (request_id, replica)))
 
@@ -123,6 +130,9 @@ class SignalBoard:
                 request_id, replica = payload  # type: ignore[misc]
                 view._outstanding[replica] -= 1
                 self._router.on_finished(request_id, replica, time)
+            elif kind == _FIRST:
+                request_id, replica = payload  # type: ignore[misc]
+                self._router.on_first_token(request_id, replica, time)
             elif kind == _EVENTS:
                 view._events.extend(payload)  # type: ignore[arg-type]
             else:

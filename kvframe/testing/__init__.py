@@ -17,7 +17,8 @@ to add fixtures or skip a documented capability::
         plugin = MyLFU
 
 The suites (:class:`SchedulingPolicySuite`, :class:`EvictionPolicySuite`,
-:class:`OffloadSpecSuite`, :class:`ReuseFilterSuite`, :class:`TracerSuite`) are
+:class:`OffloadSpecSuite`, :class:`ReuseFilterSuite`, :class:`TracerSuite`,
+:class:`RouterSuite`) are
 loaded on first access, so that activating the pytest plugin in an unrelated
 project costs nothing: this package imports only pytest and its ``plugin``
 module until a suite is asked for.
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from kvframe.testing.eviction import EvictionPolicySuite
     from kvframe.testing.offload import OffloadSpecSuite
     from kvframe.testing.reuse_filter import ReuseFilterSuite
+    from kvframe.testing.routing import RouterSuite
     from kvframe.testing.scheduling import SchedulingPolicySuite
     from kvframe.testing.tracer import TracerSuite
 
@@ -55,6 +57,7 @@ _LAZY = {
     "EvictionPolicySuite": "kvframe.testing.eviction",
     "OffloadSpecSuite": "kvframe.testing.offload",
     "ReuseFilterSuite": "kvframe.testing.reuse_filter",
+    "RouterSuite": "kvframe.testing.routing",
     "SchedulingPolicySuite": "kvframe.testing.scheduling",
     "TracerSuite": "kvframe.testing.tracer",
 }
@@ -76,6 +79,7 @@ __all__ = [
     "PluginSuite",
     "PluginTarget",
     "ReuseFilterSuite",
+    "RouterSuite",
     "SchedulingPolicySuite",
     "TracerSuite",
     "pytest_addoption",

@@ -60,6 +60,7 @@ _CONTEXT: Mapping[str, tuple[str, ...]] = {
     "offload": (),
     "reuse_filter": (),
     "tracer": (),
+    "routing": (),
 }
 """The positional ``__init__`` parameters the host passes per kind (see the plugin bases)."""
 

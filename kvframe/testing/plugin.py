@@ -129,8 +129,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="KIND:SPEC",
         help=(
             "run kvframe's conformance suite for a plugin: KIND is scheduling, eviction, "
-            "offload, reuse_filter or tracer, SPEC a config string (lru, arc:variant=paper, "
-            "my_pkg.mod:Class:opt=1). Repeat to test several."
+            "offload, reuse_filter, tracer or routing, SPEC a config string (lru, "
+            "arc:variant=paper, my_pkg.mod:Class:opt=1). Repeat to test several."
         ),
     )
     group.addoption(

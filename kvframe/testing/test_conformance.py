@@ -14,6 +14,7 @@ from __future__ import annotations
 from kvframe.testing.eviction import EvictionPolicySuite
 from kvframe.testing.offload import OffloadSpecSuite
 from kvframe.testing.reuse_filter import ReuseFilterSuite
+from kvframe.testing.routing import RouterSuite
 from kvframe.testing.scheduling import SchedulingPolicySuite
 from kvframe.testing.tracer import TracerSuite
 
@@ -36,3 +37,7 @@ class TestReuseFilter(ReuseFilterSuite):
 
 class TestTracer(TracerSuite):
     _kvframe_cli_kind = "tracer"
+
+
+class TestRouter(RouterSuite):
+    _kvframe_cli_kind = "routing"
