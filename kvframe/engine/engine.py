@@ -252,14 +252,7 @@ class Engine:
         if record_steps:
             self._collector = StepRecordingCollector()
         step = self.prepare(ArrivalQueue(specs), len(specs))
-        log.info(
-            "run_started",
-            requests=len(specs),
-            scheduling=self.policy_name,
-            num_gpu_blocks=self.scheduler.config.num_gpu_blocks,
-            block_size=self.scheduler.config.block_size,
-            preset=self.preset.name,
-        )
+        self._log_start(len(specs))
         tracing = self.tracing
         started = time.perf_counter()
         try:
@@ -283,6 +276,17 @@ class Engine:
             stalled.result = result
             raise stalled
         return result
+
+    def _log_start(self, num_requests: int) -> None:
+        """The ``run_started`` log line: what this run replays, with which policy and pool."""
+        log.info(
+            "run_started",
+            requests=num_requests,
+            scheduling=self.policy_name,
+            num_gpu_blocks=self.scheduler.config.num_gpu_blocks,
+            block_size=self.scheduler.config.block_size,
+            preset=self.preset.name,
+        )
 
     def _run_until_stopped(
         self, step: EngineStep, progress: ProgressCallback | None
