@@ -117,7 +117,8 @@ class LMCacheOffloadSpec(kvframe.OffloadSpec):
 
     name = "lmcache"
     description = (
-        "LMCache-style CPU tier: synchronous loads, blocking saves, 256-token chunks, prompt only."
+        "LMCache-style CPU tier: synchronous loads, blocking saves, 256-token chunks, "
+        "prompt only, LMCache 0.3.7's transfer costs."
     )
 
     def __init__(
