@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         OffloadContext,
         OffloadManager,
         TransferHandler,
+        TransferPricing,
     )
     from kvframe.contract.records import (
         KVEvent,
@@ -546,6 +547,20 @@ class OffloadSpec(PluginBase):
         from kvframe.contract.offload import ConnectorSemantics
 
         return ConnectorSemantics()
+
+    def transfer_pricing(self, context: OffloadContext) -> TransferPricing | None:
+        """The tier's own price of a transfer; ``None`` (the default): the preset's link.
+
+        Called once, when the engine is built. By default a transfer costs the
+        cost model's ``transfer_time`` (the preset's bandwidth, latency and
+        per-copy cost, ``--offload-bandwidth``): a tier that copies blocks the way
+        vLLM's native connector does. A tier modelled on another data path
+        (LMCache's pinned staging, its per-call work) returns a
+        :class:`~kvframe.contract.offload.TransferPricing` that prices each
+        transfer its own way; ``--offload-bandwidth`` is then refused (the
+        tier's options set its rates).
+        """
+        return None
 
     def request_scoped_slots(self, context: OffloadContext) -> RequestScopedSlots | None:
         """What vLLM 0.33.0's model of this tier is built from; ``None`` (the default): none.

@@ -41,6 +41,7 @@ __all__ = [
     "PrepareStoreResult",
     "Tier",
     "TransferHandler",
+    "TransferPricing",
 ]
 
 
@@ -211,6 +212,24 @@ class TransferHandler(Protocol):
         """Block until these transfers have completed (a preemption barrier: the
         GPU blocks a store reads are about to be reused). They are still reported
         by the next ``finished_transfers``."""
+        ...
+
+
+class TransferPricing(Protocol):
+    """A tier's own price of its transfers, in the sim's virtual time.
+
+    A tier whose data path is not a plain copy over the preset's link (LMCache's:
+    staging through pinned buffers in 256-token chunks, with per-call work)
+    returns one from :meth:`kvframe.OffloadSpec.transfer_pricing`; the sim's
+    transfer handler then times every transfer of the tier with it instead of
+    the cost model's ``transfer_time``, and the tier view prices a load with it
+    too. Called once per transfer (one request, one direction) on the worker's
+    hot path: a plain method, never through pluggy.
+    """
+
+    def transfer_time(self, is_store: bool, num_gpu_blocks: int, num_bytes: int) -> float:
+        """Seconds to move ``num_gpu_blocks`` GPU blocks (``num_bytes`` bytes) of one
+        request in one call: device to tier if ``is_store``, else tier to device."""
         ...
 
 

@@ -23,7 +23,7 @@ from kvframe.executors.sim import SimExecutor
 
 if TYPE_CHECKING:
     from kvframe.contract.bases import EvictionPolicy
-    from kvframe.contract.offload import ConnectorSemantics, Tier
+    from kvframe.contract.offload import ConnectorSemantics, Tier, TransferPricing
     from kvframe.domain.costs import CostModel
     from kvframe.engine.config import EngineConfig
     from kvframe.executors.base import Executor
@@ -203,9 +203,16 @@ def build_offload(
         enable_events=enable_events,
     )
     cost_model = preset.cost_model
+    pricing = spec.transfer_pricing(context)
     if config.offload_bandwidth is not None:
+        if pricing is not None:
+            raise ConfigError(
+                f"--offload-bandwidth: the offload tier {resolved.name!r} prices its own "
+                "transfers; set the rates with its own options instead",
+                hints=[f"kvframe plugins offload {resolved.name}  # lists its options"],
+            )
         cost_model = attrs.evolve(cost_model, transfer_bytes_per_s=float(config.offload_bandwidth))
-    handler = _transfer_handler(cost_model, context, preset, spec if real_bytes else None)
+    handler = _transfer_handler(cost_model, context, preset, spec if real_bytes else None, pricing)
     if config.fidelity.offload_jobs:
         # vLLM 0.33.0's tier: its job-numbered connector, ledger and worker.
         from kvframe.engine.job_tier import build_job_tier
@@ -213,19 +220,28 @@ def build_offload(
         return build_job_tier(config, registry, resolved, spec, context, handler)
     manager, factor = _offload_manager(config, registry, resolved.name, spec, context)
     semantics = spec.connector_semantics()
-    connector = _offload_connector(config, manager, factor, cost_model, context, preset, semantics)
+    connector = _offload_connector(
+        config, manager, factor, cost_model, context, preset, semantics, pricing
+    )
     return OffloadTier(connector, OffloadWorker(handler, semantics), handler)
 
 
 def _transfer_handler(
-    cost_model: CostModel, context: OffloadContext, preset: Preset, real_bytes_spec: Any
+    cost_model: CostModel,
+    context: OffloadContext,
+    preset: Preset,
+    real_bytes_spec: Any,
+    pricing: TransferPricing | None = None,
 ) -> SimTransferHandler | RealBytesTransferHandler:
-    """The sim's handler, which times the tier's transfers; given the tier's spec
-    (``real_bytes_spec``, the torch executor), wrapped so that the spec's own
-    handler moves the bytes while the sim's keeps the time."""
+    """The sim's handler, which times the tier's transfers (at the tier's own
+    ``pricing`` if it has one); given the tier's spec (``real_bytes_spec``, the
+    torch executor), wrapped so that the spec's own handler moves the bytes
+    while the sim's keeps the time."""
     from kvframe.offload.slots.worker import SimTransferHandler
 
-    handler = SimTransferHandler(cost_model, context.gpu_block_bytes, preset.shape.num_layers)
+    handler = SimTransferHandler(
+        cost_model, context.gpu_block_bytes, preset.shape.num_layers, pricing
+    )
     if real_bytes_spec is None:
         return handler
     from kvframe.executors.torch.executor import RealBytesTransferHandler
@@ -292,10 +308,12 @@ def _offload_connector(
     context: OffloadContext,
     preset: Preset,
     semantics: ConnectorSemantics | None,
+    pricing: TransferPricing | None = None,
 ) -> OffloadingConnector:
     """The scheduler-side connector, with the tier's connector semantics (``None``:
-    vLLM's native connector); its tier view prices a load with the sim's transfer
-    model (what a load costs here), copies counted by the preset's block layout."""
+    vLLM's native connector); its tier view prices a load as the sim's handler
+    does (what a load costs here): at the tier's own ``pricing`` if it has one,
+    else on the cost model's link, copies counted by the preset's block layout."""
     from kvframe.domain.transfers import num_chunks
     from kvframe.offload.slots.connector import OffloadingConnector
 
@@ -305,6 +323,8 @@ def _offload_connector(
 
     def load_time(num_tokens: int) -> float:
         blocks = -(-num_tokens // block_size)
+        if pricing is not None:
+            return pricing.transfer_time(False, blocks, num_tokens * kv_bytes) if blocks else 0.0
         return cost_model.transfer_time(
             num_tokens * kv_bytes, num_chunks(cost_model.transfer_layout, blocks, layers)
         )

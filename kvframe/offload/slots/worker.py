@@ -42,7 +42,7 @@ from kvframe.core.scheduler_output import KVConnectorOutput
 from kvframe.domain.transfers import num_chunks
 
 if TYPE_CHECKING:
-    from kvframe.contract.offload import ConnectorSemantics, TransferHandler
+    from kvframe.contract.offload import ConnectorSemantics, TransferHandler, TransferPricing
     from kvframe.domain.costs import CostModel
     from kvframe.offload.slots.connector import OffloadConnectorMetadata
 
@@ -171,10 +171,19 @@ class SimTransferHandler:
         latency, per-copy cost) and the block layout that decides the chunks.
     :param gpu_block_bytes: bytes one (gpu block, host block) pair moves.
     :param num_layers: the model's layers (per-layer layouts copy each layer apart).
+    :param pricing: the tier's own price of a transfer
+        (:meth:`kvframe.OffloadSpec.transfer_pricing`); ``None``: the cost model's.
     """
 
-    def __init__(self, cost_model: CostModel, gpu_block_bytes: int, num_layers: int = 1) -> None:
+    def __init__(
+        self,
+        cost_model: CostModel,
+        gpu_block_bytes: int,
+        num_layers: int = 1,
+        pricing: TransferPricing | None = None,
+    ) -> None:
         self.cost_model = cost_model
+        self.pricing = pricing
         self.gpu_block_bytes = gpu_block_bytes
         self.num_layers = num_layers
         self.now = 0.0
@@ -203,8 +212,11 @@ class SimTransferHandler:
             if not pairs:
                 continue
             num_bytes = len(pairs) * self.gpu_block_bytes
-            chunks = num_chunks(self.cost_model.transfer_layout, len(pairs), self.num_layers)
-            duration = self.cost_model.transfer_time(num_bytes, chunks)
+            if self.pricing is not None:
+                duration = self.pricing.transfer_time(direction == 1, len(pairs), num_bytes)
+            else:
+                chunks = num_chunks(self.cost_model.transfer_layout, len(pairs), self.num_layers)
+                duration = self.cost_model.transfer_time(num_bytes, chunks)
             end = max(self.now, self._engine_free_at[direction]) + duration
             self._engine_free_at[direction] = end
             finish = max(finish, end)

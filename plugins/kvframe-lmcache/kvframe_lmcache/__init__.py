@@ -6,6 +6,6 @@ when it is built.
 
 from __future__ import annotations
 
-from kvframe_lmcache.spec import LMCacheOffloadSpec
+from kvframe_lmcache.spec import LMCACHE_0_3_7, LMCacheOffloadSpec, LMCachePricing
 
-__all__ = ["LMCacheOffloadSpec"]
+__all__ = ["LMCACHE_0_3_7", "LMCacheOffloadSpec", "LMCachePricing"]
