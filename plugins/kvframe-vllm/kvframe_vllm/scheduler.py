@@ -250,6 +250,8 @@ class KvframeScheduler(SchedulerInterface):
         self._reset_preempted: set[str] = set()
         """Requests a reset preempted since the last step: vLLM 0.33 lists them in the
         next step's ``preempted_req_ids`` (0.19.1 lists only the step's own)."""
+        self._hashed_before_free: dict[str, int] = {}
+        """Hashed tokens per request before this update (see ``_hashed_tokens``)."""
         self._pause_state = PauseState.UNPAUSED
         self.sessions = sessions.VllmSessions(self)
         """Streaming-input sessions on vLLM's side (:mod:`kvframe_vllm.sessions`)."""
@@ -270,7 +272,11 @@ class KvframeScheduler(SchedulerInterface):
             vllm_config.kv_events_config, vllm_config.parallel_config.data_parallel_index
         )
         self.kv_events: KvEventLedger | None = (
-            KvEventLedger(self.core.block_size, self.core.kv_cache_manager.block_pool)
+            KvEventLedger(
+                self.core.block_size,
+                self.core.kv_cache_manager.block_pool,
+                compat.event_fields(self.kv_cache_config),
+            )
             if _kv_events_enabled(vllm_config)
             else None
         )
@@ -405,8 +411,10 @@ class KvframeScheduler(SchedulerInterface):
             total_num_scheduled_tokens=out.total_num_scheduled_tokens,
             scheduled_spec_decode_tokens={},
             scheduled_encoder_inputs={},
-            # Cascade attention is an optimisation hint; 0 turns it off.
-            num_common_prefix_blocks=[0],
+            # The cascade-attention hint as the release computes it (0.33: none).
+            num_common_prefix_blocks=compat.common_prefix_blocks(
+                self.core.kv_cache_manager, self.core.running
+            ),
             preempted_req_ids={*self._reset_preempted, *out.preempted_req_ids},
             finished_req_ids=set(out.finished_req_ids),
             free_encoder_mm_hashes=[],
@@ -537,6 +545,7 @@ class KvframeScheduler(SchedulerInterface):
         if self.perf_metrics is not None and self.perf_metrics.is_enabled():
             perf_stats = self.perf_metrics.get_step_perf_stats_per_gpu(scheduler_output)
         kv_out = self._pending.pop(id(scheduler_output))
+        self._note_hashed_before_free(scheduler_output)
         sampled = self._sampled_tokens(scheduler_output, model_runner_output)
         finished = {
             r.request_id: r
@@ -573,6 +582,18 @@ class KvframeScheduler(SchedulerInterface):
             if events:
                 self.kv_event_publisher.publish(KVEventBatch(ts=time.time(), events=events))
         return self._engine_outputs(outputs, model_runner_output, perf_stats)
+
+    def _note_hashed_before_free(self, scheduler_output: SchedulerOutput) -> None:
+        """The hashed tokens of each scheduled request whose first output is still to
+        come (vLLM 0.33's ``PrefillStats``): a request that finishes with that output
+        is freed by kvframe's core before the output is built, and vLLM counts the
+        blocks it cached as cache-creation tokens before it frees them."""
+        requests = self.requests
+        self._hashed_before_free = {
+            rid: self._hashed_tokens(rid)
+            for rid in scheduler_output.num_scheduled_tokens
+            if rid in requests and compat.prefill_stats_pending(requests[rid])
+        }
 
     def _sampled_tokens(
         self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
@@ -738,7 +759,11 @@ class KvframeScheduler(SchedulerInterface):
     def _hashed_tokens(self, request_id: str) -> int:
         """Tokens of the request's blocks findable in the prefix cache (vLLM 0.33's
         ``estimate_cached_tokens``; a request's hashed blocks are a prefix of its table).
-        0 for a request already freed (one that finished with its first output)."""
+        A request kvframe's core freed in this update (one that finished with its
+        first output) counts the blocks it held before (vLLM reads them before it
+        frees the request)."""
+        if request_id not in self.core.requests:
+            return self._hashed_before_free.get(request_id, 0)
         blocks = self.core.kv_cache_manager.get_blocks(request_id)
         hashed = sum(1 for block in blocks if block.block_hash is not None)
         return hashed * self.core.config.block_size

@@ -45,6 +45,8 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+from engine_core_scripts import first_token, random_script
+
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 os.environ.setdefault("PYTHONHASHSEED", "0")
 
@@ -323,15 +325,19 @@ class Harness:
     def pause(self, mode: str, clear_cache: bool) -> None:
         from vllm.v1.core.sched.interface import PauseState
 
-        if mode == "wait":
-            # EngineCoreProc's "wait": PAUSED_NEW, step until idle, then clear.
-            self.engine.scheduler.set_pause_state(PauseState.PAUSED_NEW)
-            self.log.append(["pause", mode, self.counts()])
-            self.run()
-            if clear_cache:
-                self.engine._reset_caches()
-        else:
-            self.engine.pause_scheduler(mode=mode, clear_cache=clear_cache)
+        try:
+            if mode == "wait":
+                # EngineCoreProc's "wait": PAUSED_NEW, step until idle, then clear.
+                self.engine.scheduler.set_pause_state(PauseState.PAUSED_NEW)
+                self.log.append(["pause", mode, self.counts()])
+                self.run()
+                if clear_cache:
+                    self.engine._reset_caches()
+            else:
+                self.engine.pause_scheduler(mode=mode, clear_cache=clear_cache)
+        except RuntimeError as exc:  # a clear refused (sessions hold blocks): compared
+            self.log.append(["paused", mode, clear_cache, "raised", type(exc).__name__])
+            return
         self.log.append(["paused", mode, clear_cache, self.counts()])
 
     def resume(self) -> None:
@@ -373,23 +379,21 @@ def _hash(value: Any) -> Any:
     return value.hex() if isinstance(value, bytes) else value
 
 
+def _plain(value: Any) -> Any:
+    """A KV event's field as JSON: hashes (bytes) as hex, tuples as lists."""
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
 def _event(event: Any) -> list[Any]:
-    kind = type(event).__name__
-    if kind == "BlockStored":
-        return [
-            kind,
-            [_hash(h) for h in event.block_hashes],
-            _hash(event.parent_block_hash),
-            list(event.token_ids),
-            event.block_size,
-            event.lora_id,
-            event.medium,
-            event.lora_name,
-            None if event.extra_keys is None else [list(k or ()) for k in event.extra_keys],
-        ]
-    if kind == "BlockRemoved":
-        return [kind, [_hash(h) for h in event.block_hashes], event.medium]
-    return [kind]
+    """A KV event with every field its release declares, in declaration order
+    (0.33 adds ``group_idx``, the cache-spec kind, locality, session and
+    look-ahead fields that KV-aware routers read)."""
+    fields = type(event).__struct_fields__
+    return [type(event).__name__, *(_plain(getattr(event, name)) for name in fields)]
 
 
 def _scheduler_output(out: Any) -> dict[str, Any]:
@@ -420,6 +424,7 @@ def _scheduler_output(out: Any) -> dict[str, Any]:
         "preempted": sorted(out.preempted_req_ids or ()),
         "finished": sorted(out.finished_req_ids),
         "total": out.total_num_scheduled_tokens,
+        "common_prefix_blocks": list(out.num_common_prefix_blocks),
     }
 
 
@@ -693,6 +698,7 @@ def streaming(h: Harness) -> None:
 
 SCENARIOS: dict[str, tuple[Any, str]] = {
     "aborts": (aborts, "fcfs"),
+    "first-token": (first_token, "fcfs"),
     "priority": (priority, "priority"),
     "duplicate": (duplicate, "fcfs"),
     "reset-mid-prefill": (reset_mid_prefill, "fcfs"),
@@ -703,6 +709,30 @@ SCENARIOS: dict[str, tuple[Any, str]] = {
         for clear in (True, False)
     },
 }
+
+
+def _random_scenarios(argv: list[str]) -> dict[str, tuple[Any, str]]:
+    """``--seeds=A:B``: the random scripts of seeds A..B-1, even seeds under ``fcfs``,
+    odd ones under ``priority``."""
+    chosen = [a.split("=", 1)[1] for a in argv if a.startswith("--seeds=")]
+    seeds: list[int] = []
+    for spec in chosen:
+        start, _, stop = spec.partition(":")
+        seeds.extend(range(int(start), int(stop)) if stop else [int(start)])
+    return {
+        f"random-{seed}": (random_script(seed), "priority" if seed % 2 else "fcfs")
+        for seed in seeds
+    }
+
+
+def _run_scenario(scheduler: str, scenario: Any, policy: str, async_scheduling: bool) -> Any:
+    """One scenario on a fresh engine; an exception ends its log as a record (compared)."""
+    h = Harness(scheduler, policy=policy, async_scheduling=async_scheduling)
+    try:
+        scenario(h)
+    except Exception as exc:
+        h.log.append(["crashed", type(exc).__name__, str(exc)[:200]])
+    return {"scheduler": h.name, "log": h.log}
 
 
 def main(argv: list[str]) -> None:
@@ -716,14 +746,14 @@ def main(argv: list[str]) -> None:
         os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
     async_scheduling = "--async-scheduling" in argv
     only = {a.split("=", 1)[1] for a in argv if a.startswith("--only=")}
+    randoms = _random_scenarios(argv)
+    scenarios = {**SCENARIOS, **randoms}
     results: dict[str, Any] = {}
-    for name, (scenario, policy) in SCENARIOS.items():
-        if only and name not in only:
+    for name, (scenario, policy) in scenarios.items():
+        if (only and name not in only) or ("--random-only" in argv and name not in randoms):
             continue
-        h = Harness(scheduler, policy=policy, async_scheduling=async_scheduling)
-        scenario(h)
-        results[name] = {"scheduler": h.name, "log": h.log}
-    if only:
+        results[name] = _run_scenario(scheduler, scenario, policy, async_scheduling)
+    if only or "--random-only" in argv:
         Path(argv[1]).write_text(json.dumps(results))
         return
     # The refused-request scenario: the bridge gets the refused requests, vLLM not
