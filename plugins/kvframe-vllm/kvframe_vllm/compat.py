@@ -61,6 +61,15 @@ per-step code calls a plain function and never tests a version string:
   (0.33's ``PrefillStats.finalize``): 0.33 counts the blocks the request
   cached before it frees them, so the bridge notes them before kvframe's core
   frees the request (0.19.1 has no such count);
+* **a streaming-input session's block hashes when it takes a chunk**: 0.33's
+  ``_update_request_as_session`` drops the hashes past the tokens it keeps
+  (``del session.block_hashes[keep_end // self.hash_block_size :]``); 0.19.1's
+  keeps them, so a block filled by the discarded sampled token keeps that
+  token's hash while it is computed with the chunk's -- vLLM 0.19.1 then caches
+  it under a hash of tokens it does not hold, and a later prompt with the
+  discarded token is served the chunk's KV. The bridge drops and recomputes
+  them on 0.19.1 too (:func:`session_hashes_kept`; a documented departure,
+  docs/vllm.md "Streaming input");
 * **finish_requests** returns ``(request id, client index)`` pairs in 0.19.1,
   the vLLM ``Request`` objects in 0.33.
 
@@ -96,6 +105,7 @@ __all__ = [
     "record_first_admission",
     "reset_preemptions_reported",
     "reset_without_connector_succeeds",
+    "session_hashes_kept",
     "stale_tokens_dropped",
     "stats_fields",
     "tier_connector",
@@ -250,6 +260,26 @@ def _no_session_id(request: Request) -> Any:
 event_session_id: Callable[[Request], Any] = _session_id_033 if INTERFACE_033 else _no_session_id
 """The ``session_id`` a ``BlockStored`` names: the storing request's (0.33; 0.19.1 has
 no such field, and the ledger leaves it out). Chosen once, at import."""
+
+
+def _rehash_past_kept(request: Request, kept_tokens: int, block_size: int) -> None:
+    # What 0.33's _update_request_as_session does and 0.19.1's does not: the
+    # hashes of blocks past the kept tokens go, and are computed again from the
+    # session's tokens now (its new chunk in place of the discarded token).
+    del request.block_hashes[kept_tokens // block_size :]
+    request.update_block_hashes()
+
+
+def _hashes_already_kept(request: Request, kept_tokens: int, block_size: int) -> None:
+    return None  # 0.33 dropped them itself
+
+
+session_hashes_kept: Callable[[Request, int, int], None] = (
+    _hashes_already_kept if INTERFACE_033 else _rehash_past_kept
+)
+"""After vLLM's ``_update_request_as_session`` kept ``kept_tokens`` of a session's
+tokens: make its block hashes those of its tokens (0.19.1 leaves the hash of a block
+filled by the discarded sampled token). Chosen once, at import."""
 
 
 def lookups_counted_at_admission() -> bool:

@@ -3,7 +3,7 @@
 Run under the vLLM interpreter (``test_engine_core.py`` does)::
 
     python engine_core_harness.py vllm|bridge OUT.json [--v2|--v1] [--async-scheduling]
-        [--only=SCENARIO ...]
+        [--only=SCENARIO ...] [--seeds=A:B [--random-only]] [--session-hash-fix]
 
 and it writes one JSON object to ``OUT.json``: for every scenario, the record
 of every engine call -- each step's ``SchedulerOutput`` as the executor
@@ -45,7 +45,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from engine_core_scripts import first_token, random_script
+from engine_core_scripts import first_token, random_script, stale_session_block
 
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 os.environ.setdefault("PYTHONHASHSEED", "0")
@@ -703,12 +703,37 @@ SCENARIOS: dict[str, tuple[Any, str]] = {
     "duplicate": (duplicate, "fcfs"),
     "reset-mid-prefill": (reset_mid_prefill, "fcfs"),
     "streaming": (streaming, "fcfs"),
+    "stale-session-block": (stale_session_block, "fcfs"),
     **{
         f"pause-{mode}-{'clear' if clear else 'keepcache'}": (_pause(mode, clear), "fcfs")
         for mode in ("abort", "wait", "keep")
         for clear in (True, False)
     },
 }
+
+
+def _fix_session_hashes_019() -> None:
+    """``--session-hash-fix``: vLLM 0.19.1's ``Scheduler`` with 0.33's fix of a
+    streaming-input session's block hashes (0.33's ``_update_request_as_session``
+    drops the hashes past the tokens it keeps; 0.19.1's keeps the hash of a block
+    the discarded sampled token filled, and caches the block under it). The
+    bridge makes that fix on 0.19.1 (``kvframe_vllm.compat.session_hashes_kept``),
+    so with this flag vLLM's side is compared under the same rule; without it the
+    scenario ``stale-session-block`` shows the difference. No-op on 0.33."""
+    import vllm
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    if not vllm.__version__.startswith("0.19"):
+        return
+    original = Scheduler._update_request_as_session
+
+    def update_request_as_session(self: Any, session: Any, update: Any) -> None:
+        kept = session.num_computed_tokens
+        original(self, session, update)
+        del session.block_hashes[kept // BLOCK_SIZE :]
+        session.update_block_hashes()
+
+    Scheduler._update_request_as_session = update_request_as_session
 
 
 def _random_scenarios(argv: list[str]) -> dict[str, tuple[Any, str]]:
@@ -745,6 +770,8 @@ def main(argv: list[str]) -> None:
     if "--v1" in argv:
         os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
     async_scheduling = "--async-scheduling" in argv
+    if "--session-hash-fix" in argv and scheduler == "vllm":
+        _fix_session_hashes_019()
     only = {a.split("=", 1)[1] for a in argv if a.startswith("--only=")}
     randoms = _random_scenarios(argv)
     scenarios = {**SCENARIOS, **randoms}

@@ -23,7 +23,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["SEEDS", "first_token", "random_script"]
+__all__ = ["SEEDS", "first_token", "random_script", "stale_session_block"]
 
 SEEDS = range(20)
 """The seeds the tests run (``--seeds=A:B`` picks others)."""
@@ -183,4 +183,31 @@ def first_token(h: Any) -> None:
     h.add("hit", _prompt(85, 33, shared=32), 1, arrival=5.0)
     h.run()
     h.add("exact", _prompt(81, 48), 1, arrival=6.0)  # a prompt of whole cached blocks
+    h.run()
+
+
+def stale_session_block(h: Any) -> None:
+    """A streaming-input session whose discarded sampled token had filled a block.
+
+    Session ``s`` has a 47-token prompt and ``max_tokens=1``: its one sampled
+    token ``t`` is the 48th token and fills block 2, which vLLM's request
+    hashes at once (``append_output_token_ids``). The next chunk resumes it
+    from its 47 computed tokens: ``t`` is dropped and the chunk's first token
+    takes position 47. vLLM 0.33 drops the hashes past the kept tokens with it
+    and hashes block 2 again; vLLM 0.19.1 does not
+    (``Scheduler._update_request_as_session`` truncates ``_all_token_ids``,
+    not ``block_hashes``), so it caches block 2 -- which now holds the
+    chunk's token -- under the hash of ``t``. ``probe`` then asks for the
+    prompt with ``t`` at position 47: under 0.19.1 it hits 48 tokens, the
+    last of which is the chunk's KV, not ``t``'s."""
+    from engine_core_harness import token
+
+    prompt = _prompt(91, 47, shared=16)
+    h.add("s", prompt, 1, arrival=0.0, resumable=True, tag="chunk")
+    h.run()  # s samples t and waits for input
+    h.add("s", _prompt(92, 8), 1, arrival=1.0, resumable=True, tag="chunk")
+    h.run()  # resumed: block 2 computed with the chunk's first token
+    h.add("probe", [*prompt, token("s", 0), *_prompt(93, 10)], 1, arrival=2.0)
+    h.run()
+    h.add("s", [0], 1, arrival=3.0, tag="close")
     h.run()
