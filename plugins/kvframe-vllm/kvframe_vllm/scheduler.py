@@ -69,7 +69,7 @@ from vllm.distributed.kv_events import EventPublisherFactory, KVEventBatch
 from vllm.v1.core.sched.interface import PauseState, SchedulerInterface
 from vllm.v1.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
 from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs
-from vllm.v1.metrics.stats import SchedulerStats
+from vllm.v1.metrics.stats import PrefixCacheStats, SchedulerStats
 from vllm.v1.request import RequestStatus as VllmStatus
 
 import kvframe
@@ -262,6 +262,8 @@ class KvframeScheduler(SchedulerInterface):
         if vllm_config.kv_transfer_config is not None:
             self.connector = tier.build_connector(vllm_config, kv_cache_config)
             self.tier = compat.tier_connector(self.connector, self.requests, self._block_ids)
+            if self.log_stats:
+                self.tier.prefix_stats = PrefixCacheStats()
 
     def _build_observers(self, vllm_config: VllmConfig, log_stats: bool) -> None:
         """What reports on the steps: KV-cache events, request events, prefix-cache
@@ -577,11 +579,21 @@ class KvframeScheduler(SchedulerInterface):
             outputs[client].extend(errors)
             if self.finished_req_ids_dict is not None:
                 self.finished_req_ids_dict[client].update(e.request_id for e in errors)
-        if self.kv_events is not None:
-            events = self.kv_events.translate(self.core.kv_cache_manager.take_events())
-            if events:
-                self.kv_event_publisher.publish(KVEventBatch(ts=time.time(), events=events))
+        self._publish_events()
         return self._engine_outputs(outputs, model_runner_output, perf_stats)
+
+    def _publish_events(self) -> None:
+        """The step's KV events as one batch, as vLLM's scheduler publishes them:
+        the GPU cache's (kvframe's, translated), then the connector's (its tier's)."""
+        events = (
+            self.kv_events.translate(self.core.kv_cache_manager.take_events())
+            if self.kv_events is not None
+            else []
+        )
+        if self.tier is not None:
+            events.extend(self.tier.take_events())
+        if events:
+            self.kv_event_publisher.publish(KVEventBatch(ts=time.time(), events=events))
 
     def _note_hashed_before_free(self, scheduler_output: SchedulerOutput) -> None:
         """The hashed tokens of each scheduled request whose first output is still to
@@ -695,8 +707,13 @@ class KvframeScheduler(SchedulerInterface):
                 else:
                     engine_outputs[client] = EngineCoreOutputs(finished_requests=ids)
             self.finished_req_ids_dict.clear()
+        report = model_runner_output.kv_connector_output
         stats = self.make_stats(
-            cudagraph_stats=model_runner_output.cudagraph_stats, perf_stats=perf_stats
+            kv_connector_stats=None
+            if self.tier is None
+            else self.tier.step_stats(report.kv_connector_stats if report else None),
+            cudagraph_stats=model_runner_output.cudagraph_stats,
+            perf_stats=perf_stats,
         )
         if stats is not None:
             # vLLM returns stats every step, to one front end, even with no outputs.
@@ -846,7 +863,11 @@ class KvframeScheduler(SchedulerInterface):
             if self.connector is not None:
                 # vLLM's reset_connector_cache: the connector's own reset (the tier's
                 # cache), asked whatever the local reset gave; only False fails it.
-                return self.connector.reset_cache() is not False and reset
+                if self.connector.reset_cache() is False:
+                    return False
+                assert self.tier is not None
+                self.tier.cache_reset()
+                return reset
             # With no connector vLLM 0.19.1 warns and reports failure; 0.33 treats
             # it as a no-op success (its pause and sleep always ask for it).
             if compat.reset_without_connector_succeeds():
@@ -887,12 +908,17 @@ class KvframeScheduler(SchedulerInterface):
     ) -> SchedulerStats | None:
         if not self.log_stats:
             return None
+        connector = self.tier
         return scheduler_stats(
             self.core,
             admissions=self.admissions,
             deferred=self.sessions.num_deferred,
             cudagraph_stats=cudagraph_stats,
             perf_stats=perf_stats,
+            connector_prefix=None if connector is None else connector.take_prefix_stats(),
+            connector_stats=None
+            if connector is None
+            else connector.stats_payload(kv_connector_stats),
         )
 
     def shutdown(self) -> None:
