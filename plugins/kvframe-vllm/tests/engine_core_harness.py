@@ -40,12 +40,11 @@ from __future__ import annotations
 import json
 import os
 import sys
-import zlib
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from engine_core_scripts import first_token, random_script, stale_session_block
+from engine_core_scripts import BLOCK_SIZE, first_token, random_script, stale_session_block, token
 
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 os.environ.setdefault("PYTHONHASHSEED", "0")
@@ -56,7 +55,6 @@ MODEL_DIR = Path(
     or REPO.parent / "shared" / "tools" / "vllm-reference" / "model"
 )
 BRIDGE_CLS = "kvframe_vllm.scheduler.KvframeScheduler"
-BLOCK_SIZE = 16
 NUM_BLOCKS = 20
 """Small enough that the long scenarios preempt."""
 BUDGET = 64
@@ -65,11 +63,6 @@ MAX_MODEL_LEN = (NUM_BLOCKS - 1) * BLOCK_SIZE
 """What the pool holds (vLLM 0.33 checks one such request fits in the
 ``num_gpu_blocks_override`` pool less its null block); the longest scenario
 request (150 + 60 tokens) stays below it, so no request is cut by it."""
-
-
-def token(request_id: str, position: int) -> int:
-    """The fake model's sample for output ``position`` of ``request_id``."""
-    return 100 + (zlib.crc32(request_id.encode()) + 31 * position) % 1000
 
 
 def make_executor_class() -> type:

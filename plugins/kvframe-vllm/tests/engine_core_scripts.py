@@ -20,16 +20,24 @@ tokens could reach it.
 from __future__ import annotations
 
 import random
+import zlib
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["SEEDS", "first_token", "random_script", "stale_session_block"]
+__all__ = ["BLOCK_SIZE", "SEEDS", "first_token", "random_script", "stale_session_block", "token"]
 
+BLOCK_SIZE = 16
+"""The engine's block size (the harness builds its cache with it)."""
 SEEDS = range(20)
 """The seeds the tests run (``--seeds=A:B`` picks others)."""
 SESSION_BUDGET = 240
 """A session is closed before its prompt chunks and outputs could pass this many
 tokens (the pool holds 304: no session is cut by ``max_model_len``)."""
+
+
+def token(request_id: str, position: int) -> int:
+    """The fake model's sample for output ``position`` of ``request_id``."""
+    return 100 + (zlib.crc32(request_id.encode()) + 31 * position) % 1000
 
 
 def _prompt(seed: int, length: int, shared: int = 0) -> list[int]:
@@ -200,8 +208,6 @@ def stale_session_block(h: Any) -> None:
     chunk's token -- under the hash of ``t``. ``probe`` then asks for the
     prompt with ``t`` at position 47: under 0.19.1 it hits 48 tokens, the
     last of which is the chunk's KV, not ``t``'s."""
-    from engine_core_harness import token
-
     prompt = _prompt(91, 47, shared=16)
     h.add("s", prompt, 1, arrival=0.0, resumable=True, tag="chunk")
     h.run()  # s samples t and waits for input
