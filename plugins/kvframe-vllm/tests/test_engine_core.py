@@ -418,11 +418,18 @@ def test_random_scripts_reach_what_they_claim(random_runs: Any, release: str, mo
     vllm, _ = _random_pair(random_runs, release, mode)
     assert not _entries(vllm, "crashed")
     steps = [s for s in _entries(vllm, "step") if s[1] is not None]
-    assert sum(len(s[1]["preempted"]) for s in steps) > 10
+    assert sum(len(s[1]["preempted"]) for s in steps) >= 5
     assert len(_entries(vllm, "abort")) > 20 and len(_entries(vllm, "resumed")) > 5
     assert len(_entries(vllm, "reset")) > 10 and len(_entries(vllm, "close")) > 10
-    outputs = [o for s in steps for c in s[2].values() for o in c["outputs"]]
-    first_token = {o[0] for o in outputs if o[2] is not None and len(o[1]) == 1}
+    assert any(isinstance(e[2], list) for e in _entries(vllm, "reset"))  # raised
+    first_token = {
+        (name, o[0])
+        for name, result in vllm.items()
+        for s in _steps(result["log"])
+        for c in s[2].values()
+        for o in c["outputs"]
+        if o[2] is not None and len(o[1]) == 1
+    }
     assert len(first_token) > 50
     kinds = {e[0] for s in steps for e in s[4]}
     assert kinds == {"BlockStored", "BlockRemoved", "AllBlocksCleared"}
