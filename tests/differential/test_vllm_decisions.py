@@ -144,6 +144,7 @@ def test_the_bridges_tier_was_exercised(comparisons: Comparisons, release: str) 
     counters = ("tier_loads", "tier_stores", "tier_evictions", "preemptions")
     for counter, least in zip(counters, _BRIDGED_TIER_AT_LEAST[release], strict=True):
         assert sum(s[counter] for s in bridged) > least, counter
+    _assert_connector_reported(results)
     if release == "0.19.1":
         return
     flushed = waiting = completed = 0
@@ -153,6 +154,22 @@ def test_the_bridges_tier_was_exercised(comparisons: Comparisons, release: str) 
             waiting += len(record.get("waiting_remote", ()))
             completed += len(record.get("completed_jobs", ()))
     assert flushed > 10 and waiting > 10 and completed > 300, (flushed, waiting, completed)
+
+
+def _assert_connector_reported(results: dict[str, compare.Result]) -> None:
+    """What vLLM's clients read of the tier was compared (the ``connector`` field of
+    both sides' records): the connector's prefix-cache lookups and hits, and the
+    tier's own KV events (medium ``CPU``) beside the GPU's."""
+    queries = hits = tier_events = 0
+    for result in results.values():
+        for record in compare.iter_records(result.kvframe_path):
+            if "connector" not in record:
+                continue  # async: the last step scheduled, never applied
+            prefix, _, events = record["connector"]
+            if prefix is not None:
+                queries, hits = queries + prefix[2], hits + prefix[3]
+            tier_events += sum(1 for e in events if "CPU" in e[1:])
+    assert queries > 0 and hits > 0 and tier_events > 0, (queries, hits, tier_events)
 
 
 @pytest.mark.parametrize("release", RELEASES)

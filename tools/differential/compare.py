@@ -199,9 +199,10 @@ def iter_records(path: Path) -> Iterator[Record]:
 # --------------------------------------------------------------------------
 
 
-OPTIONAL_FIELDS = ("blocks", "outputs")
+OPTIONAL_FIELDS = ("blocks", "outputs", "connector")
 """Record fields compared only when both sides recorded them (``--blocks``;
-``outputs`` exists only in vLLM-typed records: vLLM's and the bridge's)."""
+``outputs`` and, with a tier, ``connector`` -- the connector's stats and the KV
+events -- exist only in vLLM-typed records: vLLM's and the bridge's)."""
 
 
 def same_step(a: Record, b: Record) -> bool:

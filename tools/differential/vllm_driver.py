@@ -227,12 +227,20 @@ class VllmAdapter:
                 ]
             else:
                 kv_cache_tensors = [KVCacheTensor(size=size, shared_by=["layer"])]
+        kv_events_config = None
+        if tier:
+            # With a tier the records carry what vLLM's clients read of it:
+            # SchedulerStats' connector fields and every KV event (GPU and tier).
+            from vllm.config import KVEventsConfig
+
+            kv_events_config = KVEventsConfig(enable_kv_cache_events=True, publisher="null")
         vllm_config = VllmConfig(
             scheduler_config=scheduler_config,
             model_config=model_config,
             cache_config=cache_config,
             device_config=DeviceConfig(device="cpu"),
             kv_transfer_config=kv_transfer_config,
+            kv_events_config=kv_events_config,
             additional_config={"kvframe_scheduler": config["policy"]} if bridge else {},
         )
         kv_cache_config = KVCacheConfig(
@@ -256,9 +264,13 @@ class VllmAdapter:
             kv_cache_config=kv_cache_config,
             structured_output_manager=StructuredOutputManager(vllm_config),
             block_size=block_size,
-            log_stats=False,
+            log_stats=bool(tier),
             **extra_args,
         )
+        self._published: list[Any] | None = None
+        if tier:
+            self._published = []
+            self.scheduler.kv_event_publisher = _Recorder(self._published)
         if bridge:
             self._step = 0
             self.scheduler.clock = lambda: float(self._step)  # one second per step
@@ -556,6 +568,8 @@ class VllmAdapter:
             kv_connector_output=kv_connector_output,
         )
         engine_outputs = self.scheduler.update_from_output(view.raw, runner_output)
+        if self._published is not None:
+            view.extra["connector"] = self._connector_record(engine_outputs)
         outputs = [o for eco in engine_outputs.values() for o in eco.outputs]
         view.extra["outputs"] = sorted(
             [
@@ -568,6 +582,75 @@ class VllmAdapter:
             for o in outputs
         )
         return [o.request_id for o in outputs if o.finish_reason is not None]
+
+    def _connector_record(self, engine_outputs: dict[int, Any]) -> list[Any]:
+        """What vLLM's clients read of the tier this step: the connector's prefix-cache
+        counters and stats payload from ``SchedulerStats``, and every KV event
+        published (all fields, GPU and tier alike)."""
+        assert self._published is not None
+        stats = next(
+            (e.scheduler_stats for e in engine_outputs.values() if e.scheduler_stats), None
+        )
+        events = [_event(e) for batch in self._published for e in batch.events]
+        self._published.clear()
+        if stats is None:
+            return [None, None, events]
+        p = stats.connector_prefix_cache_stats
+        prefix = (
+            None
+            if p is None
+            else [
+                p.reset,
+                p.requests,
+                p.queries,
+                p.hits,
+                p.preempted_requests,
+                p.preempted_queries,
+                p.preempted_hits,
+                {str(k): v for k, v in getattr(p, "hits_by_source", {}).items()},
+            ]
+        )
+        return [prefix, _untimed(_plain(stats.kv_connector_stats)), events]
+
+
+class _Recorder:
+    """A KV-event publisher keeping every batch (vLLM's publisher interface)."""
+
+    def __init__(self, into: list[Any]) -> None:
+        self.into = into
+
+    def publish(self, batch: Any) -> None:
+        self.into.append(batch)
+
+    def shutdown(self) -> None:
+        return None
+
+
+def _plain(value: Any) -> Any:
+    """A value as JSON: bytes as hex, tuples as lists, dicts with string keys."""
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    return value
+
+
+def _untimed(value: Any, name: str = "") -> Any:
+    """A stats payload less its timings: a metric named in seconds (0.33's
+    ``kv_offload_lookup_sync_delay_seconds``) keeps only how many samples it has."""
+    if isinstance(value, dict):
+        return {k: _untimed(v, k if k.startswith("vllm:") else name) for k, v in value.items()}
+    if name.endswith("_seconds") and isinstance(value, list):
+        return len(value)
+    return value
+
+
+def _event(event: Any) -> list[Any]:
+    """A KV event with every field its release declares, in declaration order."""
+    fields = type(event).__struct_fields__
+    return [type(event).__name__, *(_plain(getattr(event, name)) for name in fields)]
 
 
 def _at_least(version: str, wanted: tuple[int, int]) -> bool:

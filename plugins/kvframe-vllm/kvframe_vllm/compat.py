@@ -49,6 +49,27 @@ per-step code calls a plain function and never tests a version string:
   finishes a request through ``request_finished_all_groups`` with its status
   set, and hands it a block-state view while it builds its metadata
   (:mod:`kvframe_vllm.tier033`); 0.19.1's calls are :mod:`kvframe_vllm.tier`'s;
+* **the cascade-attention hint** (``SchedulerOutput.num_common_prefix_blocks``):
+  0.19.1 sends, per KV-cache group, the leading blocks of the first running
+  request that every request holding blocks shares; 0.33 removed cascade
+  attention and sends an empty list;
+* **KV events** (``--kv-events-config``): 0.33's ``BlockStored`` also carries
+  the KV-cache group (``group_idx``), its spec kind (``"full_attention"``) and
+  sliding window, and the storing request's ``session_id``; its
+  ``BlockRemoved`` the group. 0.19.1's events have none of these fields;
+* **cache-creation tokens of a request that finishes with its first output**
+  (0.33's ``PrefillStats.finalize``): 0.33 counts the blocks the request
+  cached before it frees them, so the bridge notes them before kvframe's core
+  frees the request (0.19.1 has no such count);
+* **a streaming-input session's block hashes when it takes a chunk**: 0.33's
+  ``_update_request_as_session`` drops the hashes past the tokens it keeps
+  (``del session.block_hashes[keep_end // self.hash_block_size :]``); 0.19.1's
+  keeps them, so a block filled by the discarded sampled token keeps that
+  token's hash while it is computed with the chunk's -- vLLM 0.19.1 then caches
+  it under a hash of tokens it does not hold, and a later prompt with the
+  discarded token is served the chunk's KV. The bridge drops and recomputes
+  them on 0.19.1 too (:func:`session_hashes_kept`; a documented departure,
+  docs/vllm.md "Streaming input");
 * **finish_requests** returns ``(request id, client index)`` pairs in 0.19.1,
   the vLLM ``Request`` objects in 0.33.
 
@@ -74,12 +95,17 @@ __all__ = [
     "SUPPORTED",
     "VLLM_VERSION",
     "cached_tokens_output",
+    "common_prefix_blocks",
+    "event_fields",
+    "event_session_id",
     "fidelity_target",
     "finish_result",
     "lookups_counted_at_admission",
+    "prefill_stats_pending",
     "record_first_admission",
     "reset_preemptions_reported",
     "reset_without_connector_succeeds",
+    "session_hashes_kept",
     "stale_tokens_dropped",
     "stats_fields",
     "tier_connector",
@@ -162,6 +188,98 @@ def cached_tokens_output(request: Request, cached_tokens: Callable[[str], int]) 
     if stats is not None:
         stats.finalize(cached_tokens(request.request_id))
     return {"prefill_stats": stats}
+
+
+def _prefill_stats_pending_033(request: Request) -> bool:
+    return request.prefill_stats is not None
+
+
+def _no_prefill_stats(request: Request) -> bool:
+    return False
+
+
+prefill_stats_pending: Callable[[Request], bool] = (
+    _prefill_stats_pending_033 if INTERFACE_033 else _no_prefill_stats
+)
+"""Whether ``request``'s first output will carry ``PrefillStats`` whose cache-creation
+count reads its blocks (0.33; never under 0.19.1). Chosen once, at import."""
+
+
+def _common_prefix_blocks_019(kv_cache_manager: Any, running: Sequence[Any]) -> list[int]:
+    # vLLM 0.19.1's Scheduler.schedule: [0] per group with nothing running, else
+    # get_num_common_prefix_blocks of the first running request (one group here).
+    if not running:
+        return [0]
+    return [kv_cache_manager.get_num_common_prefix_blocks(running[0].request_id)]
+
+
+def _no_common_prefix_blocks(kv_cache_manager: Any, running: Sequence[Any]) -> list[int]:
+    return []  # 0.33: cascade attention removed, the field left at its default
+
+
+common_prefix_blocks: Callable[[Any, Sequence[Any]], list[int]] = (
+    _no_common_prefix_blocks if INTERFACE_033 else _common_prefix_blocks_019
+)
+"""``SchedulerOutput.num_common_prefix_blocks`` from kvframe's KV-cache manager and
+its running requests after the step was scheduled. Chosen once, at import."""
+
+
+def event_fields(kv_cache_config: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The keywords the running release adds to every ``BlockStored`` and
+    ``BlockRemoved`` (one KV-cache group: group 0), read once when the bridge is built.
+
+    0.33 annotates stored blocks with the group's spec kind and sliding window
+    (``KVCacheManager.take_events``) and removed ones with the group; 0.19.1's
+    events have no such fields.
+    """
+    if not INTERFACE_033:
+        return {}, {}
+    from vllm.v1.kv_cache_interface import (
+        get_kv_cache_spec_kind,
+        get_kv_cache_spec_sliding_window,
+    )
+
+    spec = kv_cache_config.kv_cache_groups[0].kv_cache_spec
+    stored = {
+        "group_idx": 0,
+        "kv_cache_spec_kind": get_kv_cache_spec_kind(spec).value,
+        "kv_cache_spec_sliding_window": get_kv_cache_spec_sliding_window(spec),
+        "session_id": None,  # the storing request's: the ledger fills it per event
+    }
+    return stored, {"group_idx": 0}
+
+
+def _session_id_033(request: Request) -> Any:
+    return request.session_id
+
+
+def _no_session_id(request: Request) -> Any:
+    return None
+
+
+event_session_id: Callable[[Request], Any] = _session_id_033 if INTERFACE_033 else _no_session_id
+"""The ``session_id`` a ``BlockStored`` names: the storing request's (0.33; 0.19.1 has
+no such field, and the ledger leaves it out). Chosen once, at import."""
+
+
+def _rehash_past_kept(request: Request, kept_tokens: int, block_size: int) -> None:
+    # What 0.33's _update_request_as_session does and 0.19.1's does not: the
+    # hashes of blocks past the kept tokens go, and are computed again from the
+    # session's tokens now (its new chunk in place of the discarded token).
+    del request.block_hashes[kept_tokens // block_size :]
+    request.update_block_hashes()
+
+
+def _hashes_already_kept(request: Request, kept_tokens: int, block_size: int) -> None:
+    return None  # 0.33 dropped them itself
+
+
+session_hashes_kept: Callable[[Request, int, int], None] = (
+    _hashes_already_kept if INTERFACE_033 else _rehash_past_kept
+)
+"""After vLLM's ``_update_request_as_session`` kept ``kept_tokens`` of a session's
+tokens: make its block hashes those of its tokens (0.19.1 leaves the hash of a block
+filled by the discarded sampled token). Chosen once, at import."""
 
 
 def lookups_counted_at_admission() -> bool:

@@ -13,9 +13,12 @@ caching and eviction order), so two things are left to the bridge:
   vLLM's hashes -- equal hashes still mean equal prefixes -- and its events
   carry them;
 * **what kvframe's events leave out**: the token ids and extra keys of each
-  stored block, which :class:`KvEventLedger` notes when a block is hashed and
-  adds when it translates kvframe's events into vLLM's. An entry lives while a
-  live request holds the hash or a cached block carries it.
+  stored block (and under vLLM 0.33 the storing request's ``session_id``),
+  which :class:`KvEventLedger` notes when a block is hashed and adds when it
+  translates kvframe's events into vLLM's, with the fields the release adds to
+  every event (0.33: the KV-cache group and its spec kind,
+  :func:`kvframe_vllm.compat.event_fields`). An entry lives while a live
+  request holds the hash or a cached block carries it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from vllm.v1.core.kv_cache_utils import maybe_convert_block_hash
 
 from kvframe.contract.records import AllBlocksCleared as KvAllBlocksCleared
 from kvframe.contract.records import BlockStored as KvBlockStored
+from kvframe_vllm.compat import event_session_id
 
 if TYPE_CHECKING:
     from vllm.v1.request import Request
@@ -70,13 +74,23 @@ class VllmBlockHashes:
 class KvEventLedger:
     """The token ids and extra keys of hashed blocks, for vLLM's ``BlockStored``."""
 
-    __slots__ = ("_block_pool", "_info", "block_size")
+    __slots__ = ("_block_pool", "_info", "_removed", "_sessions", "_stored", "block_size")
 
-    def __init__(self, block_size: int, block_pool: Any) -> None:
+    def __init__(
+        self,
+        block_size: int,
+        block_pool: Any,
+        fields: tuple[dict[str, Any], dict[str, Any]] = ({}, {}),
+    ) -> None:
+        """``fields``: the keywords the release adds to every ``BlockStored`` and
+        ``BlockRemoved`` (:func:`kvframe_vllm.compat.event_fields`)."""
         self.block_size = block_size
         self._block_pool = block_pool
         self._info: dict[Any, list[Any]] = {}
-        """hash -> [token ids, extra keys, live requests holding it]."""
+        """hash -> [token ids, extra keys, live requests holding it, session id]."""
+        self._stored, self._removed = fields
+        self._sessions = "session_id" in self._stored
+        """The release's ``BlockStored`` names the storing request's session (0.33)."""
 
     def __len__(self) -> int:
         return len(self._info)
@@ -94,7 +108,12 @@ class KvEventLedger:
                 # cache salt on the first block (LoRA, multimodal and prompt
                 # embeddings are refused by the bridge).
                 extra = (salt,) if index == 0 and salt else None
-                info[block_hash] = [tokens[index * size : (index + 1) * size], extra, 1]
+                info[block_hash] = [
+                    tokens[index * size : (index + 1) * size],
+                    extra,
+                    1,
+                    event_session_id(request),
+                ]
             else:
                 entry[2] += 1
 
@@ -116,10 +135,13 @@ class KvEventLedger:
         info = self._info
         out: list[Any] = []
         dropped: list[Any] = []
+        stored, removed = self._stored, self._removed
         for event in events:
             if isinstance(event, KvBlockStored):
                 entries = [info[h] for h in event.block_hashes]
                 parent = event.parent_block_hash
+                if self._sessions:
+                    stored = {**self._stored, "session_id": entries[0][3]}
                 out.append(
                     BlockStored(
                         block_hashes=[maybe_convert_block_hash(h) for h in event.block_hashes],
@@ -132,6 +154,7 @@ class KvEventLedger:
                         medium=event.medium,
                         lora_name=None,
                         extra_keys=[entry[1] for entry in entries],
+                        **stored,
                     )
                 )
             elif isinstance(event, KvAllBlocksCleared):
@@ -142,6 +165,7 @@ class KvEventLedger:
                     BlockRemoved(
                         block_hashes=[maybe_convert_block_hash(h) for h in event.block_hashes],
                         medium=event.medium,
+                        **removed,
                     )
                 )
                 dropped.extend(event.block_hashes)

@@ -69,7 +69,7 @@ from vllm.distributed.kv_events import EventPublisherFactory, KVEventBatch
 from vllm.v1.core.sched.interface import PauseState, SchedulerInterface
 from vllm.v1.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
 from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs
-from vllm.v1.metrics.stats import SchedulerStats
+from vllm.v1.metrics.stats import PrefixCacheStats, SchedulerStats
 from vllm.v1.request import RequestStatus as VllmStatus
 
 import kvframe
@@ -250,6 +250,8 @@ class KvframeScheduler(SchedulerInterface):
         self._reset_preempted: set[str] = set()
         """Requests a reset preempted since the last step: vLLM 0.33 lists them in the
         next step's ``preempted_req_ids`` (0.19.1 lists only the step's own)."""
+        self._hashed_before_free: dict[str, int] = {}
+        """Hashed tokens per request before this update (see ``_hashed_tokens``)."""
         self._pause_state = PauseState.UNPAUSED
         self.sessions = sessions.VllmSessions(self)
         """Streaming-input sessions on vLLM's side (:mod:`kvframe_vllm.sessions`)."""
@@ -260,6 +262,8 @@ class KvframeScheduler(SchedulerInterface):
         if vllm_config.kv_transfer_config is not None:
             self.connector = tier.build_connector(vllm_config, kv_cache_config)
             self.tier = compat.tier_connector(self.connector, self.requests, self._block_ids)
+            if self.log_stats:
+                self.tier.prefix_stats = PrefixCacheStats()
 
     def _build_observers(self, vllm_config: VllmConfig, log_stats: bool) -> None:
         """What reports on the steps: KV-cache events, request events, prefix-cache
@@ -270,7 +274,11 @@ class KvframeScheduler(SchedulerInterface):
             vllm_config.kv_events_config, vllm_config.parallel_config.data_parallel_index
         )
         self.kv_events: KvEventLedger | None = (
-            KvEventLedger(self.core.block_size, self.core.kv_cache_manager.block_pool)
+            KvEventLedger(
+                self.core.block_size,
+                self.core.kv_cache_manager.block_pool,
+                compat.event_fields(self.kv_cache_config),
+            )
             if _kv_events_enabled(vllm_config)
             else None
         )
@@ -405,8 +413,10 @@ class KvframeScheduler(SchedulerInterface):
             total_num_scheduled_tokens=out.total_num_scheduled_tokens,
             scheduled_spec_decode_tokens={},
             scheduled_encoder_inputs={},
-            # Cascade attention is an optimisation hint; 0 turns it off.
-            num_common_prefix_blocks=[0],
+            # The cascade-attention hint as the release computes it (0.33: none).
+            num_common_prefix_blocks=compat.common_prefix_blocks(
+                self.core.kv_cache_manager, self.core.running
+            ),
             preempted_req_ids={*self._reset_preempted, *out.preempted_req_ids},
             finished_req_ids=set(out.finished_req_ids),
             free_encoder_mm_hashes=[],
@@ -537,6 +547,7 @@ class KvframeScheduler(SchedulerInterface):
         if self.perf_metrics is not None and self.perf_metrics.is_enabled():
             perf_stats = self.perf_metrics.get_step_perf_stats_per_gpu(scheduler_output)
         kv_out = self._pending.pop(id(scheduler_output))
+        self._note_hashed_before_free(scheduler_output)
         sampled = self._sampled_tokens(scheduler_output, model_runner_output)
         finished = {
             r.request_id: r
@@ -568,11 +579,33 @@ class KvframeScheduler(SchedulerInterface):
             outputs[client].extend(errors)
             if self.finished_req_ids_dict is not None:
                 self.finished_req_ids_dict[client].update(e.request_id for e in errors)
-        if self.kv_events is not None:
-            events = self.kv_events.translate(self.core.kv_cache_manager.take_events())
-            if events:
-                self.kv_event_publisher.publish(KVEventBatch(ts=time.time(), events=events))
+        self._publish_events()
         return self._engine_outputs(outputs, model_runner_output, perf_stats)
+
+    def _publish_events(self) -> None:
+        """The step's KV events as one batch, as vLLM's scheduler publishes them:
+        the GPU cache's (kvframe's, translated), then the connector's (its tier's)."""
+        events = (
+            self.kv_events.translate(self.core.kv_cache_manager.take_events())
+            if self.kv_events is not None
+            else []
+        )
+        if self.tier is not None:
+            events.extend(self.tier.take_events())
+        if events:
+            self.kv_event_publisher.publish(KVEventBatch(ts=time.time(), events=events))
+
+    def _note_hashed_before_free(self, scheduler_output: SchedulerOutput) -> None:
+        """The hashed tokens of each scheduled request whose first output is still to
+        come (vLLM 0.33's ``PrefillStats``): a request that finishes with that output
+        is freed by kvframe's core before the output is built, and vLLM counts the
+        blocks it cached as cache-creation tokens before it frees them."""
+        requests = self.requests
+        self._hashed_before_free = {
+            rid: self._hashed_tokens(rid)
+            for rid in scheduler_output.num_scheduled_tokens
+            if rid in requests and compat.prefill_stats_pending(requests[rid])
+        }
 
     def _sampled_tokens(
         self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
@@ -674,8 +707,13 @@ class KvframeScheduler(SchedulerInterface):
                 else:
                     engine_outputs[client] = EngineCoreOutputs(finished_requests=ids)
             self.finished_req_ids_dict.clear()
+        report = model_runner_output.kv_connector_output
         stats = self.make_stats(
-            cudagraph_stats=model_runner_output.cudagraph_stats, perf_stats=perf_stats
+            kv_connector_stats=None
+            if self.tier is None
+            else self.tier.step_stats(report.kv_connector_stats if report else None),
+            cudagraph_stats=model_runner_output.cudagraph_stats,
+            perf_stats=perf_stats,
         )
         if stats is not None:
             # vLLM returns stats every step, to one front end, even with no outputs.
@@ -738,7 +776,11 @@ class KvframeScheduler(SchedulerInterface):
     def _hashed_tokens(self, request_id: str) -> int:
         """Tokens of the request's blocks findable in the prefix cache (vLLM 0.33's
         ``estimate_cached_tokens``; a request's hashed blocks are a prefix of its table).
-        0 for a request already freed (one that finished with its first output)."""
+        A request kvframe's core freed in this update (one that finished with its
+        first output) counts the blocks it held before (vLLM reads them before it
+        frees the request)."""
+        if request_id not in self.core.requests:
+            return self._hashed_before_free.get(request_id, 0)
         blocks = self.core.kv_cache_manager.get_blocks(request_id)
         hashed = sum(1 for block in blocks if block.block_hash is not None)
         return hashed * self.core.config.block_size
@@ -821,7 +863,11 @@ class KvframeScheduler(SchedulerInterface):
             if self.connector is not None:
                 # vLLM's reset_connector_cache: the connector's own reset (the tier's
                 # cache), asked whatever the local reset gave; only False fails it.
-                return self.connector.reset_cache() is not False and reset
+                if self.connector.reset_cache() is False:
+                    return False
+                assert self.tier is not None
+                self.tier.cache_reset()
+                return reset
             # With no connector vLLM 0.19.1 warns and reports failure; 0.33 treats
             # it as a no-op success (its pause and sleep always ask for it).
             if compat.reset_without_connector_succeeds():
@@ -862,12 +908,17 @@ class KvframeScheduler(SchedulerInterface):
     ) -> SchedulerStats | None:
         if not self.log_stats:
             return None
+        connector = self.tier
         return scheduler_stats(
             self.core,
             admissions=self.admissions,
             deferred=self.sessions.num_deferred,
             cudagraph_stats=cudagraph_stats,
             perf_stats=perf_stats,
+            connector_prefix=None if connector is None else connector.take_prefix_stats(),
+            connector_stats=None
+            if connector is None
+            else connector.stats_payload(kv_connector_stats),
         )
 
     def shutdown(self) -> None:

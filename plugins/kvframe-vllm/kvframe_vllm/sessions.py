@@ -102,7 +102,7 @@ class VllmSessions:
             bridge.core.add_input(rid, _chunk(update))
         elif update is not None:
             self._fields.num_waiting_for_streaming_input = 1
-            VllmScheduler._update_request_as_session(self._fields, session, update)  # type: ignore[arg-type]
+            self._update_as_session(session, update)
             bridge.core.add_input(rid, _chunk(update))
             self._check(session, bridge.core.requests[rid], update)
         else:
@@ -129,13 +129,22 @@ class VllmSessions:
                 update = session.streaming_queue.popleft()
                 assert update is not None
                 self._fields.num_waiting_for_streaming_input = 0
-                VllmScheduler._update_request_as_session(self._fields, session, update)  # type: ignore[arg-type]
+                self._update_as_session(session, update)
                 self._check(session, kv_request, update)
             else:
                 session.status = VllmStatus.WAITING_FOR_STREAMING_REQ
                 if compat.INTERFACE_033:
                     self._deferred.add(rid)
         return reasons
+
+    def _update_as_session(self, session: Request, update: StreamingUpdate) -> None:
+        """vLLM's own ``_update_request_as_session`` on vLLM's request, with its block
+        hashes made those of its new tokens where the release leaves a stale one
+        (vLLM 0.19.1 keeps ``num_computed_tokens`` tokens and every hash:
+        :func:`kvframe_vllm.compat.session_hashes_kept`)."""
+        kept = session.num_computed_tokens
+        VllmScheduler._update_request_as_session(self._fields, session, update)  # type: ignore[arg-type]
+        compat.session_hashes_kept(session, kept, self._fields.hash_block_size)
 
     def scheduled(self, admitted: list[Request]) -> None:
         """Requests admitted this step leave vLLM 0.33's ``deferred_waiting``."""

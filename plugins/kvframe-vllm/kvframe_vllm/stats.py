@@ -92,13 +92,16 @@ def scheduler_stats(
     cudagraph_stats: Any = None,
     perf_stats: Any = None,
     deferred: int = 0,
+    connector_prefix: PrefixCacheStats | None = None,
+    connector_stats: Any = None,
 ) -> SchedulerStats:
     """vLLM's ``SchedulerStats`` for this step; drains the prefix-cache counters.
 
     ``admissions``: count lookups at admission (vLLM 0.33), else per lookup (0.19.1).
     ``deferred``: vLLM 0.33's skipped-waiting count (streaming-input sessions that
     waited for input since their last admission), reported apart from the waiting
-    count; 0.19.1 has none.
+    count; 0.19.1 has none. ``connector_prefix`` and ``connector_stats``: the KV
+    connector's prefix-cache counters and stats payload (:mod:`kvframe_vllm.tier`).
     """
     kv = core.kv_cache_manager.make_prefix_cache_stats()
     counts = (
@@ -129,6 +132,8 @@ def scheduler_stats(
         kv_cache_usage=core.kv_cache_manager.usage,
         **stats_fields(deferred),
         prefix_cache_stats=prefix,
+        connector_prefix_cache_stats=connector_prefix,
+        kv_connector_stats=connector_stats,
         cudagraph_stats=cudagraph_stats,
         perf_stats=perf_stats,
     )

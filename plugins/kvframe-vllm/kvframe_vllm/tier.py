@@ -24,6 +24,17 @@ step, so :class:`VllmConnector` only translates arguments:
   blocks are cached, i.e. have a hash: what the connector reads);
 * the worker's ``KVConnectorOutput`` is passed through unchanged.
 
+What vLLM's scheduler reports of its connector, the bridge reports the same
+way: the connector's prefix-cache counters (``SchedulerStats.
+connector_prefix_cache_stats``: per admission that asked the connector, the
+tokens past the local hit and the connector's hit, preempted ones apart; the
+``reset`` flag after a connector reset), the step's ``kv_connector_stats`` (the
+worker's, aggregated with the connector's own) and the connector's KV events
+(the tier's ``BlockStored`` / ``BlockRemoved``, after the GPU's in the step's
+batch). vLLM 0.33's differences -- hits split by tier, the connector's own
+stats taken even without the worker's, ``to_dict`` payloads -- are
+:class:`kvframe_vllm.tier033.VllmConnector033`'s.
+
 The connector's metadata is built by the bridge in vLLM's types (the connector
 reads vLLM's ``SchedulerOutput``), so the core's ``build_connector_meta`` call
 returns nothing. On vLLM 0.33.0 the connector's scheduler half is 0.33's own
@@ -42,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+from vllm.v1.metrics.stats import PrefixCacheStats
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -141,20 +153,65 @@ class VllmConnector:
         self._output: KVConnectorOutput | None = None
         self.kv_transfer_params: dict[str, dict[str, Any]] = {}
         """Finished request id -> the parameters the connector returned for its output."""
+        self.prefix_stats: PrefixCacheStats | None = None
+        """The connector's prefix-cache counters since the last ``make_stats`` (the
+        bridge sets it when stats are on, as vLLM's scheduler does)."""
+        self._lookups: dict[str, tuple[int, int]] = {}
+        """Request id -> (tokens asked of the connector, its hit), until admitted."""
 
     def get_num_new_matched_tokens(
         self, request: KvRequest, num_computed_tokens: int
     ) -> tuple[int | None, bool]:
-        return self.connector.get_num_new_matched_tokens(
+        found = self.connector.get_num_new_matched_tokens(
             self._requests[request.request_id], num_computed_tokens
         )
+        if found[0] is not None:
+            # vLLM counts the lookup once the request is admitted (below).
+            self._lookups[request.request_id] = (
+                request.num_tokens - num_computed_tokens,
+                found[0],
+            )
+        return found
 
     def update_state_after_alloc(
         self, request: KvRequest, blocks: Sequence[KVCacheBlock], num_external_tokens: int
     ) -> None:
-        self.connector.update_state_after_alloc(
-            self._requests[request.request_id], _Blocks(blocks), num_external_tokens
-        )
+        vllm_request = self._requests[request.request_id]
+        self.connector.update_state_after_alloc(vllm_request, _Blocks(blocks), num_external_tokens)
+        lookup = self._lookups.pop(request.request_id, None)
+        if lookup is not None and lookup[0] and self.prefix_stats is not None:
+            self._record_lookup(vllm_request, *lookup, preempted=request.num_preemptions > 0)
+
+    def _record_lookup(self, request: Request, queries: int, hits: int, *, preempted: bool) -> None:
+        """vLLM 0.19.1's record of an admission's connector lookup."""
+        assert self.prefix_stats is not None
+        self.prefix_stats.record(num_tokens=queries, num_hits=hits, preempted=preempted)
+
+    def take_prefix_stats(self) -> PrefixCacheStats | None:
+        """The connector's prefix-cache counters since the last call (``make_stats``)."""
+        stats = self.prefix_stats
+        if stats is not None:
+            self.prefix_stats = PrefixCacheStats()
+        return stats
+
+    def cache_reset(self) -> None:
+        """The connector's cache was reset: the next counters say so."""
+        if self.prefix_stats is not None:
+            self.prefix_stats.reset = True
+
+    def step_stats(self, worker: Any) -> Any:
+        """The step's ``KVConnectorStats``: vLLM 0.19.1 aggregates the connector's own
+        with the worker's, and only when the worker reported some."""
+        if worker:
+            own = self.connector.get_kv_connector_stats()
+            if own:
+                return worker.aggregate(own)
+        return worker
+
+    @staticmethod
+    def stats_payload(stats: Any) -> Any:
+        """What ``SchedulerStats.kv_connector_stats`` carries (0.19.1: ``data``)."""
+        return stats.data if stats else None
 
     def build_connector_meta(self, scheduler_output: object) -> None:
         return None  # built in vLLM's types: see build_vllm_meta
@@ -173,6 +230,7 @@ class VllmConnector:
         self._output = None
 
     def request_finished(self, request: KvRequest, block_ids: Sequence[int]) -> bool:
+        self._lookups.pop(request.request_id, None)
         delay, params = self._finished(self._requests[request.request_id], list(block_ids))
         if params is not None:
             self.kv_transfer_params[request.request_id] = params
@@ -186,4 +244,5 @@ class VllmConnector:
         """A request reached the scheduler (vLLM 0.33 tells its connector; 0.19.1 does not)."""
 
     def take_events(self) -> Iterable[Any]:
-        return ()
+        """The connector's KV events since the last call (vLLM's types, as they are)."""
+        return self.connector.take_events()

@@ -116,6 +116,31 @@ class VllmConnector033(VllmConnector):
     def on_new_request(self, request: Request) -> None:
         self.connector.on_new_request(request)
 
+    def _record_lookup(self, request: Request, queries: int, hits: int, *, preempted: bool) -> None:
+        """0.33 splits a first admission's hit by the tier it came from."""
+        assert self.prefix_stats is not None
+        self.prefix_stats.record(
+            num_tokens=queries,
+            num_hits=hits,
+            preempted=preempted,
+            hits_by_source=(
+                self.connector.get_external_cache_hit_sources(request, hits)
+                if hits and not preempted
+                else None
+            ),
+        )
+
+    def step_stats(self, worker: Any) -> Any:
+        """0.33 takes the connector's own stats whenever it has some."""
+        own = self.connector.get_kv_connector_stats()
+        if own is not None and not own.is_empty():
+            return worker.aggregate(own) if worker is not None else own
+        return worker
+
+    @staticmethod
+    def stats_payload(stats: Any) -> Any:
+        return stats.to_dict() if stats else None
+
     def request_finished(self, request: KvRequest, block_ids: Any) -> bool:
         # vLLM sets the finished status before it tells the connector.
         self._requests[request.request_id].status = VllmStatus[request.status.name]

@@ -3,7 +3,7 @@
 Run under the vLLM interpreter (``test_engine_core.py`` does)::
 
     python engine_core_harness.py vllm|bridge OUT.json [--v2|--v1] [--async-scheduling]
-        [--only=SCENARIO ...]
+        [--only=SCENARIO ...] [--seeds=A:B [--random-only]] [--session-hash-fix]
 
 and it writes one JSON object to ``OUT.json``: for every scenario, the record
 of every engine call -- each step's ``SchedulerOutput`` as the executor
@@ -40,10 +40,11 @@ from __future__ import annotations
 import json
 import os
 import sys
-import zlib
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
+
+from engine_core_scripts import BLOCK_SIZE, first_token, random_script, stale_session_block, token
 
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 os.environ.setdefault("PYTHONHASHSEED", "0")
@@ -54,7 +55,6 @@ MODEL_DIR = Path(
     or REPO.parent / "shared" / "tools" / "vllm-reference" / "model"
 )
 BRIDGE_CLS = "kvframe_vllm.scheduler.KvframeScheduler"
-BLOCK_SIZE = 16
 NUM_BLOCKS = 20
 """Small enough that the long scenarios preempt."""
 BUDGET = 64
@@ -63,11 +63,6 @@ MAX_MODEL_LEN = (NUM_BLOCKS - 1) * BLOCK_SIZE
 """What the pool holds (vLLM 0.33 checks one such request fits in the
 ``num_gpu_blocks_override`` pool less its null block); the longest scenario
 request (150 + 60 tokens) stays below it, so no request is cut by it."""
-
-
-def token(request_id: str, position: int) -> int:
-    """The fake model's sample for output ``position`` of ``request_id``."""
-    return 100 + (zlib.crc32(request_id.encode()) + 31 * position) % 1000
 
 
 def make_executor_class() -> type:
@@ -323,15 +318,19 @@ class Harness:
     def pause(self, mode: str, clear_cache: bool) -> None:
         from vllm.v1.core.sched.interface import PauseState
 
-        if mode == "wait":
-            # EngineCoreProc's "wait": PAUSED_NEW, step until idle, then clear.
-            self.engine.scheduler.set_pause_state(PauseState.PAUSED_NEW)
-            self.log.append(["pause", mode, self.counts()])
-            self.run()
-            if clear_cache:
-                self.engine._reset_caches()
-        else:
-            self.engine.pause_scheduler(mode=mode, clear_cache=clear_cache)
+        try:
+            if mode == "wait":
+                # EngineCoreProc's "wait": PAUSED_NEW, step until idle, then clear.
+                self.engine.scheduler.set_pause_state(PauseState.PAUSED_NEW)
+                self.log.append(["pause", mode, self.counts()])
+                self.run()
+                if clear_cache:
+                    self.engine._reset_caches()
+            else:
+                self.engine.pause_scheduler(mode=mode, clear_cache=clear_cache)
+        except RuntimeError as exc:  # a clear refused (sessions hold blocks): compared
+            self.log.append(["paused", mode, clear_cache, "raised", type(exc).__name__])
+            return
         self.log.append(["paused", mode, clear_cache, self.counts()])
 
     def resume(self) -> None:
@@ -373,23 +372,21 @@ def _hash(value: Any) -> Any:
     return value.hex() if isinstance(value, bytes) else value
 
 
+def _plain(value: Any) -> Any:
+    """A KV event's field as JSON: hashes (bytes) as hex, tuples as lists."""
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
 def _event(event: Any) -> list[Any]:
-    kind = type(event).__name__
-    if kind == "BlockStored":
-        return [
-            kind,
-            [_hash(h) for h in event.block_hashes],
-            _hash(event.parent_block_hash),
-            list(event.token_ids),
-            event.block_size,
-            event.lora_id,
-            event.medium,
-            event.lora_name,
-            None if event.extra_keys is None else [list(k or ()) for k in event.extra_keys],
-        ]
-    if kind == "BlockRemoved":
-        return [kind, [_hash(h) for h in event.block_hashes], event.medium]
-    return [kind]
+    """A KV event with every field its release declares, in declaration order
+    (0.33 adds ``group_idx``, the cache-spec kind, locality, session and
+    look-ahead fields that KV-aware routers read)."""
+    fields = type(event).__struct_fields__
+    return [type(event).__name__, *(_plain(getattr(event, name)) for name in fields)]
 
 
 def _scheduler_output(out: Any) -> dict[str, Any]:
@@ -420,6 +417,7 @@ def _scheduler_output(out: Any) -> dict[str, Any]:
         "preempted": sorted(out.preempted_req_ids or ()),
         "finished": sorted(out.finished_req_ids),
         "total": out.total_num_scheduled_tokens,
+        "common_prefix_blocks": list(out.num_common_prefix_blocks),
     }
 
 
@@ -693,16 +691,66 @@ def streaming(h: Harness) -> None:
 
 SCENARIOS: dict[str, tuple[Any, str]] = {
     "aborts": (aborts, "fcfs"),
+    "first-token": (first_token, "fcfs"),
     "priority": (priority, "priority"),
     "duplicate": (duplicate, "fcfs"),
     "reset-mid-prefill": (reset_mid_prefill, "fcfs"),
     "streaming": (streaming, "fcfs"),
+    "stale-session-block": (stale_session_block, "fcfs"),
     **{
         f"pause-{mode}-{'clear' if clear else 'keepcache'}": (_pause(mode, clear), "fcfs")
         for mode in ("abort", "wait", "keep")
         for clear in (True, False)
     },
 }
+
+
+def _fix_session_hashes_019() -> None:
+    """``--session-hash-fix``: vLLM 0.19.1's ``Scheduler`` with 0.33's fix of a
+    streaming-input session's block hashes (0.33's ``_update_request_as_session``
+    drops the hashes past the tokens it keeps; 0.19.1's keeps the hash of a block
+    the discarded sampled token filled, and caches the block under it). The
+    bridge makes that fix on 0.19.1 (``kvframe_vllm.compat.session_hashes_kept``),
+    so with this flag vLLM's side is compared under the same rule; without it the
+    scenario ``stale-session-block`` shows the difference. No-op on 0.33."""
+    import vllm
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    if not vllm.__version__.startswith("0.19"):
+        return
+    original = Scheduler._update_request_as_session
+
+    def update_request_as_session(self: Any, session: Any, update: Any) -> None:
+        kept = session.num_computed_tokens
+        original(self, session, update)
+        del session.block_hashes[kept // BLOCK_SIZE :]
+        session.update_block_hashes()
+
+    Scheduler._update_request_as_session = update_request_as_session
+
+
+def _random_scenarios(argv: list[str]) -> dict[str, tuple[Any, str]]:
+    """``--seeds=A:B``: the random scripts of seeds A..B-1, even seeds under ``fcfs``,
+    odd ones under ``priority``."""
+    chosen = [a.split("=", 1)[1] for a in argv if a.startswith("--seeds=")]
+    seeds: list[int] = []
+    for spec in chosen:
+        start, _, stop = spec.partition(":")
+        seeds.extend(range(int(start), int(stop)) if stop else [int(start)])
+    return {
+        f"random-{seed}": (random_script(seed), "priority" if seed % 2 else "fcfs")
+        for seed in seeds
+    }
+
+
+def _run_scenario(scheduler: str, scenario: Any, policy: str, async_scheduling: bool) -> Any:
+    """One scenario on a fresh engine; an exception ends its log as a record (compared)."""
+    h = Harness(scheduler, policy=policy, async_scheduling=async_scheduling)
+    try:
+        scenario(h)
+    except Exception as exc:
+        h.log.append(["crashed", type(exc).__name__, str(exc)[:200]])
+    return {"scheduler": h.name, "log": h.log}
 
 
 def main(argv: list[str]) -> None:
@@ -715,15 +763,17 @@ def main(argv: list[str]) -> None:
     if "--v1" in argv:
         os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
     async_scheduling = "--async-scheduling" in argv
+    if "--session-hash-fix" in argv and scheduler == "vllm":
+        _fix_session_hashes_019()
     only = {a.split("=", 1)[1] for a in argv if a.startswith("--only=")}
+    randoms = _random_scenarios(argv)
+    scenarios = {**SCENARIOS, **randoms}
     results: dict[str, Any] = {}
-    for name, (scenario, policy) in SCENARIOS.items():
-        if only and name not in only:
+    for name, (scenario, policy) in scenarios.items():
+        if (only and name not in only) or ("--random-only" in argv and name not in randoms):
             continue
-        h = Harness(scheduler, policy=policy, async_scheduling=async_scheduling)
-        scenario(h)
-        results[name] = {"scheduler": h.name, "log": h.log}
-    if only:
+        results[name] = _run_scenario(scheduler, scenario, policy, async_scheduling)
+    if only or "--random-only" in argv:
         Path(argv[1]).write_text(json.dumps(results))
         return
     # The refused-request scenario: the bridge gets the refused requests, vLLM not

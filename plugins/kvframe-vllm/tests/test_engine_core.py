@@ -10,9 +10,14 @@ with a fake executor, once with ``--scheduler-cls`` unset (vLLM's
 ``Scheduler``) and once with the bridge. Every engine call's record must be
 equal: each ``SchedulerOutput`` the executor saw, each ``EngineCoreOutputs``
 (tokens, finish and stop reasons, request event types, cached tokens,
-finished sets, ``SchedulerStats`` with prefix-cache counters), the KV-cache
-events published in the step (``--kv-events-config``: vLLM's hashes, token
-ids, extra keys), and what the pause / reset / abort / count calls returned.
+finished sets, ``SchedulerStats`` with prefix-cache counters, 0.33's
+``PrefillStats``), the cascade hint (``num_common_prefix_blocks``), the
+KV-cache events published in the step with every field the release declares
+(``--kv-events-config``: vLLM's hashes, token ids, extra keys; 0.33's group and
+spec kind), and what the pause / reset / abort / count calls returned. The
+one departure the bridge makes on purpose, vLLM 0.19.1's stale block hash of a
+streaming session (``stale-session-block``), has its own test; the random
+scripts compare vLLM 0.19.1 with 0.33's fix of it (``--session-hash-fix``).
 Run on vLLM 0.19.1 (``$KVFRAME_VLLM_PYTHON``) and 0.33.0
 (``$KVFRAME_VLLM033_PYTHON``), each with async scheduling off and on; each
 release's tests skip without its reference interpreter.
@@ -21,6 +26,7 @@ release's tests skip without its reference interpreter.
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import subprocess
 from pathlib import Path
@@ -28,6 +34,16 @@ from typing import Any
 
 import pytest
 from vllm_reference import harness_env, reference_python
+
+_spec = importlib.util.spec_from_file_location(
+    "engine_core_scripts", Path(__file__).resolve().parent / "engine_core_scripts.py"
+)
+assert _spec is not None and _spec.loader is not None
+scripts = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(scripts)
+BLOCK_SIZE: int = scripts.BLOCK_SIZE
+"""The harness's block size (its scripts module, loaded without vLLM)."""
+token = scripts.token
 
 HERE = Path(__file__).resolve().parent
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -102,6 +118,7 @@ def runs_033(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Any, A
 
 SAME = [
     "aborts",
+    "first-token",
     "priority",
     "reset-mid-prefill",
     "streaming",
@@ -336,3 +353,175 @@ def test_a_duplicate_id_kills_vllms_engine_not_the_bridges(runs: Any) -> None:
     assert d1[-1][2] == ERROR and "already being served" in d1[-1][3]
     d2 = [o for o in outputs if o[0] == "d2"]
     assert sum(len(o[1]) for o in d2) == 3 and d2[-1][2] is not None
+
+
+# -- seeded random scripts -----------------------------------------------------------
+
+RANDOM_FLAGS = ("--seeds=0:20", "--random-only", "--session-hash-fix")
+"""The 20 seeds; vLLM 0.19.1 compared with 0.33's fix of its stale session hash (the
+bridge's rule; ``test_vllm_0191_caches_a_session_block_under_a_stale_hash``)."""
+RANDOM_MODES = {
+    ("0.19.1", "sync"): (),
+    ("0.19.1", "async"): ("--async-scheduling",),
+    ("0.33.0", "sync"): (),
+    ("0.33.0", "async"): ("--async-scheduling",),
+}
+
+
+@pytest.fixture(scope="module")
+def random_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[Any, tuple[Any, Any]]:
+    """Both sides of the random scripts, per release and mode (a release without its
+    interpreter is left out; its tests skip)."""
+    out = tmp_path_factory.mktemp("engine-core-random")
+    runs: dict[Any, tuple[Any, Any]] = {}
+    for (release, mode), flags in RANDOM_MODES.items():
+        try:
+            python = _python(release)
+        except pytest.skip.Exception:
+            continue
+        tag = f"{release}-{mode}"
+        runs[release, mode] = (
+            _run(python, "vllm", out / f"vllm-{tag}.json", *RANDOM_FLAGS, *flags),
+            _run(python, "bridge", out / f"bridge-{tag}.json", *RANDOM_FLAGS, *flags),
+        )
+    return runs
+
+
+def _random_pair(random_runs: Any, release: str, mode: str) -> tuple[Any, Any]:
+    if (release, mode) not in random_runs:
+        pytest.skip(f"no vLLM {release} reference interpreter")
+    return random_runs[release, mode]
+
+
+@pytest.mark.parametrize(("release", "mode"), list(RANDOM_MODES))
+def test_random_scripts_are_vllms_record_for_record(
+    random_runs: Any, release: str, mode: str
+) -> None:
+    vllm, bridge = _random_pair(random_runs, release, mode)
+    assert sorted(vllm) == sorted(bridge) == sorted(f"random-{s}" for s in range(20))
+    for name, ref in vllm.items():
+        ours, theirs = bridge[name]["log"], ref["log"]
+        assert len(ours) == len(theirs), f"{name} ({release} {mode}): record counts differ"
+        for index, (mine, rec) in enumerate(zip(ours, theirs, strict=True)):
+            assert mine == rec, f"{name} ({release} {mode}): record {index} differs"
+
+
+def _entries(results: dict[str, Any], kind: str) -> list[Any]:
+    return [e for r in results.values() for e in r["log"] if e[0] == kind]
+
+
+@pytest.mark.parametrize(("release", "mode"), list(RANDOM_MODES))
+def test_random_scripts_reach_what_they_claim(random_runs: Any, release: str, mode: str) -> None:
+    """Guard against a vacuous pass: the scripts preempt, abort, pause, reset, refuse a
+    reset (sessions hold blocks), resume sessions, hit the prefix cache, finish
+    requests with their first token, and no script crashed or ran out of steps."""
+    vllm, _ = _random_pair(random_runs, release, mode)
+    assert not _entries(vllm, "crashed")
+    steps = [s for s in _entries(vllm, "step") if s[1] is not None]
+    assert sum(len(s[1]["preempted"]) for s in steps) >= 5
+    assert len(_entries(vllm, "abort")) > 20 and len(_entries(vllm, "resumed")) > 5
+    assert len(_entries(vllm, "reset")) > 10 and len(_entries(vllm, "close")) > 10
+    assert any(isinstance(e[2], list) for e in _entries(vllm, "reset"))  # raised
+    first_token = {
+        (name, o[0])
+        for name, result in vllm.items()
+        for s in _steps(result["log"])
+        for c in s[2].values()
+        for o in c["outputs"]
+        if o[2] is not None and len(o[1]) == 1
+    }
+    assert len(first_token) > 50
+    kinds = {e[0] for s in steps for e in s[4]}
+    assert kinds == {"BlockStored", "BlockRemoved", "AllBlocksCleared"}
+
+
+# -- what vLLM's clients read: cascade hint, event fields, first-token prefill stats ----
+
+
+def test_each_release_sends_its_cascade_hint(runs: Any, runs_033: Any) -> None:
+    """vLLM 0.19.1 sends the blocks every running request shares (compared, and not
+    always 0); 0.33 removed cascade attention and sends an empty list."""
+    old = {tuple(s[1]["common_prefix_blocks"]) for s in _steps(runs[0]["aborts"]["log"])}
+    assert len(old) > 1 and all(len(hint) == 1 for hint in old)
+    new = {
+        tuple(s[1]["common_prefix_blocks"]) for s in _steps(runs_033["sync"][0]["aborts"]["log"])
+    }
+    assert new == {()}
+
+
+def test_vllm_033_events_name_their_group_and_kind(runs_033: Any) -> None:
+    """0.33's ``BlockStored`` carries ``group_idx`` 0 and ``kv_cache_spec_kind``, its
+    ``BlockRemoved`` the group: fields the records compare (both sides)."""
+    for side in runs_033["sync"]:
+        events = [e for s in _steps(side["aborts"]["log"]) for e in s[4]]
+        stored = [e for e in events if e[0] == "BlockStored"]
+        removed = [e for e in events if e[0] == "BlockRemoved"]
+        assert stored and all(e[9:11] == [0, "full_attention"] for e in stored)
+        assert removed and all(e[3] == 0 for e in removed)
+
+
+def test_a_first_token_finish_reports_the_blocks_it_cached(runs_033: Any) -> None:
+    """vLLM 0.33 finalizes ``PrefillStats`` before freeing the request: a 50-token
+    prompt with ``max_tokens=1`` created its full blocks' tokens in the cache, the same
+    prompt again hit them and created none."""
+    for mode in ("sync", "async"):
+        for side in runs_033[mode]:
+            outputs = {
+                o[0]: o
+                for s in _steps(side["first-token"]["log"])
+                for c in s[2].values()
+                for o in c["outputs"]
+            }
+            full = 50 // BLOCK_SIZE * BLOCK_SIZE
+            assert outputs["one"][5][5] == full and outputs["one"][2] is not None
+            assert outputs["again"][5][2] == full and outputs["again"][5][5] == 0
+
+
+# -- issue 52 item 4: vLLM 0.19.1's stale block hash of a streaming session -------------
+
+
+def _probe_hit(log: list[Any]) -> Any:
+    return next(
+        o[5] for s in _steps(log) for c in s[2].values() for o in c["outputs"] if o[0] == "probe"
+    )
+
+
+def test_vllm_0191_caches_a_session_block_under_a_stale_hash(
+    runs: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The minimal reproduction (``stale-session-block``): a session's discarded sampled
+    token filled block 2; vLLM 0.19.1 caches the block, computed with the next chunk's
+    token, under the discarded token's hash, and a prompt with that token is served
+    48 cached tokens -- the last one's KV is the chunk's. The bridge (like vLLM 0.33)
+    hashes the block again and serves 32. With 0.33's fix applied to vLLM 0.19.1
+    (``--session-hash-fix``) every record is the bridge's."""
+    vllm, bridge = runs
+    theirs, ours = vllm["stale-session-block"]["log"], bridge["stale-session-block"]["log"]
+    assert _probe_hit(theirs) == 3 * BLOCK_SIZE and _probe_hit(ours) == 2 * BLOCK_SIZE
+    stored = [e for s in _steps(theirs) for e in s[4] if e[0] == "BlockStored"]
+    session_block = stored[1]  # block 2, stored when the resumed session computed it
+    stale_hash, tokens = session_block[1][0], session_block[3]
+    assert tokens[-1] != token("s", 0)  # it holds the chunk's token ...
+    mine = [e for s in _steps(ours) for e in s[4] if e[0] == "BlockStored"]
+    assert mine[1][3] == tokens and mine[1][1] != [stale_hash]  # ... hashed as such
+    # ... while its hash is that of the discarded token: the bridge stores that hash
+    # when the probe computes the block that really holds it.
+    probe_block = next(e for e in mine[2:] if stale_hash in e[1])
+    index = probe_block[1].index(stale_hash)
+    held = probe_block[3][index * BLOCK_SIZE : (index + 1) * BLOCK_SIZE]
+    assert held[:-1] == tokens[:-1] and held[-1] == token("s", 0)
+    fixed = _run(
+        _python(),
+        "vllm",
+        tmp_path_factory.mktemp("stale") / "vllm.json",
+        "--only=stale-session-block",
+        "--session-hash-fix",
+    )
+    assert fixed["stale-session-block"]["log"] == ours
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_vllm_033_hashes_the_session_block_again(runs_033: Any, mode: str) -> None:
+    vllm, bridge = runs_033[mode]
+    assert vllm["stale-session-block"]["log"] == bridge["stale-session-block"]["log"]
+    assert _probe_hit(vllm["stale-session-block"]["log"])[2] == 2 * BLOCK_SIZE
