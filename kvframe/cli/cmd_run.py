@@ -216,9 +216,11 @@ def _run_fleet(
     with sigterm_as_interrupt() as interrupts:
         try:
             result = fleet.run(workload)
-        except EngineStalled as err:
-            print(f"kvframe run: error: {err}", file=sys.stderr)
-            return EXIT_FAILED
+        except EngineStalled as err:  # written like an interrupt's: see _save_and_report
+            if err.result is None:
+                print(f"kvframe run: error: {err}", file=sys.stderr)
+                return EXIT_STALLED
+            result = err.result
         except RoutingError as err:
             assert err.result is not None
             result, error = err.result, str(err)

@@ -96,6 +96,13 @@ class RoutingError(RuntimeError):
         self.result: FleetResult | None = None
 
 
+def _marked_stalled(result: FleetResult, stall: EngineStalled) -> FleetResult:
+    """``result`` with ``metadata.stalled`` saying why the fleet stopped (as a single
+    engine's stalled run carries it), so the CLI writes it as partial results."""
+    metadata = {**result.summary.metadata, "stalled": str(stall)}
+    return attrs.evolve(result, summary=attrs.evolve(result.summary, metadata=metadata))
+
+
 class Fleet:
     """N replicas (each an :class:`~kvframe.engine.Engine`) behind one :class:`~kvframe.Router`.
 
@@ -183,7 +190,9 @@ class Fleet:
             cleanly with a partial result.
         :raises RoutingError: the router chose a replica out of range (its ``result``
             holds the partial result).
-        :raises ~kvframe.engine.EngineStalled: when requests can never be scheduled.
+        :raises ~kvframe.engine.EngineStalled: when requests can never be scheduled; its
+            ``result`` is the partial :class:`FleetResult` up to the stall
+            (``metadata.stalled`` says why), as :meth:`Engine.run` does.
         """
         if self._ran:
             raise RuntimeError("a Fleet runs once; build a new one for another run")
@@ -203,6 +212,7 @@ class Fleet:
             replicas=len(self.engines),
             router=self.router_label,
         )
+        stalled: EngineStalled | None = None
         try:
             run.loop(progress)
         except KeyboardInterrupt:
@@ -211,8 +221,15 @@ class Fleet:
         except RoutingError as err:
             partial = True
             error = err
+        except EngineStalled as err:  # kept like an interrupt, as a single engine keeps it
+            partial = True
+            stalled = err
+            log.warning("fleet_stalled", now=run.view.now)
         wall = time.perf_counter() - started
         result = self._result(workload, run, wall, partial, None if error is None else str(error))
+        if stalled is not None:
+            stalled.result = _marked_stalled(result, stalled)
+            raise stalled
         if error is not None:
             error.result = result
             raise error

@@ -618,3 +618,27 @@ def test_a_negative_value_is_joined_only_after_an_option_that_takes_one():
     assert join_negative_values(["--force", "-3"], options) == ["--force", "-3"]
     assert join_negative_values(["--limit", "-v"], options) == ["--limit", "-v"]
     assert join_negative_values(["--", "--limit", "-3"], options) == ["--", "--limit", "-3"]
+
+
+def test_a_stalled_fleet_writes_what_finished_marked_partial_and_exits_1(
+    conversation_trace: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+):
+    """A fleet keeps a stall's finished requests as a single engine does (issue 50)."""
+    Path("stall_policy.py").write_text(_NEVER_ADMITS_LONG_PROMPTS)
+    monkeypatch.syspath_prepend(".")
+    code = run_cli(
+        "run", conversation_trace, "--limit", "30", "--out", "o",
+        "--scheduler", "stall_policy:NeverAdmitsLong", "--replicas", "2", "--router", "round-robin",
+    )  # fmt: skip
+    out, err = capsys.readouterr()
+    assert "PARTIAL" in out
+    assert code == 1, err
+    assert "fleet stalled" in err and "marked partial (metadata.stalled)" in err
+    metrics = json.loads(Path("o/metrics.json").read_text())
+    assert metrics["partial"] is True and metrics["metadata"]["stalled"].startswith("fleet stalled")
+    with open("o/requests.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    finished = [r for r in rows if r["finish_status"] not in ("", "ignored")]
+    long_ones = [r for r in rows if int(r["num_prompt_tokens"]) > 4000]
+    assert finished and long_ones
+    assert metrics["counters"]["num_requests_finished"] == len(finished) == 30 - len(long_ones)
