@@ -81,7 +81,11 @@ def test_the_ledger_answers_the_same_with_and_without_the_bound() -> None:
             assert bounded.take_events() == plain.take_events()
 
     run()
-    assert early["refusals"] > 20  # the early refusal was taken (34 times), not only declined
+    # The early refusal was taken, not only declined: 34 times alone, 17 in the whole suite.
+    # Even derandomized, Hypothesis biases its integers with constants it finds in the
+    # modules already imported, so the count depends on what ran before; 5 keeps the
+    # check's meaning without pinning that count.
+    assert early["refusals"] > 5
 
 
 def test_arc_s_bound_is_what_evict_can_give_at_most() -> None:
