@@ -1,0 +1,307 @@
+"""Prefill/decode disaggregation: kvframe's scheduler against vLLM's, step for step.
+
+Each seed makes a script (:func:`disagg_script.make_script`) for a prefill
+instance (``producer``: ``do_remote_decode`` requests that finish after one
+token and hold their blocks until the send lands) and one for a decode
+instance (``consumer``: ``do_remote_prefill`` requests that wait in
+``WAITING_FOR_REMOTE_KVS`` while the blocks their own prefix cache missed
+load), with seeded transfer delays, aborts (in flight included), decode-side
+prefix hits and failed loads (``invalid_block_ids``, under
+``kv_load_failure_policy`` ``recompute`` for even seeds and ``fail`` for odd).
+The same script drives vLLM's own ``Scheduler`` (under its reference
+interpreter, the connector built by vLLM's factory) and kvframe's; the step
+records must be identical::
+
+    python tools/differential/disagg.py --seeds 20 --vllm-version 0.19.1
+    python tools/differential/disagg.py --seeds 20 --vllm-version 0.33.0
+    python tools/differential/disagg.py --side kvframe --seed 3 --role consumer  # one side
+
+A step's record: the tokens scheduled, the loads started (request: GPU blocks),
+the sends started, each live request's status, computed tokens and block
+table, the finished requests whose blocks are still held, the free blocks, and
+the requests that finished with their reason. Synchronous scheduling only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import disagg_script
+
+HERE = Path(__file__).resolve().parent
+MAX_STEPS = 400
+SAMPLED_TOKEN_ID = 7
+
+
+def full_script(seed: int, role: str) -> dict[str, Any]:
+    """The script of ``seed`` and ``role`` with its load-failure policy."""
+    script = disagg_script.make_script(seed, role)
+    script["failure_policy"] = "recompute" if seed % 2 == 0 else "fail"
+    return script
+
+
+def run(script: dict[str, Any], side: Any) -> list[dict[str, Any]]:
+    """Drive ``side`` (:class:`KvframeSide` or ``disagg_vllm.VllmSide``) through ``script``."""
+    worker = disagg_script.ScriptedWorker(script)
+    arrivals = sorted(script["requests"], key=lambda s: s["arrival_step"])
+    aborts: dict[int, list[str]] = {}
+    records = []
+    for step in range(MAX_STEPS):
+        while arrivals and arrivals[0]["arrival_step"] == step:
+            spec = arrivals.pop(0)
+            side.add(spec)
+            if spec["abort_after"] is not None:
+                aborts.setdefault(step + spec["abort_after"], []).append(spec["request_id"])
+        for request_id in aborts.pop(step, []):
+            side.abort(request_id)
+        state = side.state()
+        if not arrivals and not aborts and not state["live"] and not worker.busy():
+            return records
+        out, scheduled = side.schedule()
+        loads = side.rules.take_started()
+        worker.started(step, loads, [])
+        sampled = {}
+        for request_id in scheduled:
+            computed, num_tokens = side.progress(request_id)
+            if computed >= num_tokens:
+                sampled[request_id] = [SAMPLED_TOKEN_ID]
+        landed = worker.landed(step)
+        finished = side.update(out, sampled, landed)
+        sends = side.rules.sends_started
+        worker.started(step, {}, sends)
+        records.append(
+            {
+                "step": step,
+                "scheduled": sorted(scheduled.items()),
+                "loads": loads,
+                "sends": list(sends),
+                "landed": landed,
+                "finished": finished,
+                **side.state(),
+            }
+        )
+        sends.clear()
+    raise RuntimeError(f"seed {script['seed']} {script['role']}: no end after {MAX_STEPS} steps")
+
+
+class KvframeSide:
+    """kvframe's scheduler for one script, with the scripted connector."""
+
+    def __init__(self, script: dict[str, Any], vllm_version: str) -> None:
+        from kvframe.core.factory import make_scheduler
+        from kvframe.core.scheduler_config import SchedulerConfig
+        from kvframe.domain.request import Request, RequestStatus
+        from kvframe_driver import _policy
+
+        self._Request = Request
+        self._status = RequestStatus
+        config = SchedulerConfig(
+            **script["config"],
+            fidelity=vllm_version,
+            kv_load_failure_policy=script["failure_policy"],
+        )
+        self.rules = disagg_script.NixlRules()
+        self.scheduler = make_scheduler(
+            config, _policy("fcfs"), connector=_KvframeConnector(self.rules, RequestStatus)
+        )
+
+    def add(self, spec: dict[str, Any]) -> None:
+        request = self._Request(
+            spec["request_id"],
+            list(spec["prompt_token_ids"]),
+            spec["max_tokens"],
+            arrival_time=float(spec["arrival_step"]),
+            block_hasher=self.scheduler.block_hasher,
+        )
+        params = spec["params"]
+        request.kv_transfer_params = dict(params) if params is not None else None
+        self.scheduler.add_request(request)
+
+    def abort(self, request_id: str) -> None:
+        self.scheduler.finish_requests(request_id, self._status.FINISHED_ABORTED)
+
+    def schedule(self) -> tuple[Any, dict[str, int]]:
+        out = self.scheduler.schedule()
+        return out, dict(out.num_scheduled_tokens)
+
+    def state(self) -> dict[str, Any]:
+        s = self.scheduler
+        kv = s.kv_cache_manager
+        live = {
+            rid: [r.status.name, r.num_computed_tokens, list(kv.get_block_ids(rid))]
+            for rid, r in sorted(s.requests.items())
+        }
+        held = sorted({*s._awaiting_store, *s._awaiting_load})
+        return {"live": live, "held": held, "free_blocks": kv.num_free_blocks}
+
+    def progress(self, request_id: str) -> tuple[int, int]:
+        r = self.scheduler.requests[request_id]
+        return r.num_computed_tokens, r.num_tokens
+
+    def update(
+        self, out: Any, sampled: dict[str, list[int]], landed: tuple[list[str], list[str], list[int]]
+    ) -> list[list[Any]]:
+        from kvframe.core.scheduler_output import KVConnectorOutput, ModelRunnerOutput
+
+        sending, recving, invalid = landed
+        finished = self.scheduler.update_from_output(
+            out,
+            ModelRunnerOutput(
+                sampled_token_ids=sampled,
+                kv_connector_output=KVConnectorOutput(
+                    finished_sending=set(sending),
+                    finished_recving=set(recving),
+                    invalid_block_ids=set(invalid),
+                ),
+            ),
+        )
+        return sorted([r.request_id, r.get_finished_reason()] for r in finished)
+
+
+class _KvframeConnector:
+    """kvframe's ``SchedulerConnector`` over the shared NIXL rules."""
+
+    def __init__(self, rules: disagg_script.NixlRules, status: Any) -> None:
+        self.rules = rules
+        self._length_capped = status.FINISHED_LENGTH_CAPPED
+
+    def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> Any:
+        return self.rules.matched(
+            request.kv_transfer_params, request.num_prompt_tokens, num_computed_tokens
+        )
+
+    def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
+        unhashed = [b.block_id for b in blocks if b.block_hash is None]
+        self.rules.after_alloc(
+            request.request_id, request.kv_transfer_params, unhashed, num_external_tokens
+        )
+
+    def build_connector_meta(self, scheduler_output: Any) -> object:
+        return self.rules.take_meta()
+
+    def update_connector_output(self, output: Any) -> None:
+        pass
+
+    def request_finished(self, request: Any, block_ids: Any) -> bool:
+        return self.rules.finished(
+            request.request_id,
+            request.kv_transfer_params,
+            request.status == self._length_capped,
+            list(block_ids),
+        )
+
+    def take_events(self) -> list[Any]:
+        return []
+
+
+def run_side(side_name: str, seed: int, role: str, vllm_version: str) -> list[dict[str, Any]]:
+    """The records of one side for one script (in this interpreter)."""
+    script = full_script(seed, role)
+    if side_name == "vllm":
+        import disagg_vllm
+
+        side: Any = disagg_vllm.VllmSide(script, vllm_version)
+    else:
+        side = KvframeSide(script, vllm_version)
+    return run(script, side)
+
+
+def _vllm_python(version: str) -> str:
+    env = "KVFRAME_VLLM033_PYTHON" if version.startswith("0.33") else "KVFRAME_VLLM_PYTHON"
+    default = "/work/vllm033-ref-venv/bin/python" if env.endswith("033_PYTHON") else (
+        "/work/vllm-ref-venv/bin/python"
+    )
+    return os.environ.get(env, default)
+
+
+def _side_in(python: str, side: str, seeds: int, version: str) -> dict[str, Any]:
+    """Every script's records of ``side``, run by ``python`` in one process."""
+    root = str(HERE.parents[1])
+    path = [root, str(HERE), os.environ.get("PYTHONPATH", "")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / f"{side}.json"
+        cmd = [python, str(HERE / "disagg.py"), "--side", side, "--seeds", str(seeds)]
+        cmd += ["--vllm-version", version, "--out", str(out)]
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"{side} side failed:\n{done.stderr[-4000:]}")
+        return json.loads(out.read_text())
+
+
+def compare(seeds: int, version: str) -> int:
+    """Run both sides over ``seeds`` seeds and both roles; print the first difference."""
+    ours = _side_in(sys.executable, "kvframe", seeds, version)
+    theirs = _side_in(_vllm_python(version), "vllm", seeds, version)
+    bad = 0
+    for key in sorted(theirs):
+        a, b = theirs[key], ours[key]
+        same = a == b
+        summary = _summary(a)
+        print(f"{key:18} {'identical' if same else 'DIFFERENT':10} {len(a):4} steps  {summary}")
+        if not same:
+            bad += 1
+            step = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            print("  vLLM   :", json.dumps(a[step] if step < len(a) else None))
+            print("  kvframe:", json.dumps(b[step] if step < len(b) else None))
+    print(f"{len(theirs) - bad} identical, {bad} different (vLLM {version})")
+    return 1 if bad else 0
+
+
+def _summary(records: list[dict[str, Any]]) -> str:
+    """What a script exercised: loads (with a decode-side prefix hit: fewer blocks
+    loaded than the request holds), sends, failed loads, requests failed by them,
+    and finished requests whose blocks a transfer in flight held (aborts in flight
+    on the decode side, sends on the prefill side)."""
+    loads = sum(len(r["loads"]) for r in records)
+    hits = sum(
+        1
+        for r in records
+        for rid, blocks in r["loads"].items()
+        if rid in r["live"] and len(blocks) < len(r["live"][rid][2])
+    )
+    sends = sum(len(r["sends"]) for r in records)
+    invalid = sum(1 for r in records if r["landed"][2])
+    errors = sum(1 for r in records for f in r["finished"] if f[1] == "error")
+    held = len({rid for r in records for rid in r["held"]})
+    return (
+        f"loads={loads} prefix-hit-loads={hits} sends={sends} failed-loads={invalid} "
+        f"errors={errors} held-after-finish={held}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--side", choices=("vllm", "kvframe"))
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--role", choices=disagg_script.ROLES)
+    parser.add_argument("--vllm-version", default="0.19.1", choices=("0.19.1", "0.33.0"))
+    parser.add_argument("--out", type=Path, help="with --side: write the records here")
+    args = parser.parse_args(argv)
+    if args.side is None:
+        return compare(args.seeds, args.vllm_version)
+    seeds = [args.seed] if args.seed is not None else range(args.seeds)
+    roles = [args.role] if args.role else disagg_script.ROLES
+    result = {
+        f"{role}-seed{seed}": run_side(args.side, seed, role, args.vllm_version)
+        for seed in seeds
+        for role in roles
+    }
+    text = json.dumps(result)
+    if args.out is not None:
+        args.out.write_text(text)
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
