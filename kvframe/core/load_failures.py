@@ -107,7 +107,9 @@ class LoadFailures:
                 return True
         return False
 
-    def _refuse_sync_failures(self, invalid_block_ids: set[int], running: Sequence[Request]) -> None:
+    def _refuse_sync_failures(
+        self, invalid_block_ids: set[int], running: Sequence[Request]
+    ) -> None:
         """A running request's computed block reported invalid: a synchronous load failed,
         which no kvframe connector does; say so rather than decide unlike vLLM."""
         block_size = self._block_size

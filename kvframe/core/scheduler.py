@@ -554,7 +554,9 @@ class Scheduler(AdmissionPhase, FinishingPhase):
         # vLLM handles a failed load before the sampled tokens, fails the requests
         # (policy "fail") after them, and then applies the finished transfers.
         to_fail = (
-            self._load_failures.handle(kv_output.invalid_block_ids, self.skipped_waiting, self.running)
+            self._load_failures.handle(
+                kv_output.invalid_block_ids, self.skipped_waiting, self.running
+            )
             if kv_output is not None and kv_output.invalid_block_ids
             else None
         )

@@ -63,7 +63,8 @@ def run(script: dict[str, Any], side: Any) -> list[dict[str, Any]]:
             side.abort(request_id)
         state = side.state()
         if not arrivals and not aborts and not state["live"] and not worker.busy():
-            return records
+            # The end state too (an abort at the top of this step is in it).
+            return [*records, {"step": step, "end": True, **state}]
         out, scheduled = side.schedule()
         loads = side.rules.take_started()
         worker.started(step, loads, [])
@@ -95,10 +96,11 @@ class KvframeSide:
     """kvframe's scheduler for one script, with the scripted connector."""
 
     def __init__(self, script: dict[str, Any], vllm_version: str) -> None:
+        from kvframe_driver import _policy
+
         from kvframe.core.factory import make_scheduler
         from kvframe.core.scheduler_config import SchedulerConfig
         from kvframe.domain.request import Request, RequestStatus
-        from kvframe_driver import _policy
 
         self._Request = Request
         self._status = RequestStatus
@@ -146,7 +148,10 @@ class KvframeSide:
         return r.num_computed_tokens, r.num_tokens
 
     def update(
-        self, out: Any, sampled: dict[str, list[int]], landed: tuple[list[str], list[str], list[int]]
+        self,
+        out: Any,
+        sampled: dict[str, list[int]],
+        landed: tuple[list[str], list[str], list[int]],
     ) -> list[list[Any]]:
         from kvframe.core.scheduler_output import KVConnectorOutput, ModelRunnerOutput
 
@@ -213,22 +218,16 @@ def run_side(side_name: str, seed: int, role: str, vllm_version: str) -> list[di
     return run(script, side)
 
 
-def _vllm_python(version: str) -> str:
-    env = "KVFRAME_VLLM033_PYTHON" if version.startswith("0.33") else "KVFRAME_VLLM_PYTHON"
-    default = "/work/vllm033-ref-venv/bin/python" if env.endswith("033_PYTHON") else (
-        "/work/vllm-ref-venv/bin/python"
-    )
-    return os.environ.get(env, default)
+def _side_in(python: str | Path, side: str, seeds: int, version: str) -> dict[str, Any]:
+    """Every script's records of ``side``, run by ``python`` in one process (JSON
+    round trip on both sides, so tuples and lists compare alike)."""
+    import compare as harness
 
-
-def _side_in(python: str, side: str, seeds: int, version: str) -> dict[str, Any]:
-    """Every script's records of ``side``, run by ``python`` in one process."""
-    root = str(HERE.parents[1])
-    path = [root, str(HERE), os.environ.get("PYTHONPATH", "")]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
+    path = [*harness.tree_paths(), str(HERE), os.environ.get("PYTHONPATH", "")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path), VLLM_LOGGING_LEVEL="ERROR")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / f"{side}.json"
-        cmd = [python, str(HERE / "disagg.py"), "--side", side, "--seeds", str(seeds)]
+        cmd = [str(python), str(HERE / "disagg.py"), "--side", side, "--seeds", str(seeds)]
         cmd += ["--vllm-version", version, "--out", str(out)]
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
         if done.returncode != 0:
@@ -236,30 +235,45 @@ def _side_in(python: str, side: str, seeds: int, version: str) -> dict[str, Any]
         return json.loads(out.read_text())
 
 
+def run_both(
+    seeds: int, version: str, vllm_python: str | Path | None = None
+) -> dict[str, tuple[list[Any], list[Any]]]:
+    """Every script's ``(vLLM records, kvframe records)`` for ``seeds`` seeds, both roles."""
+    import compare as harness
+
+    python = vllm_python or harness.find_vllm_python(version=version)
+    if python is None:
+        raise RuntimeError(f"no vLLM {version} reference interpreter (see compare.py --help)")
+    theirs = _side_in(python, "vllm", seeds, version)
+    ours = _side_in(sys.executable, "kvframe", seeds, version)
+    return {key: (theirs[key], ours[key]) for key in sorted(theirs)}
+
+
 def compare(seeds: int, version: str) -> int:
     """Run both sides over ``seeds`` seeds and both roles; print the first difference."""
-    ours = _side_in(sys.executable, "kvframe", seeds, version)
-    theirs = _side_in(_vllm_python(version), "vllm", seeds, version)
+    runs = run_both(seeds, version)
     bad = 0
-    for key in sorted(theirs):
-        a, b = theirs[key], ours[key]
+    for key, (a, b) in runs.items():
         same = a == b
-        summary = _summary(a)
-        print(f"{key:18} {'identical' if same else 'DIFFERENT':10} {len(a):4} steps  {summary}")
+        print(f"{key:16} {'identical' if same else 'DIFFERENT':10} {len(a):3} steps  {summary(a)}")
         if not same:
             bad += 1
-            step = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            step = next(
+                (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                min(len(a), len(b)),
+            )
             print("  vLLM   :", json.dumps(a[step] if step < len(a) else None))
             print("  kvframe:", json.dumps(b[step] if step < len(b) else None))
-    print(f"{len(theirs) - bad} identical, {bad} different (vLLM {version})")
+    print(f"{len(runs) - bad} identical, {bad} different (vLLM {version})")
     return 1 if bad else 0
 
 
-def _summary(records: list[dict[str, Any]]) -> str:
+def summary(records: list[dict[str, Any]]) -> str:
     """What a script exercised: loads (with a decode-side prefix hit: fewer blocks
     loaded than the request holds), sends, failed loads, requests failed by them,
     and finished requests whose blocks a transfer in flight held (aborts in flight
     on the decode side, sends on the prefill side)."""
+    records = [r for r in records if "end" not in r]
     loads = sum(len(r["loads"]) for r in records)
     hits = sum(
         1

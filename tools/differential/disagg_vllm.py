@@ -112,7 +112,9 @@ class VllmSide:
         from vllm_driver import HASH_ALGO, _model_dir
 
         if not vllm.__version__.startswith(vllm_version):
-            raise RuntimeError(f"wanted vLLM {vllm_version}, this interpreter has {vllm.__version__}")
+            raise RuntimeError(
+                f"wanted vLLM {vllm_version}, this interpreter has {vllm.__version__}"
+            )
         self.v033 = not vllm.__version__.startswith("0.19")
         config = script["config"]
         block_size = config["block_size"]
@@ -155,7 +157,10 @@ class VllmSide:
         if self.v033:
             tensors = [
                 KVCacheTensor(
-                    size=size, layers=["layer"], layer_stride=size, block_stride=kv_spec.page_size_bytes
+                    size=size,
+                    layers=["layer"],
+                    layer_stride=size,
+                    block_stride=kv_spec.page_size_bytes,
                 )
             ]
         else:
