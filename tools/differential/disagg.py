@@ -264,6 +264,12 @@ def compare(seeds: int, version: str) -> int:
             )
             print("  vLLM   :", json.dumps(a[step] if step < len(a) else None))
             print("  kvframe:", json.dumps(b[step] if step < len(b) else None))
+    totals: dict[str, int] = {}
+    for a, _ in runs.values():
+        for field in summary(a).split():
+            name, value = field.split("=")
+            totals[name] = totals.get(name, 0) + int(value)
+    print("totals:", " ".join(f"{k}={v}" for k, v in totals.items()))
     print(f"{len(runs) - bad} identical, {bad} different (vLLM {version})")
     return 1 if bad else 0
 
