@@ -148,6 +148,7 @@ class Scheduler(AdmissionPhase, FinishingPhase):
         self._threshold_needs_company = fidelity.threshold_needs_company  # A
         self._self_preemption_continues = fidelity.self_preemption_continues  # B
         self._victim_cursor_by_position = fidelity.victim_cursor_by_position  # E
+        self._held_keep_engine = fidelity.held_requests_keep_engine
         # T20: which waiting queue is looked at, where a request set aside waits;
         # T21: what an admission that starts an async load records (admission.py).
         self._queue_rule = queue_rule(policy, fidelity)
@@ -252,8 +253,14 @@ class Scheduler(AdmissionPhase, FinishingPhase):
 
     def has_requests(self) -> bool:
         """Unfinished requests, or finished ones the next output must still report
-        (vLLM's ``has_requests``: the batch queue schedules while this holds)."""
-        return self.get_num_unfinished_requests() > 0 or bool(self.finished_req_ids)
+        (vLLM's ``has_requests``: the batch queue schedules while this holds); under
+        vLLM 0.33.0 also finished ones whose blocks a transfer still holds."""
+        return (
+            self.get_num_unfinished_requests() > 0
+            or bool(self.finished_req_ids)
+            # Switch held_requests_keep_engine (vLLM 0.33.0): blocks a transfer holds.
+            or (self._held_keep_engine and bool(self._awaiting_store or self._awaiting_load))
+        )
 
     # ------------------------------------------------------------------
     # One step

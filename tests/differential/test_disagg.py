@@ -18,18 +18,24 @@ import disagg_script
 import pytest
 from vllm_reference import reference_python
 
-SEEDS = 6
+SEEDS = 10
 
 
-@pytest.fixture(scope="module", params=["0.19.1", "0.33.0"])
-def runs(request: pytest.FixtureRequest) -> tuple[str, dict[str, tuple[list[Any], list[Any]]]]:
-    release = request.param
+@pytest.fixture(
+    scope="module",
+    params=[("0.19.1", False), ("0.33.0", False), ("0.19.1", True), ("0.33.0", True)],
+    ids=["0.19.1-sync", "0.33.0-sync", "0.19.1-async", "0.33.0-async"],
+)
+def runs(request: pytest.FixtureRequest) -> tuple[str, bool, dict[str, Any]]:
+    """``(release, async scheduling, {script: (vLLM's records, kvframe's)})``."""
+    release, async_scheduling = request.param
     python = reference_python(release)
-    return release, disagg.run_both(SEEDS, release, python)
+    by_script = disagg.run_both(SEEDS, release, python, async_scheduling=async_scheduling)
+    return release, async_scheduling, by_script
 
 
 def test_every_step_is_vllms_on_both_sides(runs: Any) -> None:
-    release, by_script = runs
+    release, _, by_script = runs
     assert len(by_script) == SEEDS * len(disagg_script.ROLES)
     different = [key for key, (theirs, ours) in by_script.items() if theirs != ours]
     assert different == [], f"vLLM {release}: scripts that differ: {different}"
@@ -38,7 +44,7 @@ def test_every_step_is_vllms_on_both_sides(runs: Any) -> None:
 def test_the_scripts_cover_what_disaggregation_does(runs: Any) -> None:
     """Decode-side prefix hits, failed loads under both policies, aborts while a load is in
     flight, sends held after the producer finished: each happens in these scripts."""
-    _, by_script = runs
+    _, _, by_script = runs
     seen = {"prefix-hit-loads": 0, "failed-loads": 0, "errors": 0, "sends": 0, "abort-in-flight": 0}
     for key, (theirs, _) in by_script.items():
         role, seed = key.split("-seed")
@@ -61,10 +67,10 @@ def test_a_producer_that_frees_at_once_is_caught(
 ) -> None:
     """The comparison is not vacuous: a connector that does not hold a finished
     producer's blocks for the send makes the records part."""
-    release, by_script = runs
+    release, async_scheduling, by_script = runs
     monkeypatch.setattr(disagg._KvframeConnector, "request_finished", lambda *_: False)
-    key = "producer-seed0"
-    theirs, _ = by_script[key]
-    script = disagg.full_script(0, "producer")
-    ours = json.loads(json.dumps(disagg.run(script, disagg.KvframeSide(script, release))))
-    assert ours != theirs
+    theirs, _ = by_script["producer-seed0"]
+    script = disagg.full_script(0, "producer", async_scheduling)
+    side = disagg.KvframeSide(script, release)
+    loop = disagg.run_async(script, side, release) if async_scheduling else disagg.run(script, side)
+    assert json.loads(json.dumps(loop)) != theirs

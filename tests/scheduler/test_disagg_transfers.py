@@ -155,6 +155,20 @@ def test_a_producer_holds_its_blocks_until_the_send_lands_and_an_abort_frees_at_
     assert kv.num_free_blocks == NUM_BLOCKS - 1
 
 
+@pytest.mark.parametrize("vllm", VLLM_TARGETS)
+def test_a_held_producer_keeps_the_engine_stepping_only_in_0_33(vllm: str) -> None:
+    """Switch held_requests_keep_engine: vLLM 0.33.0's ``has_requests`` counts finished
+    requests whose blocks wait for a transfer; 0.19.1's does not."""
+    side = side_for(vllm=vllm)
+    side.add(spec("p", {"do_remote_decode": True}, max_tokens=1))
+    step(side)
+    step(side)  # the next output reports p's finish; now only its send is left
+    assert side.state()["held"] == ["p"]
+    assert side.scheduler.has_requests() is (vllm == "0.33.0")
+    step(side, sending=("p",))
+    assert not side.scheduler.has_requests()
+
+
 def test_a_failed_block_of_a_running_request_is_refused() -> None:
     side = side_for()
     side.add(spec("r", None))

@@ -69,6 +69,8 @@ TIER_SWITCHES = {
     # Failed asynchronous loads (disaggregation): accounting only, shown on the
     # core; the disaggregation harness compares both releases' runs.
     "failed_load_keeps_external_count": "tests/scheduler/test_disagg_transfers.py",
+    # Finished requests a transfer holds keep the engine stepping (disaggregation).
+    "held_requests_keep_engine": "tests/scheduler/test_disagg_transfers.py",
 }
 
 

@@ -40,10 +40,11 @@ MAX_STEPS = 400
 SAMPLED_TOKEN_ID = 7
 
 
-def full_script(seed: int, role: str) -> dict[str, Any]:
+def full_script(seed: int, role: str, async_scheduling: bool = False) -> dict[str, Any]:
     """The script of ``seed`` and ``role`` with its load-failure policy."""
     script = disagg_script.make_script(seed, role)
     script["failure_policy"] = "recompute" if seed % 2 == 0 else "fail"
+    script["config"]["async_scheduling"] = async_scheduling
     return script
 
 
@@ -54,13 +55,7 @@ def run(script: dict[str, Any], side: Any) -> list[dict[str, Any]]:
     aborts: dict[int, list[str]] = {}
     records = []
     for step in range(MAX_STEPS):
-        while arrivals and arrivals[0]["arrival_step"] == step:
-            spec = arrivals.pop(0)
-            side.add(spec)
-            if spec["abort_after"] is not None:
-                aborts.setdefault(step + spec["abort_after"], []).append(spec["request_id"])
-        for request_id in aborts.pop(step, []):
-            side.abort(request_id)
+        _arrive(side, arrivals, aborts, step)
         state = side.state()
         if not arrivals and not aborts and not state["live"] and not worker.busy():
             # The end state too (an abort at the top of this step is in it).
@@ -90,6 +85,68 @@ def run(script: dict[str, Any], side: Any) -> list[dict[str, Any]]:
         )
         sends.clear()
     raise RuntimeError(f"seed {script['seed']} {script['role']}: no end after {MAX_STEPS} steps")
+
+
+BATCH_QUEUE_SIZE = 2
+"""vLLM's ``max_concurrent_batches`` with async scheduling and one engine."""
+
+
+def run_async(script: dict[str, Any], side: Any, version: str) -> list[dict[str, Any]]:
+    """:func:`run` in vLLM's batch-queue order (``stepping.run_async``'s rule): a step's
+    output, and the worker's transfer report that travels with it, is applied one
+    engine iteration late; the transfer clock counts scheduled steps."""
+    worker = disagg_script.ScriptedWorker(script)
+    arrivals = sorted(script["requests"], key=lambda s: s["arrival_step"])
+    aborts: dict[int, list[str]] = {}
+    empty_waits = not version.startswith("0.19")  # switch empty_step_keeps_queue
+    queue: list[tuple[Any, dict[str, list[int]], Any]] = []
+    records: list[dict[str, Any]] = []
+    clock = 0
+    for iteration in range(MAX_STEPS):
+        _arrive(side, arrivals, aborts, iteration)
+        state = side.state()
+        if not (arrivals or aborts or state["live"] or worker.busy() or queue):
+            return [*records, {"step": iteration, "end": True, **state}]
+        record: dict[str, Any] = {"step": iteration, "scheduled": [], "loads": {}}
+        early = False
+        if side.has_requests() or worker.busy():
+            out, scheduled = side.schedule()
+            record["loads"] = loads = side.rules.take_started()
+            worker.started(clock, loads, [])
+            sampled = {}
+            for request_id in scheduled:
+                computed, num_tokens = side.progress(request_id)
+                if computed >= num_tokens:
+                    sampled[request_id] = [SAMPLED_TOKEN_ID]
+            queue.append((out, sampled, worker.landed(clock)))
+            clock += 1
+            record["scheduled"] = sorted(scheduled.items())
+            early = len(queue) < BATCH_QUEUE_SIZE and (
+                bool(scheduled) or (empty_waits and side.has_requests())
+            )
+        record.update(sends=[], landed=None, finished=[])
+        if not early and queue:
+            out, sampled, landed = queue.pop(0)
+            record["finished"] = side.update(out, sampled, landed)
+            record["landed"] = landed
+            record["sends"] = sends = list(side.rules.sends_started)
+            side.rules.sends_started.clear()
+            worker.started(clock, {}, sends)
+        records.append({**record, **side.state()})
+    raise RuntimeError(f"seed {script['seed']} {script['role']}: no end after {MAX_STEPS} steps")
+
+
+def _arrive(
+    side: Any, arrivals: list[dict[str, Any]], aborts: dict[int, list[str]], step: int
+) -> None:
+    """Add the requests arriving at ``step``, then abort the ones due."""
+    while arrivals and arrivals[0]["arrival_step"] == step:
+        spec = arrivals.pop(0)
+        side.add(spec)
+        if spec["abort_after"] is not None:
+            aborts.setdefault(step + spec["abort_after"], []).append(spec["request_id"])
+    for request_id in aborts.pop(step, []):
+        side.abort(request_id)
 
 
 class KvframeSide:
@@ -128,6 +185,9 @@ class KvframeSide:
 
     def abort(self, request_id: str) -> None:
         self.scheduler.finish_requests(request_id, self._status.FINISHED_ABORTED)
+
+    def has_requests(self) -> bool:
+        return self.scheduler.has_requests()
 
     def schedule(self) -> tuple[Any, dict[str, int]]:
         out = self.scheduler.schedule()
@@ -206,19 +266,25 @@ class _KvframeConnector:
         return []
 
 
-def run_side(side_name: str, seed: int, role: str, vllm_version: str) -> list[dict[str, Any]]:
+def run_side(
+    side_name: str, seed: int, role: str, vllm_version: str, async_scheduling: bool = False
+) -> list[dict[str, Any]]:
     """The records of one side for one script (in this interpreter)."""
-    script = full_script(seed, role)
+    script = full_script(seed, role, async_scheduling)
     if side_name == "vllm":
         import disagg_vllm
 
         side: Any = disagg_vllm.VllmSide(script, vllm_version)
     else:
         side = KvframeSide(script, vllm_version)
+    if async_scheduling:
+        return run_async(script, side, vllm_version)
     return run(script, side)
 
 
-def _side_in(python: str | Path, side: str, seeds: int, version: str) -> dict[str, Any]:
+def _side_in(
+    python: str | Path, side: str, seeds: int, version: str, async_scheduling: bool = False
+) -> dict[str, Any]:
     """Every script's records of ``side``, run by ``python`` in one process (JSON
     round trip on both sides, so tuples and lists compare alike)."""
     import compare as harness
@@ -229,6 +295,7 @@ def _side_in(python: str | Path, side: str, seeds: int, version: str) -> dict[st
         out = Path(tmp) / f"{side}.json"
         cmd = [str(python), str(HERE / "disagg.py"), "--side", side, "--seeds", str(seeds)]
         cmd += ["--vllm-version", version, "--out", str(out)]
+        cmd += ["--async"] if async_scheduling else []
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"{side} side failed:\n{done.stderr[-4000:]}")
@@ -236,7 +303,11 @@ def _side_in(python: str | Path, side: str, seeds: int, version: str) -> dict[st
 
 
 def run_both(
-    seeds: int, version: str, vllm_python: str | Path | None = None
+    seeds: int,
+    version: str,
+    vllm_python: str | Path | None = None,
+    *,
+    async_scheduling: bool = False,
 ) -> dict[str, tuple[list[Any], list[Any]]]:
     """Every script's ``(vLLM records, kvframe records)`` for ``seeds`` seeds, both roles."""
     import compare as harness
@@ -244,14 +315,14 @@ def run_both(
     python = vllm_python or harness.find_vllm_python(version=version)
     if python is None:
         raise RuntimeError(f"no vLLM {version} reference interpreter (see compare.py --help)")
-    theirs = _side_in(python, "vllm", seeds, version)
-    ours = _side_in(sys.executable, "kvframe", seeds, version)
+    theirs = _side_in(python, "vllm", seeds, version, async_scheduling)
+    ours = _side_in(sys.executable, "kvframe", seeds, version, async_scheduling)
     return {key: (theirs[key], ours[key]) for key in sorted(theirs)}
 
 
-def compare(seeds: int, version: str) -> int:
+def compare(seeds: int, version: str, async_scheduling: bool = False) -> int:
     """Run both sides over ``seeds`` seeds and both roles; print the first difference."""
-    runs = run_both(seeds, version)
+    runs = run_both(seeds, version, async_scheduling=async_scheduling)
     bad = 0
     for key, (a, b) in runs.items():
         same = a == b
@@ -288,7 +359,7 @@ def summary(records: list[dict[str, Any]]) -> str:
         if rid in r["live"] and len(blocks) < len(r["live"][rid][2])
     )
     sends = sum(len(r["sends"]) for r in records)
-    invalid = sum(1 for r in records if r["landed"][2])
+    invalid = sum(1 for r in records if r["landed"] and r["landed"][2])
     errors = sum(1 for r in records for f in r["finished"] if f[1] == "error")
     held = len({rid for r in records for rid in r["held"]})
     return (
@@ -305,13 +376,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--role", choices=disagg_script.ROLES)
     parser.add_argument("--vllm-version", default="0.19.1", choices=("0.19.1", "0.33.0"))
     parser.add_argument("--out", type=Path, help="with --side: write the records here")
+    parser.add_argument("--async", dest="async_scheduling", action="store_true")
     args = parser.parse_args(argv)
     if args.side is None:
-        return compare(args.seeds, args.vllm_version)
+        return compare(args.seeds, args.vllm_version, args.async_scheduling)
     seeds = [args.seed] if args.seed is not None else range(args.seeds)
     roles = [args.role] if args.role else disagg_script.ROLES
     result = {
-        f"{role}-seed{seed}": run_side(args.side, seed, role, args.vllm_version)
+        f"{role}-seed{seed}": run_side(
+            args.side, seed, role, args.vllm_version, args.async_scheduling
+        )
         for seed in seeds
         for role in roles
     }

@@ -71,7 +71,7 @@ def make_script(seed: int, role: str, num_requests: int = 10) -> dict[str, Any]:
             "max_tokens": rng.randrange(2, 6),
             "params": None,
             "delay": rng.randrange(1, 5),
-            "abort_after": rng.randrange(0, 6) if rng.random() < 0.2 else None,
+            "abort_after": rng.randrange(0, 5) if rng.random() < 0.3 else None,
             "fail_block": None,
         }
         if not plain and role == "producer":

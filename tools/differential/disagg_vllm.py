@@ -131,7 +131,7 @@ class VllmSide:
                 long_prefill_token_threshold=config["long_prefill_token_threshold"],
                 enable_chunked_prefill=config["enable_chunked_prefill"],
                 policy="fcfs",
-                async_scheduling=False,
+                async_scheduling=bool(config.get("async_scheduling")),
             ),
             model_config=ModelConfig(
                 model=str(_model_dir()),
@@ -172,7 +172,12 @@ class VllmSide:
         )
         vllm_config.cache_config.num_gpu_blocks = config["num_gpu_blocks"]
         extra: dict[str, Any] = {"hash_block_size": block_size} if self.v033 else {}
-        self.scheduler = Scheduler(
+        scheduler_class = Scheduler
+        if config.get("async_scheduling"):
+            from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+
+            scheduler_class = AsyncScheduler
+        self.scheduler = scheduler_class(
             vllm_config=vllm_config,
             kv_cache_config=kv_cache_config,
             structured_output_manager=StructuredOutputManager(vllm_config),
@@ -208,6 +213,9 @@ class VllmSide:
 
     def abort(self, request_id: str) -> None:
         self.scheduler.finish_requests(request_id, RequestStatus.FINISHED_ABORTED)
+
+    def has_requests(self) -> bool:
+        return bool(self.scheduler.has_requests())
 
     def schedule(self) -> tuple[Any, dict[str, int]]:
         out = self.scheduler.schedule()
