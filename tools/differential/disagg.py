@@ -19,7 +19,10 @@ records must be identical::
 A step's record: the tokens scheduled, the loads started (request: GPU blocks),
 the sends started, each live request's status, computed tokens and block
 table, the finished requests whose blocks are still held, the free blocks, and
-the requests that finished with their reason. Synchronous scheduling only.
+the requests that finished with their reason. ``--async`` runs vLLM's
+``AsyncScheduler`` and kvframe's in the engine's batch-queue order::
+
+    python tools/differential/disagg.py --seeds 20 --vllm-version 0.33.0 --async
 """
 
 from __future__ import annotations
