@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from kvframe.core.connector import SchedulerConnector
     from kvframe.core.inflight import InflightPrefills, NoReservation
     from kvframe.core.kv_cache_manager import KVCacheManager
+    from kvframe.core.load_failures import LoadFailures
     from kvframe.core.retention import RetentionTable
     from kvframe.core.scheduler_config import SchedulerConfig
     from kvframe.core.scheduler_stats import SchedulerStats
@@ -210,6 +211,7 @@ class AdmissionPhase:
     _load_hit: Callable[[Request, int], None]
     _may_admit: Callable[[Request], bool] | None
     _finished_recving: set[str]
+    _load_failures: LoadFailures
     _lookup_recorded: set[str]
     _computed_before_preemption: dict[str, int]
     # ... and, from the finishing phase (kvframe.core.finishing):
@@ -473,13 +475,14 @@ class AdmissionPhase:
         if request_id not in self._finished_recving:
             return False
         self._finished_recving.discard(request_id)
-        # The loaded blocks hold valid KV now: make them findable.
-        self.kv_cache_manager.cache_blocks(request, request.num_computed_tokens)
-        if request.num_computed_tokens == request.num_tokens:
-            # A full hit still recomputes the last token to sample from it.
-            request.num_computed_tokens = request.num_tokens - 1
-        if request.num_cached_tokens < 0:
-            request.num_cached_tokens = request.num_computed_tokens
+        if not self._load_failures.landed(request):
+            # The loaded blocks hold valid KV now: make them findable.
+            self.kv_cache_manager.cache_blocks(request, request.num_computed_tokens)
+            if request.num_computed_tokens == request.num_tokens:
+                # A full hit still recomputes the last token to sample from it.
+                request.num_computed_tokens = request.num_tokens - 1
+            if request.num_cached_tokens < 0:
+                request.num_cached_tokens = request.num_computed_tokens
         request.status = _PREEMPTED if request.num_preemptions else _WAITING
         return True
 

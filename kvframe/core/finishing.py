@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from kvframe.core.deferred_frees import FreeRule
     from kvframe.core.inflight import InflightPrefills, NoReservation
     from kvframe.core.kv_cache_manager import KVCacheManager
+    from kvframe.core.load_failures import LoadFailures
     from kvframe.core.retention import RetentionTable
     from kvframe.core.scheduler_output import KVConnectorOutput
     from kvframe.core.scheduler_stats import SchedulerStats
@@ -74,6 +75,7 @@ class FinishingPhase:
     _awaiting_store: dict[str, Request]
     _awaiting_load: dict[str, Request]
     _finished_recving: set[str]
+    _load_failures: LoadFailures
     _computed_before_preemption: dict[str, int]
     _lookup_recorded: set[str]
 
@@ -142,6 +144,7 @@ class FinishingPhase:
             and request.request_id not in self._finished_recving
         )
         self._finished_recving.discard(request.request_id)
+        self._load_failures.failed.discard(request.request_id)
         if request.resumable:
             self.sessions.forget(request.request_id)
         request.status = finished_status
@@ -288,6 +291,7 @@ class FinishingPhase:
                     # Loaded but not yet promoted: make the loaded blocks findable
                     # before letting them go, as promotion would have.
                     self._finished_recving.discard(holder_id)
+                    self._load_failures.failed.discard(holder_id)
                     kv.cache_blocks(holder, holder.num_computed_tokens)
                     holder.status = _PREEMPTED if holder.num_preemptions else _WAITING
                 kv.free(holder)

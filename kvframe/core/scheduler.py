@@ -50,6 +50,7 @@ from kvframe.core.finishing import FinishingPhase
 from kvframe.core.hashing import make_block_hasher
 from kvframe.core.inflight import load_reservation
 from kvframe.core.kv_cache_manager import KVCacheManager
+from kvframe.core.load_failures import LoadFailures
 from kvframe.core.policy_seams import PolicyContractError, allows_decode_runs, may_admit_of
 from kvframe.core.retention import RetentionTable
 from kvframe.core.scheduler_config import SchedulerConfig
@@ -121,6 +122,8 @@ class Scheduler(AdmissionPhase, FinishingPhase):
         self.kv_cache_manager = _kv_cache_manager(config, eviction_policy)
         self._choose_rules(config, policy, connector)
         self._init_state(policy)
+        self._load_failures = LoadFailures(self.kv_cache_manager, config, self.stats)
+        """Async loads that reported invalid blocks (:mod:`kvframe.core.load_failures`)."""
         # The read-only tier view policies see (SchedulerContext.offload): only
         # kvframe's OffloadingConnector offers one; other connectors give None.
         make_view = getattr(connector, "tier_view", None)
@@ -145,6 +148,7 @@ class Scheduler(AdmissionPhase, FinishingPhase):
         self._threshold_needs_company = fidelity.threshold_needs_company  # A
         self._self_preemption_continues = fidelity.self_preemption_continues  # B
         self._victim_cursor_by_position = fidelity.victim_cursor_by_position  # E
+        self._held_keep_engine = fidelity.held_requests_keep_engine
         # T20: which waiting queue is looked at, where a request set aside waits;
         # T21: what an admission that starts an async load records (admission.py).
         self._queue_rule = queue_rule(policy, fidelity)
@@ -249,8 +253,14 @@ class Scheduler(AdmissionPhase, FinishingPhase):
 
     def has_requests(self) -> bool:
         """Unfinished requests, or finished ones the next output must still report
-        (vLLM's ``has_requests``: the batch queue schedules while this holds)."""
-        return self.get_num_unfinished_requests() > 0 or bool(self.finished_req_ids)
+        (vLLM's ``has_requests``: the batch queue schedules while this holds); under
+        vLLM 0.33.0 also finished ones whose blocks a transfer still holds."""
+        return (
+            self.get_num_unfinished_requests() > 0
+            or bool(self.finished_req_ids)
+            # Switch held_requests_keep_engine (vLLM 0.33.0): blocks a transfer holds.
+            or (self._held_keep_engine and bool(self._awaiting_store or self._awaiting_load))
+        )
 
     # ------------------------------------------------------------------
     # One step
@@ -547,11 +557,23 @@ class Scheduler(AdmissionPhase, FinishingPhase):
         prefill_chunks = (
             self._prefill_chunks(model_output) if model_output.draft_token_ids else None
         )
+        kv_output = model_output.kv_connector_output
+        # vLLM handles a failed load before the sampled tokens, fails the requests
+        # (policy "fail") after them, and then applies the finished transfers.
+        to_fail = (
+            self._load_failures.handle(
+                kv_output.invalid_block_ids, self.skipped_waiting, self.running
+            )
+            if kv_output is not None and kv_output.invalid_block_ids
+            else None
+        )
         finished, stopped_running, stopped_waiting = self._apply_sampled(scheduler_output, sampled)
         if finished:
             finished = self._remove_finished(finished, stopped_running, stopped_waiting)
-        if model_output.kv_connector_output is not None:
-            self._update_from_kv_transfers(model_output.kv_connector_output)
+        if to_fail:
+            finished += self.finish_requests(to_fail, RequestStatus.FINISHED_ERROR)
+        if kv_output is not None:
+            self._update_from_kv_transfers(kv_output)
         if prefill_chunks is not None:
             self._take_drafts(model_output, prefill_chunks)
         return finished

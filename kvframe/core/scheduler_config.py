@@ -74,6 +74,14 @@ class SchedulerConfig:
     blocks cached only when the token arrives. The core then decides as vLLM's
     ``AsyncScheduler`` does; the caller must apply each step's output one step late
     (:mod:`kvframe.engine.batch_queue`). See docs/fidelity.md."""
+    kv_load_failure_policy: str = attrs.field(
+        default="fail", validator=attrs.validators.in_(("fail", "recompute"))
+    )
+    """What a failed asynchronous KV load does (vLLM's ``KVTransferConfig.
+    kv_load_failure_policy``, default ``"fail"`` in 0.19.1 and 0.33.0): ``"fail"``
+    finishes the request with ``FINISHED_ERROR``; ``"recompute"`` keeps the valid
+    prefix and recomputes from the first invalid block
+    (:mod:`kvframe.core.load_failures`)."""
     fidelity: Fidelity = attrs.field(default=DEFAULT_VLLM, converter=fidelity_for)
     """The vLLM release whose rules the core follows (a :class:`Fidelity`, or a
     release name such as ``"0.33"``); see ``docs/fidelity.md``."""

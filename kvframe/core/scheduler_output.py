@@ -88,6 +88,12 @@ class KVConnectorOutput:
     """Transfer jobs that landed, by id: vLLM 0.33.0's connector completes a job's
     chunks when it lands (``OffloadingWorkerMetadata.completed_jobs``); empty
     under 0.19.1's, which learns per request from the two sets above."""
+    invalid_block_ids: set[int] = attrs.Factory(set)
+    """GPU blocks an asynchronous load failed to fill (vLLM's ``invalid_block_ids``):
+    the requests loading into them recompute from the first such block, or fail,
+    by :attr:`SchedulerConfig.kv_load_failure_policy
+    <kvframe.core.scheduler_config.SchedulerConfig.kv_load_failure_policy>`
+    (:mod:`kvframe.core.load_failures`)."""
 
 
 @attrs.define(slots=True)

@@ -42,3 +42,9 @@ class SchedulerStats:
     num_aborted: int = 0
     num_loaded_requests_released: int = 0
     """Waiting requests whose loaded blocks were freed to break an admission stall."""
+    num_failed_kv_loads: int = 0
+    """Requests whose asynchronous KV load reported invalid blocks
+    (:mod:`kvframe.core.load_failures`): recomputed or failed, by policy."""
+    num_failed_kv_load_tokens: int = 0
+    """Tokens those failed loads had promised and that must be recomputed (vLLM's
+    ``total_affected_tokens``)."""

@@ -137,6 +137,20 @@ class Fidelity:
     tokens up to ``num_computed_tokens``, the first chunk's ``max_tokens``,
     the tokens in flight, and requeues such a session at the back of the
     waiting queue (``Scheduler._update_request_as_session`` in both)."""
+    failed_load_keeps_external_count: bool = False
+    """L. An asynchronous KV load that reports invalid blocks (a failed transfer,
+    :mod:`kvframe.core.load_failures`) leaves the request's
+    ``num_external_computed_tokens`` as it was; 0.19.1 lowered it by the tokens
+    lost (``Scheduler._update_requests_with_invalid_blocks``; upstream pull request
+    not identified). Accounting only: no decision reads it after a failure."""
+    held_requests_keep_engine: bool = False
+    """Finished requests whose blocks a transfer still holds (a prefill-side request
+    waiting for its send, an aborted load still landing) count as requests the
+    scheduler has (``has_requests``), so the engine keeps stepping until the
+    transfer lands, and the batch queue schedules again after an empty step while
+    one is held (vLLM 0.33.0's ``Scheduler.has_finished_requests``: "finished
+    requests waiting on delayed connector cleanup"; upstream pull request not
+    identified). 0.19.1 counted only the finished ids the next output reports."""
 
 
 _TARGETS: dict[str, Fidelity] = {
@@ -155,6 +169,8 @@ _TARGETS: dict[str, Fidelity] = {
         offload_jobs=True,
         defer_block_free=True,
         sessions_resume_from_frontier=True,
+        failed_load_keeps_external_count=True,
+        held_requests_keep_engine=True,
     ),
 }
 

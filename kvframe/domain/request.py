@@ -45,6 +45,9 @@ class RequestStatus(enum.IntEnum):
     FINISHED_LENGTH_CAPPED = enum.auto()
     FINISHED_ABORTED = enum.auto()
     FINISHED_IGNORED = enum.auto()
+    FINISHED_ERROR = enum.auto()
+    """A request the engine gave up on: its connector failed to load KV blocks
+    under ``kv_load_failure_policy="fail"`` (vLLM's ``FINISHED_ERROR``)."""
 
     def __str__(self) -> str:
         return self.name
@@ -69,6 +72,7 @@ _FINISHED_REASONS: dict[RequestStatus, str] = {
     RequestStatus.FINISHED_LENGTH_CAPPED: "length",
     RequestStatus.FINISHED_ABORTED: "abort",
     RequestStatus.FINISHED_IGNORED: "length",
+    RequestStatus.FINISHED_ERROR: "error",
 }
 
 

@@ -66,6 +66,11 @@ TIER_SWITCHES = {
     # Streaming-input sessions: no harness workload has them (its driver sends
     # none); shown on the core, and inside vLLM by the EngineCore harness.
     "sessions_resume_from_frontier": "tests/scheduler/test_sessions.py",
+    # Failed asynchronous loads (disaggregation): accounting only, shown on the
+    # core; the disaggregation harness compares both releases' runs.
+    "failed_load_keeps_external_count": "tests/scheduler/test_disagg_transfers.py",
+    # Finished requests a transfer holds keep the engine stepping (disaggregation).
+    "held_requests_keep_engine": "tests/scheduler/test_disagg_transfers.py",
 }
 
 
