@@ -54,7 +54,13 @@ if TYPE_CHECKING:
     from kvframe.domain.request import Request
     from kvframe.domain.tokens import BlockHash
 
-__all__ = ["GroupNewBlocks", "HybridKVCacheManager", "KVCacheCoordinator"]
+__all__ = [
+    "CountedInflightTokens",
+    "GroupNewBlocks",
+    "HybridKVCacheManager",
+    "InflightTokens",
+    "KVCacheCoordinator",
+]
 
 GroupBlocks = tuple[Sequence["KVCacheBlock"], ...]
 """One sequence of blocks per KV-cache group (vLLM's ``KVCacheBlocks.blocks``)."""
@@ -101,11 +107,16 @@ class KVCacheCoordinator:
         num_tokens: int,
         new_computed_blocks: GroupBlocks,
         total_computed_tokens: int,
+        apply_admission_cap: bool = False,
     ) -> int:
         """Blocks the allocation takes from the shared free queue, summed over groups."""
         return sum(
             manager.get_num_blocks_to_allocate(
-                request_id, num_tokens, new_computed_blocks[i], total_computed_tokens
+                request_id,
+                num_tokens,
+                new_computed_blocks[i],
+                total_computed_tokens,
+                apply_admission_cap,
             )
             for i, manager in enumerate(self.managers)
         )
@@ -160,6 +171,51 @@ class KVCacheCoordinator:
         return [blocks if blocks is not None else [] for blocks in by_group], hit_length
 
 
+class InflightTokens:
+    """Tokens of each request in a step not applied yet (vLLM 0.33.0's
+    ``Request.num_in_flight_tokens``), for switch G2: a sliding window moves on
+    only over applied tokens. This default, for 0.19.1 and synchronous runs,
+    counts none and is told nothing worth keeping."""
+
+    __slots__ = ()
+
+    def after_schedule(self, num_scheduled_tokens: dict[str, int]) -> None:
+        """A step was scheduled (its tokens are now in flight)."""
+
+    def after_output(self, num_scheduled_tokens: dict[str, int]) -> None:
+        """The output of a step with these tokens was applied."""
+
+    def of(self, request_id: str) -> int:
+        """The request's tokens in flight."""
+        return 0
+
+
+class CountedInflightTokens(InflightTokens):
+    """Switch G2 under asynchronous scheduling: in-flight tokens per request."""
+
+    __slots__ = ("_tokens",)
+
+    def __init__(self) -> None:
+        self._tokens: dict[str, int] = {}
+
+    def after_schedule(self, num_scheduled_tokens: dict[str, int]) -> None:
+        tokens = self._tokens
+        for request_id, n in num_scheduled_tokens.items():
+            tokens[request_id] = tokens.get(request_id, 0) + n
+
+    def after_output(self, num_scheduled_tokens: dict[str, int]) -> None:
+        tokens = self._tokens
+        for request_id, n in num_scheduled_tokens.items():
+            left = tokens.get(request_id, 0) - n
+            if left > 0:
+                tokens[request_id] = left
+            else:
+                tokens.pop(request_id, None)
+
+    def of(self, request_id: str) -> int:
+        return self._tokens.get(request_id, 0)
+
+
 class GroupNewBlocks:
     """One group's new blocks of an allocation; ``block_id`` is their ids (see the
     module docstring: the scheduler reads it as it reads a block's id)."""
@@ -179,10 +235,15 @@ def _check_config(config: KVCacheConfig, block_size: int, enable_caching: bool) 
     for i, group in enumerate(config.groups):
         spec = group.spec
         if isinstance(spec, MambaSpec):
-            if enable_caching:
+            if spec.block_size % block_size:
                 raise ValueError(
-                    f"KV-cache group {i}: Mamba state with prefix caching is not modelled yet "
-                    "(vLLM's mamba_cache_mode 'all'/'align'); run with prefix caching off"
+                    f"KV-cache group {i}: a Mamba group's block_size ({spec.block_size}) must "
+                    f"be a multiple of the scheduler's ({block_size})"
+                )
+            if enable_caching and spec.mamba_cache_mode != "none":
+                raise ValueError(
+                    f"KV-cache group {i}: Mamba prefix caching (mamba_cache_mode "
+                    f"{spec.mamba_cache_mode!r}) is not modelled yet; kvframe follows 'none'"
                 )
             continue
         if spec.block_size != block_size:
@@ -205,6 +266,10 @@ class HybridKVCacheManager:
         enable_kv_cache_events: record KV events, each naming its group.
         use_eagle: a hit gives up its last block (vLLM's ``use_eagle``).
         uncached_freed_first: switch D (:class:`~kvframe.core.block_pool.BlockPool`).
+        admission_cap_in_flight: switch G1: ``None`` (0.19.1) asks the whole sequence
+            of every group at admission; else the most tokens in flight (the step
+            budget times the steps in flight), which caps the windowed groups.
+        inflight_tokens: switch G2 (:class:`InflightTokens`; the default counts none).
         core: the core setting; the hybrid path runs on the Python pool.
     """
 
@@ -218,6 +283,8 @@ class HybridKVCacheManager:
         *,
         use_eagle: bool = False,
         uncached_freed_first: bool = False,
+        admission_cap_in_flight: int | None = None,
+        inflight_tokens: InflightTokens | None = None,
         core: str = "auto",
     ) -> None:
         _check_config(kv_cache_config, block_size, enable_caching)
@@ -240,6 +307,14 @@ class HybridKVCacheManager:
             kv_cache_config, self.block_pool, enable_caching, use_eagle
         )
         self.managers = self.coordinator.managers
+        for manager in self.managers:
+            manager.hash_stride = manager.block_size // block_size
+            if admission_cap_in_flight is not None:
+                manager.admission_cap = manager.max_admission_blocks(
+                    admission_cap_in_flight, max_model_len
+                )
+        self.inflight_tokens = inflight_tokens if inflight_tokens is not None else InflightTokens()
+        """Switch G2's count of tokens in flight (the async scheduler tells it)."""
         self.num_groups = len(self.managers)
         self.decode_limits: dict[str, int] = {}
         """Always empty: every allocation asks (the one-group fast path is not taken)."""
@@ -333,7 +408,7 @@ class HybridKVCacheManager:
         total = min(local + num_external_computed_tokens, self.max_model_len)
         full = min(request.num_tokens, self.max_model_len)
         needed = self.coordinator.get_num_blocks_to_allocate(
-            request.request_id, full, new_computed_blocks or self._empty, total
+            request.request_id, full, new_computed_blocks or self._empty, total, True
         )
         return needed <= self.block_pool.get_num_free_blocks()
 
@@ -363,7 +438,10 @@ class HybridKVCacheManager:
         total = min(local + num_external_computed_tokens, self.max_model_len)
         need_slot = min(total + num_new_tokens + num_lookahead_tokens, self.max_model_len)
         coordinator = self.coordinator
-        coordinator.remove_skipped_blocks(request_id, total)
+        # Switch G2: only applied tokens move a window on (0 in flight for 0.19.1).
+        coordinator.remove_skipped_blocks(
+            request_id, max(0, total - self.inflight_tokens.of(request_id))
+        )
         needed = coordinator.get_num_blocks_to_allocate(
             request_id, need_slot, hits, local + num_external_computed_tokens
         )

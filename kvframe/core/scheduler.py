@@ -49,7 +49,11 @@ from kvframe.core.deferred_frees import FreeRule, ImmediateFrees
 from kvframe.core.finishing import FinishingPhase
 from kvframe.core.hashing import make_block_hasher
 from kvframe.core.inflight import load_reservation
-from kvframe.core.kv_cache_coordinator import HybridKVCacheManager
+from kvframe.core.kv_cache_coordinator import (
+    CountedInflightTokens,
+    HybridKVCacheManager,
+    InflightTokens,
+)
 from kvframe.core.kv_cache_manager import KVCacheManager
 from kvframe.core.load_failures import LoadFailures
 from kvframe.core.policy_seams import PolicyContractError, allows_decode_runs, may_admit_of
@@ -850,6 +854,9 @@ def _hybrid_kv_cache_manager(
             "yet (kv_cache_config is hybrid)"
         )
     assert config.kv_cache_config is not None
+    fidelity = config.fidelity
+    in_flight = config.max_num_batched_tokens * (2 if config.async_scheduling else 1)
+    counted = fidelity.groups_skip_processed_only and config.async_scheduling
     manager = HybridKVCacheManager(
         config.kv_cache_config,
         config.block_size,
@@ -857,7 +864,9 @@ def _hybrid_kv_cache_manager(
         enable_caching=config.enable_prefix_caching,
         enable_kv_cache_events=config.enable_kv_cache_events,
         use_eagle=config.use_eagle,
-        uncached_freed_first=config.fidelity.uncached_freed_first,
+        uncached_freed_first=fidelity.uncached_freed_first,
+        admission_cap_in_flight=in_flight if fidelity.groups_admission_cap else None,  # G1
+        inflight_tokens=CountedInflightTokens() if counted else InflightTokens(),  # G2
         core=config.core,
     )
     return manager  # type: ignore[return-value]  # the same methods, per group

@@ -62,6 +62,10 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+NO_CAP = 1 << 62
+"""The admission cap of a group that keeps every block (full attention, Mamba)."""
+
+
 def cached_blocks_of(
     pool: BlockPool, block_hash: BlockHash, group_ids: Sequence[int]
 ) -> list[KVCacheBlock] | None:
@@ -100,6 +104,14 @@ class SingleTypeManager:
         self.null_block = pool.null_block
         self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
         self.num_cached_block: dict[str, int] = {}
+        self.admission_cap = NO_CAP
+        """The most blocks the group holds at once for one request, which vLLM 0.33.0's
+        admission check counts at most (switch G1; set by the coordinator)."""
+        self.hash_stride = 1
+        """Request hash blocks per block of this group (the coordinator sets it for a
+        group with larger blocks: a Mamba group's block is ``max_model_len``). Such a
+        block is keyed by the hash of its last hash block, which chains its whole
+        prefix (vLLM joins the hashes instead; no lookup can tell them apart)."""
 
     # ------------------------------------------------------------ allocation
 
@@ -109,11 +121,16 @@ class SingleTypeManager:
         num_tokens: int,
         new_computed_blocks: Sequence[KVCacheBlock],
         total_computed_tokens: int,
+        apply_admission_cap: bool = False,
     ) -> int:
         """Blocks an allocation to ``num_tokens`` slots takes from the free queue:
         new blocks beyond the table, the hits and the skipped prefix, plus hit
-        blocks now free (touching them takes them out of the queue)."""
+        blocks now free (touching them takes them out of the queue).
+        ``apply_admission_cap``: the full-sequence admission check of vLLM 0.33.0
+        (switch G1) counts at most :attr:`admission_cap` blocks."""
         num_required = _cdiv(num_tokens, self.block_size)
+        if apply_admission_cap:
+            num_required = min(num_required, self.admission_cap)
         num_req_blocks = len(self.req_to_blocks.get(request_id, ()))
         if request_id in self.num_cached_block:
             assert not new_computed_blocks, "a running request gets no new prefix hits"
@@ -181,6 +198,8 @@ class SingleTypeManager:
         if num_cached >= num_full:
             return
         hashes = request.block_hashes
+        if self.hash_stride != 1:  # a block of several hash blocks (a Mamba group)
+            hashes = hashes[self.hash_stride - 1 :: self.hash_stride]
         if len(hashes) < num_full:
             raise ValueError(
                 f"request {request_id!r} has {len(hashes)} block hashes, {num_full} needed "
@@ -227,6 +246,11 @@ class SingleTypeManager:
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         """Leading tokens no future token attends to (none for full attention)."""
         return 0
+
+    def max_admission_blocks(self, max_in_flight_tokens: int, max_model_len: int) -> int:
+        """The most blocks one request holds at once in this group (vLLM 0.33.0's
+        ``max_admission_blocks_per_request``): no cap unless blocks are recycled."""
+        return NO_CAP
 
     def remove_skipped_blocks(self, request_id: str, total_computed_tokens: int) -> None:
         """Free the blocks wholly before what attention still reads, null blocks in
@@ -371,6 +395,12 @@ class SlidingWindowManager(SingleTypeManager):
         """Tokens before the next token's window: ``computed - window + 1``."""
         return max(0, num_computed_tokens - self.sliding_window + 1)
 
+    def max_admission_blocks(self, max_in_flight_tokens: int, max_model_len: int) -> int:
+        """The window's last ``window - 1`` tokens plus those in flight, one block more
+        for a window that does not start at a block boundary."""
+        tokens = min(self.sliding_window - 1 + max_in_flight_tokens, max_model_len)
+        return _cdiv(tokens, self.block_size) + 1
+
 
 class ChunkedLocalAttentionManager(SingleTypeManager):
     """Chunked local attention (Llama 4): a token reads its own chunk only."""
@@ -422,6 +452,11 @@ class ChunkedLocalAttentionManager(SingleTypeManager):
         """Tokens of the chunks before the next token's chunk."""
         return num_computed_tokens // self.attention_chunk_size * self.attention_chunk_size
 
+    def max_admission_blocks(self, max_in_flight_tokens: int, max_model_len: int) -> int:
+        """A chunk plus the tokens in flight."""
+        tokens = min(self.attention_chunk_size + max_in_flight_tokens, max_model_len)
+        return _cdiv(tokens, self.block_size)
+
 
 class MambaManager(SingleTypeManager):
     """Mamba / linear-attention state: only the last computed token's state is kept.
@@ -444,6 +479,9 @@ class MambaManager(SingleTypeManager):
                 "vLLM's 'none' and 'all'; 'align' is not done yet)"
             )
         self.cached_blocks_this_step: set[BlockHash] = set()
+        self.caches_state = spec.mamba_cache_mode != "none"
+        """Whether hits on Mamba state can happen (never under ``"none"``: its block is
+        the model's length)."""
 
     @classmethod
     def find_longest_cache_hit(
@@ -476,6 +514,7 @@ class MambaManager(SingleTypeManager):
         num_tokens: int,
         new_computed_blocks: Sequence[KVCacheBlock],
         total_computed_tokens: int,
+        apply_admission_cap: bool = False,
     ) -> int:
         """As the base rule, except that a hit on a block another request cached this
         step cannot be used yet: more blocks than the pool has (wait a step)."""
@@ -484,7 +523,7 @@ class MambaManager(SingleTypeManager):
         ):
             return self.pool.num_gpu_blocks + 1
         return super().get_num_blocks_to_allocate(
-            request_id, num_tokens, new_computed_blocks, total_computed_tokens
+            request_id, num_tokens, new_computed_blocks, total_computed_tokens, apply_admission_cap
         )
 
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
@@ -494,6 +533,8 @@ class MambaManager(SingleTypeManager):
     def cache_blocks(self, request: Request, num_tokens: int) -> None:
         before = self.num_cached_block.get(request.request_id, 0)
         super().cache_blocks(request, num_tokens)
+        if not self.caches_state:
+            return
         after = self.num_cached_block.get(request.request_id, 0)
         for block in self.req_to_blocks[request.request_id][before:after]:
             if not block.is_null:

@@ -151,6 +151,24 @@ class Fidelity:
     one is held (vLLM 0.33.0's ``Scheduler.has_finished_requests``: "finished
     requests waiting on delayed connector cleanup"; upstream pull request not
     identified). 0.19.1 counted only the finished ids the next output reports."""
+    groups_admission_cap: bool = False
+    """G1. KV-cache groups (a hybrid model): the full-sequence admission check
+    (``reserve_full_sequence``) counts a sliding-window or chunked-local group's
+    blocks at most at what that group ever holds at once -- its window (or chunk)
+    plus the tokens a step in flight may add, one block more for a window that
+    straddles blocks (vLLM 0.33.0's ``max_admission_blocks_per_request``,
+    ``apply_admission_cap=True``; upstream pull request not identified). 0.19.1
+    asked for the whole sequence in every group, so a long prompt of a model with
+    five sliding layers per full one needed six times its full-attention blocks
+    free to be admitted. Read once by :mod:`kvframe.core.kv_cache_coordinator`."""
+    groups_skip_processed_only: bool = False
+    """G2. KV-cache groups under asynchronous scheduling: blocks leave a sliding window
+    (or chunk) only for tokens whose step has been applied, the computed tokens less
+    those in flight (vLLM 0.33.0's ``remove_skipped_blocks(processed_computed_tokens)``
+    with ``Request.num_in_flight_tokens``; upstream pull request not identified).
+    0.19.1 freed them for every computed token, in flight or not. Synchronous runs
+    have no token in flight: the switch changes nothing there.
+    :class:`kvframe.core.kv_cache_coordinator.InflightTokens`."""
 
 
 _TARGETS: dict[str, Fidelity] = {
@@ -171,6 +189,8 @@ _TARGETS: dict[str, Fidelity] = {
         sessions_resume_from_frontier=True,
         failed_load_keeps_external_count=True,
         held_requests_keep_engine=True,
+        groups_admission_cap=True,
+        groups_skip_processed_only=True,
     ),
 }
 
