@@ -230,8 +230,11 @@ class GroupNewBlocks:
         return [block.block_id for block in self.blocks]
 
 
-def _check_config(config: KVCacheConfig, block_size: int, enable_caching: bool) -> None:
-    """Refuse, by name, group shapes the hybrid core does not follow vLLM on."""
+def _check_config(
+    config: KVCacheConfig, block_size: int, enable_caching: bool, mamba_needs_align: bool
+) -> None:
+    """Refuse, by name, group shapes the hybrid core does not follow vLLM on (and, under
+    switch G3, Mamba caching in mode "none", which vLLM 0.33.0 refuses)."""
     for i, group in enumerate(config.groups):
         spec = group.spec
         if isinstance(spec, MambaSpec):
@@ -239,6 +242,12 @@ def _check_config(config: KVCacheConfig, block_size: int, enable_caching: bool) 
                 raise ValueError(
                     f"KV-cache group {i}: a Mamba group's block_size ({spec.block_size}) must "
                     f"be a multiple of the scheduler's ({block_size})"
+                )
+            if enable_caching and mamba_needs_align and spec.mamba_cache_mode != "align":
+                raise ValueError(
+                    f"KV-cache group {i}: Mamba prefix caching requires "
+                    "mamba_cache_mode='align' (vLLM 0.33.0 refuses "
+                    f"{spec.mamba_cache_mode!r}); turn prefix caching off"
                 )
             if enable_caching and spec.mamba_cache_mode != "none":
                 raise ValueError(
@@ -270,6 +279,7 @@ class HybridKVCacheManager:
             of every group at admission; else the most tokens in flight (the step
             budget times the steps in flight), which caps the windowed groups.
         inflight_tokens: switch G2 (:class:`InflightTokens`; the default counts none).
+        mamba_caching_needs_align: switch G3 (refuse Mamba caching in mode "none").
         core: the core setting; the hybrid path runs on the Python pool.
     """
 
@@ -285,9 +295,10 @@ class HybridKVCacheManager:
         uncached_freed_first: bool = False,
         admission_cap_in_flight: int | None = None,
         inflight_tokens: InflightTokens | None = None,
+        mamba_caching_needs_align: bool = False,
         core: str = "auto",
     ) -> None:
-        _check_config(kv_cache_config, block_size, enable_caching)
+        _check_config(kv_cache_config, block_size, enable_caching, mamba_caching_needs_align)
         self.block_size = block_size
         self.max_model_len = max_model_len
         self.enable_caching = enable_caching

@@ -867,6 +867,7 @@ def _hybrid_kv_cache_manager(
         uncached_freed_first=fidelity.uncached_freed_first,
         admission_cap_in_flight=in_flight if fidelity.groups_admission_cap else None,  # G1
         inflight_tokens=CountedInflightTokens() if counted else InflightTokens(),  # G2
+        mamba_caching_needs_align=fidelity.groups_mamba_caching_needs_align,  # G3
         core=config.core,
     )
     return manager  # type: ignore[return-value]  # the same methods, per group

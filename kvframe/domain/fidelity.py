@@ -169,6 +169,11 @@ class Fidelity:
     0.19.1 freed them for every computed token, in flight or not. Synchronous runs
     have no token in flight: the switch changes nothing there.
     :class:`kvframe.core.kv_cache_coordinator.InflightTokens`."""
+    groups_mamba_caching_needs_align: bool = False
+    """G3. A Mamba group with prefix caching on needs ``mamba_cache_mode="align"``: vLLM
+    0.33.0 refuses ``"none"`` ("Mamba prefix caching requires mamba_cache_mode='align'"),
+    and so does kvframe under it. 0.19.1 ran it, caching the attention groups while
+    the Mamba group (one block of ``max_model_len``) never hits."""
 
 
 _TARGETS: dict[str, Fidelity] = {
@@ -191,6 +196,7 @@ _TARGETS: dict[str, Fidelity] = {
         held_requests_keep_engine=True,
         groups_admission_cap=True,
         groups_skip_processed_only=True,
+        groups_mamba_caching_needs_align=True,
     ),
 }
 

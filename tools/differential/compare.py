@@ -74,7 +74,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hybrid_workloads import HYBRID_NAMES, hybrid_workloads
+from hybrid_workloads import HYBRID_NAMES, hybrid_names, hybrid_workloads
 from switch_workloads import SWITCH_WORKLOADS, switch_workload
 from workloads import (
     BRIDGE_POLICIES,
@@ -523,7 +523,7 @@ def run_comparison(
     if switches:
         workloads = [switch_workload(name, vllm_version) for name in SWITCH_WORKLOADS]
     elif (names and all(name in HYBRID_NAMES for name in names)) or names == ["hybrid"]:
-        hybrid = None if names == ["hybrid"] else list(names)
+        hybrid = list(hybrid_names(vllm_version)) if names == ["hybrid"] else list(names)
         workloads = hybrid_workloads(hybrid, tuple(policies), num_requests, seed)
     elif tier is not None:
         workloads = tier_workloads(names, policies, num_requests=num_requests, seed=seed, **tier)

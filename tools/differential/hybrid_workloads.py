@@ -75,6 +75,16 @@ HYBRID_NAMES: tuple[str, ...] = tuple(
     name + suffix for name in HYBRID_WORKLOADS for suffix in ("", "-nocache")
 )
 
+REFUSED: dict[str, tuple[str, ...]] = {"0.33.0": ("hybrid-mamba-pressure",)}
+"""Workloads a release refuses to build (both vLLM and kvframe under its fidelity):
+0.33.0 asks mamba_cache_mode 'align' for Mamba prefix caching (switch G3)."""
+
+
+def hybrid_names(release: str) -> tuple[str, ...]:
+    """The hybrid workloads release ``release`` runs."""
+    refused = REFUSED.get(release, ())
+    return tuple(name for name in HYBRID_NAMES if name not in refused)
+
 
 def _blocks_needed(groups: list[dict[str, Any]], tokens: int, block_size: int) -> int:
     """Blocks vLLM 0.19.1's full-sequence admission check asks of a request of ``tokens``

@@ -262,11 +262,23 @@ class VllmAdapter:
 
             Scheduler = KvframeScheduler
         extra_args: dict[str, Any] = {"hash_block_size": block_size} if self.v033 else {}
+        scheduler_block_size = block_size
+        if self.v033 and self._hybrid:
+            # 0.33.0's engine core schedules in the groups' LCM block and hashes in
+            # the block its resolver picks (a Mamba group's max_model_len block makes
+            # both that length unless its cache mode is "align").
+            from vllm.v1.core.kv_cache_utils import resolve_kv_cache_block_sizes
+
+            scheduler_block_size, hash_block = resolve_kv_cache_block_sizes(
+                kv_cache_config, vllm_config
+            )
+            extra_args["hash_block_size"] = hash_block
+        self._hash_block_size = extra_args.get("hash_block_size", block_size)
         self.scheduler = Scheduler(
             vllm_config=vllm_config,
             kv_cache_config=kv_cache_config,
             structured_output_manager=StructuredOutputManager(vllm_config),
-            block_size=block_size,
+            block_size=scheduler_block_size,
             log_stats=bool(tier),
             **extra_args,
         )
@@ -304,7 +316,7 @@ class VllmAdapter:
         hash_fn = get_hash_fn_by_name(HASH_ALGO)
         init_none_hash(hash_fn)
         self._block_hasher = (
-            get_request_block_hasher(block_size, hash_fn, 0)
+            get_request_block_hasher(self._hash_block_size, hash_fn, 0)
             if self.v033
             else get_request_block_hasher(block_size, hash_fn)
         )
