@@ -323,3 +323,42 @@ def test_bad_group_configs_are_refused_by_name(lru_policy_cls: type) -> None:
     good = SchedulerConfig(block_size=BS, num_gpu_blocks=48, kv_cache_config=hybrid)
     with pytest.raises(ValueError, match="GPU eviction policy with several KV-cache groups"):
         make_scheduler(good, FCFSPolicy(), eviction_policy=lru_policy_cls(48))
+
+
+# -------------------------------------------------- each switch on its own
+
+
+def _hybrid_run(name: str, fidelity: object, scheduling: str) -> list[dict[str, object]]:
+    """A hybrid workload's step records (block ids of every group) under ``fidelity``."""
+    import kvframe_driver
+    import stepping
+    from hybrid_workloads import generate_hybrid
+
+    workload = generate_hybrid(name, "fcfs", num_requests=16)
+    config = dict(workload["config"], vllm=fidelity, async_scheduling=scheduling == "async")
+    adapter = kvframe_driver.KvframeAdapter(config, record_blocks=True)
+    loop = stepping.run_async if scheduling == "async" else stepping.run
+    return list(loop({**workload, "config": config}, adapter))
+
+
+@pytest.mark.parametrize(
+    ("switch", "name", "scheduling"),
+    [
+        ("groups_admission_cap", "hybrid-gemma3-chunked", "sync"),
+        ("groups_skip_processed_only", "hybrid-gptoss-pressure", "async"),
+    ],
+)
+def test_each_group_switch_alone_is_the_whole_difference(
+    switch: str, name: str, scheduling: str
+) -> None:
+    """0.33.0 with both group switches off differs from 0.33.0; the one switch alone
+    turned back on gives 0.33.0's run again (block ids of every group included)."""
+    import attrs
+
+    from kvframe.domain.fidelity import fidelity_for
+
+    new = _hybrid_run(name, fidelity_for("0.33.0"), scheduling)
+    off = {"groups_admission_cap": False, "groups_skip_processed_only": False}
+    base = attrs.evolve(fidelity_for("0.33.0"), **off)
+    assert _hybrid_run(name, base, scheduling) != new
+    assert _hybrid_run(name, attrs.evolve(base, **{switch: True}), scheduling) == new
