@@ -28,10 +28,21 @@ request. vLLM serves them through its ``HybridKVCacheCoordinator`` and one
   ``list(map(attrgetter("block_id"), new_blocks)) or None`` gives vLLM's
   ``get_block_ids(allow_none=True)`` without a branch in the scheduler.
 
+An eviction policy under several groups (``--gpu-eviction``; the pool is
+:class:`~kvframe.core.block_pool.PolicyOrderedBlockPool`) sees the blocks of
+every group in one set of candidates: a key is a group's cache key
+(:func:`~kvframe.core.hashing.block_hash_with_group_id`), so the same tokens are
+one key per group. Blocks a sliding window (or chunk) leaves behind become idle
+while their request runs and are inserted then; the blocks still inside a window
+are in use and never the policy's, and a victim it was not given is refused by
+the pool. ``touch(missed)`` at admission names every group's missed keys; a
+policy that overrides ``on_release`` is refused (its chain positions are not
+defined across groups yet).
+
 What the hybrid path does not do yet, and refuses by name: a connector (offload
-tier, P/D), a GPU eviction policy, speculative lookahead, and the rollback of
-uncomputed blocks. It always runs on the Python block pool (a note says so where
-the compiled core was selected).
+tier, P/D), the rollback of uncomputed blocks, ``on_release`` for a policy. It
+always runs on the Python block pool (a note says so where the compiled core
+was selected).
 """
 
 from __future__ import annotations
@@ -43,12 +54,13 @@ from typing import TYPE_CHECKING
 from kvframe.contract.records import BlockRemoved
 from kvframe.core.block_pool import BlockPool
 from kvframe.core.compiled import resolve_core
-from kvframe.core.hashing import group_id_of, plain_block_hash
+from kvframe.core.hashing import block_hash_with_group_id, group_id_of, plain_block_hash
 from kvframe.core.kv_cache_manager import PrefixCacheStats
 from kvframe.core.single_type_managers import SingleTypeManager, manager_for
 from kvframe.domain.kv_cache_spec import FullAttentionSpec, KVCacheConfig, MambaSpec
 
 if TYPE_CHECKING:
+    from kvframe.contract.bases import EvictionPolicy
     from kvframe.contract.records import KVEvent
     from kvframe.core.block_pool import KVCacheBlock
     from kvframe.domain.request import Request
@@ -296,6 +308,7 @@ class HybridKVCacheManager:
         admission_cap_in_flight: int | None = None,
         inflight_tokens: InflightTokens | None = None,
         mamba_caching_needs_align: bool = False,
+        eviction_policy: EvictionPolicy | None = None,
         core: str = "auto",
     ) -> None:
         _check_config(kv_cache_config, block_size, enable_caching, mamba_caching_needs_align)
@@ -306,8 +319,18 @@ class HybridKVCacheManager:
             kv_cache_config.num_blocks,
             enable_caching,
             enable_kv_cache_events,
+            eviction_policy,
             uncached_freed_first=uncached_freed_first,
         )
+        if self.block_pool.report_release is not None:
+            raise ValueError(
+                f"eviction policy {type(eviction_policy).__name__} overrides on_release, whose "
+                "chain positions are not defined across KV-cache groups yet; use a policy "
+                "without it for a hybrid model"
+            )
+        self._reports_lookups = enable_caching and eviction_policy is not None
+        self._looked_up: set[str] = set()
+        """Requests whose admission the policy was told of (``record_lookup``), until freed."""
         self.core = "python"
         self.core_note = (
             "KV-cache groups run on the Python block pool (the compiled core covers one group)"
@@ -458,6 +481,8 @@ class HybridKVCacheManager:
         )
         if needed > self.block_pool.get_num_free_blocks() - reserved_blocks:
             return None
+        if self._reports_lookups and request_id not in self._looked_up:
+            self._record_lookup(request)
         if new_computed_blocks or num_external_computed_tokens > 0:
             for i, manager in enumerate(self.managers):
                 manager.allocate_new_computed_blocks(
@@ -469,6 +494,20 @@ class HybridKVCacheManager:
             for manager in self.managers:
                 manager.cache_blocks(request, num_to_cache)
         return [GroupNewBlocks(blocks) for blocks in new] if any(new) else []
+
+    def _record_lookup(self, request: Request) -> None:
+        """An admission: a policy-ordered pool is told the keys it missed, every group's
+        (as the one-group manager tells it the hashes)."""
+        self._looked_up.add(request.request_id)
+        if request.skip_reading_prefix_cache:
+            return
+        hashes = request.block_hashes
+        keys = [
+            block_hash_with_group_id(h, m.group_id)
+            for m in self.managers
+            for h in hashes[m.hash_stride - 1 :: m.hash_stride]
+        ]
+        self.block_pool.record_lookup(keys)
 
     def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
         """Cache the blocks full within ``num_computed_tokens`` in every group."""
@@ -489,6 +528,7 @@ class HybridKVCacheManager:
 
     def free(self, request: Request) -> None:
         """Release the request's blocks in every group, each group tail first."""
+        self._looked_up.discard(request.request_id)
         for manager in self.managers:
             manager.free(request.request_id)
 

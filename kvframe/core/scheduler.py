@@ -843,11 +843,6 @@ def _hybrid_kv_cache_manager(
     connector: SchedulerConnector | None,
 ) -> KVCacheManager:
     """The manager of several KV-cache groups, refusing what it does not model."""
-    if eviction_policy is not None:
-        raise ValueError(
-            "a GPU eviction policy with several KV-cache groups is not modelled yet "
-            "(kv_cache_config is hybrid); run without --gpu-eviction"
-        )
     if connector is not None:
         raise ValueError(
             "a connector (offload tier, P/D) with several KV-cache groups is not modelled "
@@ -868,6 +863,7 @@ def _hybrid_kv_cache_manager(
         admission_cap_in_flight=in_flight if fidelity.groups_admission_cap else None,  # G1
         inflight_tokens=CountedInflightTokens() if counted else InflightTokens(),  # G2
         mamba_caching_needs_align=fidelity.groups_mamba_caching_needs_align,  # G3
+        eviction_policy=eviction_policy,
         core=config.core,
     )
     return manager  # type: ignore[return-value]  # the same methods, per group

@@ -321,8 +321,66 @@ def test_bad_group_configs_are_refused_by_name(lru_policy_cls: type) -> None:
     with pytest.raises(ValueError, match="single group must be full attention"):
         SchedulerConfig(block_size=BS, num_gpu_blocks=48, kv_cache_config=config(48, sliding(8)))
     good = SchedulerConfig(block_size=BS, num_gpu_blocks=48, kv_cache_config=hybrid)
-    with pytest.raises(ValueError, match="GPU eviction policy with several KV-cache groups"):
-        make_scheduler(good, FCFSPolicy(), eviction_policy=lru_policy_cls(48))
+
+    class ReleaseAware(lru_policy_cls):  # type: ignore[misc,valid-type]
+        def on_release(self, chain: object, num_tokens: int) -> None:
+            pass
+
+    with pytest.raises(ValueError, match="overrides on_release"):
+        make_scheduler(good, FCFSPolicy(), eviction_policy=ReleaseAware(48))
+
+
+# ------------------------------------------------- eviction under groups
+
+
+def test_a_policy_sees_every_groups_blocks_and_window_leftovers(lru_policy_cls: type) -> None:
+    """One set of candidates for all groups, keyed per group; a sliding window's
+    leftovers are inserted while their request still runs."""
+    policy = lru_policy_cls(24)
+    m = manager(24, sliding(8), FullAttentionSpec(**HEADS), eviction_policy=policy)
+    a = req("a", list(range(16)))
+    assert admit(m, a)
+    assert not policy.entries
+    assert decode(m, a)  # computed 16: the window leaves blocks 0-1 behind
+    assert {group_id_of(k) for k in policy.entries} == {0}
+    assert len(policy.entries) == 2
+    m.free(a)
+    assert {group_id_of(k) for k in policy.entries} == {0, 1}
+    # Fill the pool: the policy's LRU order decides which cached blocks go.
+    held = len(policy.entries)
+    b = req("b", list(range(100, 140)))  # 10 + 10 blocks of 23: some cached ones go
+    assert admit(m, b)
+    assert 0 < len(policy.entries) < held
+
+
+def test_a_policy_evicting_a_block_a_window_still_needs_is_caught(lru_policy_cls: type) -> None:
+    """A deliberately broken policy that hands back a block a running request's window
+    holds (one it saw before a prefix hit took it) is refused by the tier, by name."""
+
+    class EvictsFromWindow(lru_policy_cls):  # type: ignore[misc,valid-type]
+        def __init__(self, capacity: int) -> None:
+            super().__init__(capacity)
+            self.seen: dict[object, object] = {}
+
+        def insert(self, key: object, block: object) -> None:
+            super().insert(key, block)
+            self.seen[key] = block
+
+        def evict(self, n: int, protected: object) -> object:
+            in_use = [(k, b) for k, b in self.seen.items() if b.ref_cnt > 0]  # type: ignore[attr-defined]
+            return in_use[:n] if len(in_use) >= n else super().evict(n, protected)
+
+    m = manager(24, sliding(8), FullAttentionSpec(**HEADS), eviction_policy=EvictsFromWindow(24))
+    a = req("a", list(range(12)))
+    assert admit(m, a)
+    m.free(a)  # its 6 blocks are cached and idle: the policy's
+    b = req("b", [*range(12), 50, 51, 52, 53, 54])
+    assert admit(m, b)  # hits a's blocks: its window holds them again
+    # 13 uncached free blocks and a's one idle block: c's 7 + 7 blocks need an eviction.
+    assert m.num_free_blocks == 14
+    c = req("c", list(range(200, 228)))
+    with pytest.raises(RuntimeError, match="not a key it holds with its block"):
+        admit(m, c)
 
 
 # -------------------------------------------------- each switch on its own
