@@ -85,10 +85,13 @@ def _check_windowed(value: tuple[tuple[Any, ...], ...]) -> None:
             )
         kind, span, context_s, pair_s = item
         if kind not in ("sliding_window", "chunked_local"):
-            raise ValueError(f"windowed: kind must be sliding_window or chunked_local, got {kind!r}")
+            raise ValueError(
+                f"windowed: kind must be sliding_window or chunked_local, got {kind!r}"
+            )
         if not (isinstance(span, int) and span > 0):
             raise ValueError(f"windowed: span must be an integer > 0, got {span!r}")
-        if not all(isinstance(x, int | float) and x >= 0 and math.isfinite(x) for x in (context_s, pair_s)):
+        numbers = (context_s, pair_s)
+        if not all(isinstance(x, int | float) and x >= 0 and math.isfinite(x) for x in numbers):
             raise ValueError(f"windowed: coefficients must be finite numbers >= 0, got {item!r}")
 
 
@@ -293,7 +296,8 @@ class CostModel:
     """The KV block layout this model's transfers assume, one of
     :data:`kvframe.domain.transfers.BLOCK_LAYOUTS`."""
     windowed: tuple[tuple[str, int, float, float], ...] = attrs.field(
-        default=(), converter=lambda value: tuple(tuple(item) for item in value),
+        default=(),
+        converter=lambda value: tuple(tuple(item) for item in value),
         validator=lambda _i, _a, v: _check_windowed(v),
     )
     """A hybrid model's windowed attention layers, one ``(kind, span,

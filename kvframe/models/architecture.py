@@ -134,7 +134,9 @@ class ModelArchitecture:
         """One request's state in one Mamba / linear-attention layer (vLLM's Mamba page)."""
         return sum(
             math.prod(shape) * size
-            for shape, size in zip(self.mamba_state_shapes, self.mamba_state_dtype_bytes)
+            for shape, size in zip(
+                self.mamba_state_shapes, self.mamba_state_dtype_bytes, strict=True
+            )
         )
 
     def attention_bytes_per_token(self, kind: str) -> int:

@@ -60,7 +60,9 @@ def load_model_config(path: str | Path, *, name: str | None = None) -> ModelArch
         raise ModelConfigError(
             str(path), None, f"not JSON: {error.msg} at line {error.lineno}"
         ) from None
-    return architecture_from_config(config, name=name or _default_name(config, path), source=str(path))
+    return architecture_from_config(
+        config, name=name or _default_name(config, path), source=str(path)
+    )
 
 
 def _default_name(config: object, path: Path) -> str:

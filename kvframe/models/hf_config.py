@@ -214,7 +214,9 @@ def _llama4_kinds(fields: _Fields, num_layers: int) -> tuple[str, ...]:
     return tuple(LayerKind.CHUNKED if flag else LayerKind.FULL for flag in flags)
 
 
-def _mamba_state(fields: _Fields, dtype: str) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+def _mamba_state(
+    fields: _Fields, dtype: str
+) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
     """Qwen3-Next's gated-delta-net state per layer: the conv state
     ``(kernel - 1, 2 x key_heads x key_dim + value_heads x value_dim)`` and the
     recurrent state ``(value_heads, value_dim, key_dim)``, both in the model's

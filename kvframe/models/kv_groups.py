@@ -40,13 +40,11 @@ import attrs
 
 from kvframe.domain.fidelity import Fidelity, fidelity_for
 from kvframe.domain.kv_cache_spec import (
-    AttentionSpec,
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheGroupSpec,
     KVCacheSpec,
-    MambaSpec,
     MLAAttentionSpec,
     SlidingWindowSpec,
 )
@@ -96,14 +94,14 @@ def hybrid_manager_enabled(
 ) -> tuple[bool, str]:
     """Whether vLLM runs ``model`` with its hybrid KV-cache manager, and why not."""
     reasons = []
-    if model.attention_chunk_size is not None and LayerKind.CHUNKED in model.layer_kinds:
-        if not options.allow_chunked_local_hybrid:
-            reasons.append("chunked local attention (VLLM_ALLOW_CHUNKED_LOCAL_ATTN_... unset)")
+    chunked = model.attention_chunk_size is not None and LayerKind.CHUNKED in model.layer_kinds
+    if chunked and not options.allow_chunked_local_hybrid:
+        reasons.append("chunked local attention (VLLM_ALLOW_CHUNKED_LOCAL_ATTN_... unset)")
     if options.kv_events and not fidelity.hybrid_kept_with_kv_events:
         reasons.append(f"KV events (vLLM {fidelity.vllm}, switch M1)")
-    if options.hybrid_manager is None and options.kv_connector:
-        if not (fidelity.hybrid_kept_with_hma_connector and options.connector_supports_hma):
-            reasons.append(f"a KV connector (vLLM {fidelity.vllm}, switch M2)")
+    keeps = fidelity.hybrid_kept_with_hma_connector and options.connector_supports_hma
+    if options.hybrid_manager is None and options.kv_connector and not keeps:
+        reasons.append(f"a KV connector (vLLM {fidelity.vllm}, switch M2)")
     if options.hybrid_manager is False:
         return False, "--disable-hybrid-kv-cache-manager"
     if options.hybrid_manager is True and reasons:
@@ -146,7 +144,9 @@ def mamba_layout(
     mla = LayerKind.MLA in model.layer_kinds
     kind = LayerKind.MLA if mla else LayerKind.FULL
     heads = 1 if mla else max(1, model.num_kv_heads // tp)
-    attn_1_token = model.attention_bytes_per_token(kind) * heads // (1 if mla else model.num_kv_heads)
+    attn_1_token = (
+        model.attention_bytes_per_token(kind) * heads // (1 if mla else model.num_kv_heads)
+    )
     mamba_page = model.mamba_state_bytes // tp
     if fidelity.mamba_block_aligned_to_block_size:
         align = max(KERNEL_BLOCK_SIZE, block_size)

@@ -116,7 +116,9 @@ def _cases(release: str) -> list[tuple[str, ModelArchitecture, KVGroupOptions, d
         hf_config = json.loads((MODELS_DIR / MODEL_NAMES[name]).read_text())
         for caching in (True, False):
             options = KVGroupOptions(enable_prefix_caching=caching)
-            cases.append((name, model, options, _case(model, release, options, hf_config=hf_config)))
+            cases.append(
+                (name, model, options, _case(model, release, options, hf_config=hf_config))
+            )
         events = KVGroupOptions(kv_events=True)
         cases.append((f"{name}+events", model, events, _case(model, release, events)))
     rng = random.Random(46)

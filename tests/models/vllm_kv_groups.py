@@ -191,7 +191,11 @@ def run_case(case):
         align_mamba(case, config, model_cls)
     specs = {}
     for i, kind in enumerate(case["layer_kinds"]):
-        name = f"model.layers.{i}.linear_attn" if kind == "state" else f"model.layers.{i}.self_attn.attn"
+        name = (
+            f"model.layers.{i}.linear_attn"
+            if kind == "state"
+            else f"model.layers.{i}.self_attn.attn"
+        )
         specs[name] = layer_spec(case, kind, config, shapes, dtypes)
     if V033:
         config.cache_config.get_resolved_kv_cache_layout = lambda: KVCacheLayout.LBNHC
