@@ -138,16 +138,12 @@ def mamba_cache_mode(model: ModelArchitecture, fidelity: Fidelity, prefix_cachin
 def mamba_layout(
     model: ModelArchitecture, block_size: int, fidelity: Fidelity, options: KVGroupOptions
 ) -> MambaLayout:
-    """The attention block size and Mamba page of a Mamba hybrid (switch M3)."""
-    tp = options.tensor_parallel_size
+    """The attention block size and Mamba page of a Mamba hybrid (switch M3), from one
+    GPU's share of ``model`` (:func:`kv_cache_config_for` passes it)."""
     mode = mamba_cache_mode(model, fidelity, options.enable_prefix_caching)
     mla = LayerKind.MLA in model.layer_kinds
-    kind = LayerKind.MLA if mla else LayerKind.FULL
-    heads = 1 if mla else max(1, model.num_kv_heads // tp)
-    attn_1_token = (
-        model.attention_bytes_per_token(kind) * heads // (1 if mla else model.num_kv_heads)
-    )
-    mamba_page = model.mamba_state_bytes // tp
+    attn_1_token = model.attention_bytes_per_token(LayerKind.MLA if mla else LayerKind.FULL)
+    mamba_page = model.mamba_state_bytes
     if fidelity.mamba_block_aligned_to_block_size:
         align = max(KERNEL_BLOCK_SIZE, block_size)
         if mla:
