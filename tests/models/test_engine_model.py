@@ -72,8 +72,9 @@ def test_windowed_layers_make_long_contexts_cheaper() -> None:
     flat.executor.cost_model = full
     flat.executor._hybrid = False
     as_full = flat.run(specs)
-    assert chunked.counters["simulated_duration_seconds"] < (
-        as_full.counters["simulated_duration_seconds"]
+    assert (
+        chunked.counters["simulated_duration_seconds"]
+        < (as_full.counters["simulated_duration_seconds"])
     )
     assert chunked.counters["num_steps"] == as_full.counters["num_steps"]
 
