@@ -128,7 +128,10 @@ def _derive(
             **options,
         )
     except ValueError as error:
-        raise ValueError(f"--model {arch.name}: {error}") from None
+        raise ValueError(
+            f"--model {arch.name}: {error}; name hardware with more memory with --preset "
+            "(a derived preset, e.g. llama3.1-70b-4xh100: four H100 with TP 4)"
+        ) from None
 
 
 @functools.cache

@@ -1,4 +1,4 @@
-"""``python -m kvframe.models``: the bundled models' table of docs/models.md.
+"""``.venv/bin/python tools/model_table.py``: the bundled models' table of docs/models.md.
 
 Prints, per model, its layers by kind, KV bytes per token, parameters, and on its
 own preset's hardware the KV memory and the groups and pool size each vLLM release
