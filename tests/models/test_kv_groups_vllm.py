@@ -66,6 +66,7 @@ def _case(model: ModelArchitecture, release: str, options: KVGroupOptions, **ext
         "disable_hybrid": not hybrid,
         "max_model_len": options.max_model_len or model.max_position_embeddings,
         "hf_config": extra.get("hf_config"),
+        "tp": options.tensor_parallel_size,
     }
 
 
@@ -127,6 +128,7 @@ def _cases(release: str) -> list[tuple[str, ModelArchitecture, KVGroupOptions, d
         options = KVGroupOptions(
             enable_prefix_caching=rng.random() < 0.5,
             allow_chunked_local_hybrid=rng.random() < 0.7,
+            tensor_parallel_size=rng.choice([1, 1, 2, 4]),
         )
         extra = {"block_size": rng.choice([16, 32, 64]), "kv_memory": rng.randint(1, 80) * GiB}
         cases.append((model.name, model, options, _case(model, release, options, **extra)))
@@ -158,7 +160,8 @@ def test_groups_and_num_blocks_are_vllms(release: str, tmp_path: Path) -> None:
         assert ours["groups"] == theirs_groups, f"{name} ({release}): groups differ"
         assert ours["num_blocks"] == theirs["num_blocks"], f"{name} ({release}): num_blocks"
         if model.mamba_state_shapes and theirs["mamba_state_bytes"] is not None:
-            assert model.mamba_state_bytes == theirs["mamba_state_bytes"], name
+            per_gpu = model.mamba_state_bytes // options.tensor_parallel_size
+            assert per_gpu == theirs["mamba_state_bytes"], name
         if theirs["layer_types"] is not None:
             assert theirs["layer_types"] == _expected_layer_types(model), f"{name}: layer types"
         compared += 1

@@ -44,12 +44,23 @@ def mamba_shapes(case):
 
     m = case["mamba"]
     shapes = MambaStateShapeCalculator.gated_delta_net_state_shape(
-        1, m["num_k_heads"], m["num_v_heads"], m["head_k_dim"], m["head_v_dim"], m["conv_kernel"], 0
+        case.get("tp", 1),
+        m["num_k_heads"],
+        m["num_v_heads"],
+        m["head_k_dim"],
+        m["head_v_dim"],
+        m["conv_kernel"],
+        0,
     )
     dtypes = MambaStateDtypeCalculator.gated_delta_net_state_dtype(
         DTYPES[case["dtype_bytes"]], "auto", "auto"
     )
     return tuple(tuple(s) for s in shapes), tuple(dtypes)
+
+
+def heads(case):
+    """KV heads on one GPU: ``ModelConfig.get_num_kv_heads`` (at least one, replicated)."""
+    return max(1, case["num_kv_heads"] // case.get("tp", 1))
 
 
 def stand_in_config(case, shapes, dtypes):
@@ -78,7 +89,7 @@ def stand_in_config(case, shapes, dtypes):
         architecture="StandIn",
         dtype=DTYPES[case["dtype_bytes"]],
         use_mla=False,
-        get_num_kv_heads=lambda _parallel: case["num_kv_heads"],
+        get_num_kv_heads=lambda _parallel: heads(case),
         get_head_size=lambda: case["head_dim"],
         get_mamba_chunk_size=lambda: 2048,
         supports_mamba_prefix_caching=False,
@@ -88,7 +99,7 @@ def stand_in_config(case, shapes, dtypes):
     config = SimpleNamespace(
         cache_config=cache,
         model_config=model,
-        parallel_config=SimpleNamespace(tensor_parallel_size=1),
+        parallel_config=SimpleNamespace(tensor_parallel_size=case.get("tp", 1)),
         attention_config=SimpleNamespace(backend=None, hisparse_config=None),
         scheduler_config=SimpleNamespace(
             enable_chunked_prefill=True,
@@ -133,7 +144,7 @@ def layer_spec(case, kind, config, shapes, dtypes):
     cache = config.cache_config
     common = dict(
         block_size=cache.block_size,
-        num_kv_heads=case["num_kv_heads"],
+        num_kv_heads=heads(case),
         head_size=case["head_dim"],
         dtype=DTYPES[case["dtype_bytes"]],
     )
@@ -200,7 +211,8 @@ def run_case(case):
     if V033:
         config.cache_config.get_resolved_kv_cache_layout = lambda: KVCacheLayout.LBNHC
     groups = planning.get_kv_cache_groups(config, specs)
-    kv_config = planning.get_kv_cache_config_from_groups(config, groups, case["kv_memory"])
+    memory = case["kv_memory"] // case.get("tp", 1)  # one worker's
+    kv_config = planning.get_kv_cache_config_from_groups(config, groups, memory)
     mamba_page = None
     if shapes is not None:
         mamba_page = kvi.MambaSpec(shapes=shapes, dtypes=dtypes, block_size=1).page_size_bytes
