@@ -342,8 +342,6 @@ class CostModel:
         num_context_tokens: int,
         num_prefill_seqs: int = 0,
         num_prefill_pairs: int = 0,
-        extra_pair_s: float = 0.0,
-        extra_read_s: float = 0.0,
     ) -> float:
         """Duration of one step.
 
@@ -369,10 +367,6 @@ class CostModel:
             ``num_computed_tokens`` before the step).
         :param num_prefill_seqs: requests with a prefill chunk this step.
         :param num_prefill_pairs: over those chunks, :func:`prefill_pairs`.
-        :param extra_pair_s: a hybrid model's windowed attention compute, and
-        :param extra_read_s: its windowed reads and Mamba state traffic
-            (:meth:`hybrid_attention`): added to the attention's two sides
-            (``overlap``: inside its ``max``); 0 for a full-attention model.
         :returns: seconds; 0.0 for a step that schedules nothing, since no
             forward pass runs (the engine then jumps to the next arrival).
         """
@@ -385,17 +379,21 @@ class CostModel:
             num_prefill_seqs,
             num_prefill_pairs,
         )
-        if extra_pair_s or extra_read_s:
-            return self._hybrid_step_time(counts, extra_pair_s, extra_read_s)
         if self.form == "overlap":
             return self._overlap_step_time(*counts)
         return self._additive_step_time(*counts)
 
-    def _hybrid_step_time(
+    def hybrid_step_time(
         self, counts: tuple[int, int, int, int, int], extra_pair_s: float, extra_read_s: float
     ) -> float:
-        """:meth:`step_time` with a hybrid model's windowed attention and state traffic."""
+        """:meth:`step_time` of a hybrid model: ``counts`` are step_time's five
+        arguments, ``extra_pair_s`` / ``extra_read_s`` the windowed layers' compute and
+        their reads plus the Mamba state traffic (:meth:`hybrid_attention`), added to the
+        attention's two sides (``overlap``: inside its ``max``). A method of its own so
+        that a full-attention model's :meth:`step_time` stays as it was."""
         prefill, decode, context, seqs, pairs = counts
+        if prefill <= 0 and decode <= 0:
+            return 0.0
         if self.form != "overlap":
             return self._additive_step_time(*counts) + extra_pair_s + extra_read_s
         linear = max(self.per_prefill_token_s * (prefill + decode), self.weight_read_s)

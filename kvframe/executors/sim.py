@@ -153,15 +153,14 @@ class SimExecutor:
             )
             spans.append((before, 0 if decoding else num_new))
         pair_s, read_s = self.cost_model.hybrid_attention(spans)
-        return self.cost_model.step_time(
+        counts = (
             shape.prefill,
             shape.decode,
             shape.context,
             shape.prefill_seqs,
             shape.prefill_pairs,
-            extra_pair_s=pair_s,
-            extra_read_s=read_s,
         )
+        return self.cost_model.hybrid_step_time(counts, pair_s, read_s)
 
     def record_finished(self, request: Request) -> None:
         """Nothing to keep: every sampled token is :attr:`token_id`."""

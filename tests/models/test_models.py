@@ -215,7 +215,7 @@ def test_hybrid_step_time_adds_inside_the_attention_max() -> None:
     cost = model_preset("gpt-oss-20b").cost_model
     plain = cost.step_time(0, 4, 40_000)
     pair_s, read_s = cost.hybrid_attention([(10_000, 0)] * 4)
-    assert cost.step_time(0, 4, 40_000, extra_pair_s=pair_s, extra_read_s=read_s) == (
+    assert cost.hybrid_step_time((0, 4, 40_000, 0, 0), pair_s, read_s) == (
         pytest.approx(plain + read_s)
     )
 
