@@ -151,6 +151,28 @@ class Fidelity:
     one is held (vLLM 0.33.0's ``Scheduler.has_finished_requests``: "finished
     requests waiting on delayed connector cleanup"; upstream pull request not
     identified). 0.19.1 counted only the finished ids the next output reports."""
+    hybrid_kept_with_kv_events: bool = False
+    """M1. KV events on (``--kv-events-config``; kvframe's fleets publish them) no longer
+    turn vLLM's hybrid KV-cache manager off: a hybrid model keeps one group per layer
+    kind. 0.19.1 disabled it ("Hybrid KV cache manager is not compatible with KV
+    events", ``VllmConfig.__post_init__``), so a sliding-window or chunked model runs
+    with every layer as full attention. Read by :mod:`kvframe.models.kv_groups`."""
+    hybrid_kept_with_hma_connector: bool = False
+    """M2. A KV connector that supports the hybrid manager (``SupportsHMA``: vLLM
+    0.33.0's ``OffloadingConnector`` among them) leaves it on; 0.19.1 turned it off
+    for any ``--kv-transfer-config`` unless asked not to. Read by
+    :mod:`kvframe.models.kv_groups`."""
+    mamba_block_aligned_to_block_size: bool = False
+    """M3. A Mamba hybrid's attention block size is the smallest multiple of
+    ``max(kernel block, block_size)`` whose page holds a Mamba state
+    (``Platform._align_hybrid_block_size``); 0.19.1 took the smallest multiple of
+    the kernel block (16), or of ``lcm(mamba chunk, 16)`` in Mamba cache mode "all"
+    (``HybridAttentionMambaModelConfig``). Read by :mod:`kvframe.models.kv_groups`."""
+    mamba_prefix_cache_align_only: bool = False
+    """M4. Prefix caching on selects Mamba cache mode "align" for every Mamba model;
+    0.19.1 selected "all" for models that support Mamba prefix caching
+    (``MambaModelConfig.verify_and_update_config``). Read by
+    :mod:`kvframe.models.kv_groups`."""
 
 
 _TARGETS: dict[str, Fidelity] = {
@@ -171,6 +193,10 @@ _TARGETS: dict[str, Fidelity] = {
         sessions_resume_from_frontier=True,
         failed_load_keeps_external_count=True,
         held_requests_keep_engine=True,
+        hybrid_kept_with_kv_events=True,
+        hybrid_kept_with_hma_connector=True,
+        mamba_block_aligned_to_block_size=True,
+        mamba_prefix_cache_align_only=True,
     ),
 }
 
