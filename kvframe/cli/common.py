@@ -135,6 +135,7 @@ def load_selection(args: argparse.Namespace, engine_keys: Sequence[str] = ()) ->
 # Engine settings that have a flag; their ``dest`` is the engine key.
 ENGINE_FLAGS = (
     "preset",
+    "model",
     "replicas",
     "kv_event_delay",
     "load_report_interval",
@@ -160,12 +161,35 @@ ENGINE_FLAGS = (
 )
 
 
+def _config_json_path(text: str) -> str:
+    """``--model-config``: an existing file (its fields are checked when the engine is built)."""
+    from pathlib import Path
+
+    if not Path(text).is_file():
+        raise argparse.ArgumentTypeError(f"no such file: {text}")
+    return text
+
+
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     """The engine flags (``--num-gpu-blocks``, ``--gpu-eviction``, ...): :data:`ENGINE_FLAGS`."""
     engine = parser.add_argument_group(
         "engine", "override kvframe.toml's engine settings of the same name"
     )
     engine.add_argument("--preset", metavar="NAME", help="cost-model preset (model + GPU)")
+    model = engine.add_mutually_exclusive_group()
+    model.add_argument(
+        "--model",
+        metavar="NAME",
+        help="model shape (gpt-oss-20b, gpt-oss-120b, gemma-3-27b, llama-4-scout, "
+        "qwen3-next-80b-a3b, llama-3.1-8b) on --preset's hardware, or its own",
+    )
+    model.add_argument(
+        "--model-config",
+        dest="model",
+        metavar="PATH",
+        type=_config_json_path,
+        help="a Hugging Face config.json to read the model shape from",
+    )
     pool = engine.add_mutually_exclusive_group()
     pool.add_argument(
         "--num-gpu-blocks", type=int, metavar="N", help="GPU KV blocks (including the null block)"

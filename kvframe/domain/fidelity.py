@@ -174,6 +174,28 @@ class Fidelity:
     0.33.0 refuses ``"none"`` ("Mamba prefix caching requires mamba_cache_mode='align'"),
     and so does kvframe under it. 0.19.1 ran it, caching the attention groups while
     the Mamba group (one block of ``max_model_len``) never hits."""
+    hybrid_kept_with_kv_events: bool = False
+    """M1. KV events on (``--kv-events-config``; kvframe's fleets publish them) no longer
+    turn vLLM's hybrid KV-cache manager off: a hybrid model keeps one group per layer
+    kind. 0.19.1 disabled it ("Hybrid KV cache manager is not compatible with KV
+    events", ``VllmConfig.__post_init__``), so a sliding-window or chunked model runs
+    with every layer as full attention. Read by :mod:`kvframe.models.kv_groups`."""
+    hybrid_kept_with_hma_connector: bool = False
+    """M2. A KV connector that supports the hybrid manager (``SupportsHMA``: vLLM
+    0.33.0's ``OffloadingConnector`` among them) leaves it on; 0.19.1 turned it off
+    for any ``--kv-transfer-config`` unless asked not to. Read by
+    :mod:`kvframe.models.kv_groups`."""
+    mamba_block_aligned_to_block_size: bool = False
+    """M3. A Mamba hybrid's attention block size is the smallest multiple of
+    ``max(kernel block, block_size)`` whose page holds a Mamba state
+    (``Platform._align_hybrid_block_size``); 0.19.1 took the smallest multiple of
+    the kernel block (16), or of ``lcm(mamba chunk, 16)`` in Mamba cache mode "all"
+    (``HybridAttentionMambaModelConfig``). Read by :mod:`kvframe.models.kv_groups`."""
+    mamba_prefix_cache_align_only: bool = False
+    """M4. Prefix caching on selects Mamba cache mode "align" for every Mamba model;
+    0.19.1 selected "all" for models that support Mamba prefix caching
+    (``MambaModelConfig.verify_and_update_config``). Read by
+    :mod:`kvframe.models.kv_groups`."""
 
 
 _TARGETS: dict[str, Fidelity] = {
@@ -197,6 +219,10 @@ _TARGETS: dict[str, Fidelity] = {
         groups_admission_cap=True,
         groups_skip_processed_only=True,
         groups_mamba_caching_needs_align=True,
+        hybrid_kept_with_kv_events=True,
+        hybrid_kept_with_hma_connector=True,
+        mamba_block_aligned_to_block_size=True,
+        mamba_prefix_cache_align_only=True,
     ),
 }
 

@@ -30,7 +30,9 @@ from kvframe.executors.catalog import get_preset
 
 if TYPE_CHECKING:
     from kvframe.config import UserConfig
+    from kvframe.domain.kv_cache_spec import KVCacheConfig
     from kvframe.executors.presets import Preset
+    from kvframe.models import ModelArchitecture
 
 __all__ = ["DEFAULT_MAX_MODEL_LEN", "DEFAULT_PRESET", "ENGINE_KEYS", "EngineConfig"]
 
@@ -110,7 +112,13 @@ class EngineConfig:
     """
 
     preset: str = DEFAULT_PRESET
-    """Cost-model preset name (``kvframe.executors.catalog.preset_names()``)."""
+    """Cost-model preset name (``kvframe.executors.catalog.preset_names()``). With
+    :attr:`model` it names the hardware (GPU, tensor parallelism); left at its
+    default, the model's own preset is used."""
+    model: str | None = attrs.field(default=None)
+    """A model (``kvframe.models.model_names()``, e.g. ``gpt-oss-120b``) or the path of
+    a Hugging Face ``config.json``: its shape, cost model and KV-cache groups
+    (:mod:`kvframe.models`); ``None``: the preset's model."""
     scheduler: PluginSelection = attrs.field(default="fcfs", validator=_selection)
     """Scheduling policy config string (vLLM's default is FCFS); alias ``scheduling``."""
     gpu_eviction: PluginSelection | None = attrs.field(default=None, validator=_selection)
@@ -235,6 +243,8 @@ class EngineConfig:
                 f"(got num_gpu_blocks={self.num_gpu_blocks}, kv_memory={self.kv_memory})"
             )
         get_preset(self.preset)  # raises ValueError naming the presets
+        if self.model is not None:
+            self._check_model()
         if self.cost_model is not None:
             self.preset_object  # noqa: B018 -- raises ValueError naming the file and field
         from kvframe.executors.torch.options import parse_executor
@@ -251,10 +261,71 @@ class EngineConfig:
                 f"{self.block_size} tokens for {self.preset_object.shape.name}"
             )
 
+    def _check_model(self) -> None:
+        """Refuse a model this core cannot run yet, by name and reason.
+
+        The core here keeps one KV-cache group (vLLM's ``UnitaryKVCacheCoordinator``);
+        a model to which vLLM gives several groups (sliding window, Mamba state) needs
+        the hybrid coordinator (issue 46's core, ``kvframe/core``), so it is refused
+        rather than run as if every layer were full attention.
+        """
+        if self.cost_model is not None:
+            raise ValueError(
+                "give model or cost_model, not both (a cost-model file has its own model)"
+            )
+        self.model_architecture  # noqa: B018 -- raises ValueError naming the file and field
+        config = self.kv_cache_config()
+        if config.is_hybrid:
+            kinds = ", ".join(
+                f"{type(g.spec).__name__} x{len(g.layer_names)}" for g in config.groups
+            )
+            raise ValueError(
+                f"model {self.model}: vLLM {self.vllm} manages its KV cache as "
+                f"{len(config.groups)} groups ({kinds}); this kvframe core has one group "
+                "only (hybrid KV-cache groups are not built yet), so it would run every "
+                "layer as full attention, which vLLM does not. Full-attention models, "
+                "and hybrid ones vLLM runs as one group (llama-4-scout: chunked local "
+                "attention turns vLLM's hybrid manager off), run."
+            )
+
     # -- derived values ----------------------------------------------------
 
     @property
+    def model_architecture(self) -> ModelArchitecture:
+        """:attr:`model`'s layers and parameters (the preset's Llama without one)."""
+        from kvframe.models import load_model
+
+        return load_model(self.model or "llama-3.1-8b")
+
+    def kv_cache_config(self, *, kv_events: bool = False) -> KVCacheConfig:
+        """The KV-cache groups and pool size vLLM :attr:`vllm` gives :attr:`model` with
+        this config's KV memory and block size (``num_gpu_blocks`` overrides the count,
+        as vLLM's ``num_gpu_blocks_override`` does). ``kv_events``: KV events are
+        published (vLLM 0.19.1 then turns its hybrid manager off, switch M1)."""
+        from kvframe.models import KVGroupOptions, kv_cache_config_for
+
+        preset = self.preset_object
+        options = KVGroupOptions(
+            enable_prefix_caching=self.enable_prefix_caching,
+            kv_events=kv_events,
+            kv_connector=self.offload is not None,
+            connector_supports_hma=True,  # kvframe's tier is vLLM's OffloadingConnector
+            max_model_len=self.resolved_max_model_len(),
+            num_gpu_blocks_override=self.num_gpu_blocks,
+            tensor_parallel_size=preset.tensor_parallel_size,
+        )
+        memory = self.kv_memory if self.kv_memory is not None else preset.kv_memory_bytes
+        return kv_cache_config_for(
+            self.model_architecture, int(memory), self.block_size, self.fidelity, options
+        )
+
+    @property
     def preset_object(self) -> Preset:
+        if self.model is not None:
+            from kvframe.executors.model_presets import model_preset
+
+            base = None if self.preset == DEFAULT_PRESET else get_preset(self.preset)
+            return model_preset(self.model, base)
         if self.cost_model is not None:
             from kvframe.executors.cost_model_file import load_cost_model_file
 
@@ -265,6 +336,8 @@ class EngineConfig:
         """GPU KV blocks including the null block."""
         if self.num_gpu_blocks is not None:
             return self.num_gpu_blocks
+        if self.model is not None:
+            return self.kv_cache_config().num_blocks
         preset = self.preset_object
         if self.kv_memory is not None:
             return num_gpu_blocks_for(self.kv_memory, self.block_size, preset.shape)
@@ -273,6 +346,8 @@ class EngineConfig:
     def resolved_max_model_len(self) -> int:
         if self.max_model_len is not None:
             return self.max_model_len
+        if self.model is not None:
+            return self.model_architecture.max_position_embeddings or DEFAULT_MAX_MODEL_LEN
         return DEFAULT_MAX_MODEL_LEN
 
     def scheduler_config(self, *, enable_kv_cache_events: bool = False) -> SchedulerConfig:
@@ -305,7 +380,7 @@ class EngineConfig:
     def describe(self) -> dict[str, Any]:
         """JSON-ready settings with the derived values filled in (for ``metrics.json``)."""
         return {
-            "preset": self.preset,
+            "preset": self.preset if self.model is None else self.preset_object.name,
             "scheduling": _spec_text(self.scheduler),
             "gpu_eviction": _spec_text(self.gpu_eviction),
             "tracers": [_spec_text(t) for t in self.tracers],
@@ -331,6 +406,7 @@ class EngineConfig:
             "vllm": self.vllm,
             "async_scheduling": self.async_scheduling,
             "core": self.core,
+            **({"model": self.model} if self.model is not None else {}),
             **self.describe_fleet(),
         }
 
@@ -521,6 +597,7 @@ def _str(value: Any) -> str:
 
 _CONVERTERS: Mapping[str, Any] = {
     "preset": _str,
+    "model": _str,
     "gpu_eviction": _str,
     "block_size": _int,
     "num_gpu_blocks": _int,

@@ -311,10 +311,7 @@ class _FleetRun:
         self.stop_token_ids = tuple(first.executor.stop_token_ids)
         if self.uses_kv_events:
             for replica in self.replicas:
-                # Every KV event is stamped with its own step's end.
-                driver = replica.driver
-                if hasattr(driver, "decode_runs"):
-                    driver.decode_runs = False  # type: ignore[union-attr]
+                replica.driver.stamp_every_step()  # each KV event at its own step's end
         router.attach(
             FleetInfo(num_replicas=n, block_size=first.scheduler.block_size, seed=first.config.seed)
         )
