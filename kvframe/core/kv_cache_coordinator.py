@@ -57,6 +57,7 @@ from kvframe.core.compiled import resolve_core
 from kvframe.core.hashing import block_hash_with_group_id, group_id_of, plain_block_hash
 from kvframe.core.kv_cache_manager import PrefixCacheStats
 from kvframe.core.single_type_managers import SingleTypeManager, manager_for
+from kvframe.core.uncomputed import UncomputedBlocks
 from kvframe.domain.kv_cache_spec import FullAttentionSpec, KVCacheConfig, MambaSpec
 
 if TYPE_CHECKING:
@@ -72,6 +73,7 @@ __all__ = [
     "HybridKVCacheManager",
     "InflightTokens",
     "KVCacheCoordinator",
+    "check_kv_cache_config",
 ]
 
 GroupBlocks = tuple[Sequence["KVCacheBlock"], ...]
@@ -242,7 +244,7 @@ class GroupNewBlocks:
         return [block.block_id for block in self.blocks]
 
 
-def _check_config(
+def check_kv_cache_config(
     config: KVCacheConfig, block_size: int, enable_caching: bool, mamba_needs_align: bool
 ) -> None:
     """Refuse, by name, group shapes the hybrid core does not follow vLLM on (and, under
@@ -311,7 +313,9 @@ class HybridKVCacheManager:
         eviction_policy: EvictionPolicy | None = None,
         core: str = "auto",
     ) -> None:
-        _check_config(kv_cache_config, block_size, enable_caching, mamba_caching_needs_align)
+        check_kv_cache_config(
+            kv_cache_config, block_size, enable_caching, mamba_caching_needs_align
+        )
         self.block_size = block_size
         self.max_model_len = max_model_len
         self.enable_caching = enable_caching
@@ -353,6 +357,9 @@ class HybridKVCacheManager:
         self.decode_limits: dict[str, int] = {}
         """Always empty: every allocation asks (the one-group fast path is not taken)."""
         self.prefix_cache_stats = PrefixCacheStats()
+        self.uncomputed = UncomputedBlocks(rollback=False)
+        """Never fed: uncomputed blocks are counted on the one-group path only (a run's
+        counters read it)."""
         self._empty: GroupBlocks = tuple(() for _ in self.managers)
 
     # ----------------------------------------------------------------- state
