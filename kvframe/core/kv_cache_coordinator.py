@@ -345,12 +345,7 @@ class HybridKVCacheManager:
             kv_cache_config, self.block_pool, enable_caching, use_eagle
         )
         self.managers = self.coordinator.managers
-        for manager in self.managers:
-            manager.hash_stride = manager.block_size // block_size
-            if admission_cap_in_flight is not None:
-                manager.admission_cap = manager.max_admission_blocks(
-                    admission_cap_in_flight, max_model_len
-                )
+        self._size_groups(admission_cap_in_flight)
         self.inflight_tokens = inflight_tokens if inflight_tokens is not None else InflightTokens()
         """Switch G2's count of tokens in flight (the async scheduler tells it)."""
         self.num_groups = len(self.managers)
@@ -361,6 +356,16 @@ class HybridKVCacheManager:
         """Never fed: uncomputed blocks are counted on the one-group path only (a run's
         counters read it)."""
         self._empty: GroupBlocks = tuple(() for _ in self.managers)
+
+    def _size_groups(self, admission_cap_in_flight: int | None) -> None:
+        """Each group's hash blocks per block, and its admission cap under switch G1
+        (``None``: 0.19.1, no cap)."""
+        for manager in self.managers:
+            manager.hash_stride = manager.block_size // self.block_size
+            if admission_cap_in_flight is not None:
+                manager.admission_cap = manager.max_admission_blocks(
+                    admission_cap_in_flight, self.max_model_len
+                )
 
     # ----------------------------------------------------------------- state
 
