@@ -264,29 +264,38 @@ class EngineConfig:
     def _check_model(self) -> None:
         """Refuse a model this core cannot run yet, by name and reason.
 
-        The core here keeps one KV-cache group (vLLM's ``UnitaryKVCacheCoordinator``);
-        a model to which vLLM gives several groups (sliding window, Mamba state) needs
-        the hybrid coordinator (issue 46's core, ``kvframe/core``), so it is refused
-        rather than run as if every layer were full attention.
+        A model to which vLLM gives several KV-cache groups (sliding window, Mamba
+        state) runs on the core's hybrid coordinator (:meth:`scheduler_config` hands it
+        the groups); the core refuses what it does not model yet.
         """
         if self.cost_model is not None:
             raise ValueError(
                 "give model or cost_model, not both (a cost-model file has its own model)"
             )
         self.model_architecture  # noqa: B018 -- raises ValueError naming the file and field
+        # A hybrid model's groups run on the core's KV-cache groups; what they do not
+        # model yet (groups of different block sizes, Mamba prefix caching) is refused
+        # here, naming the groups, rather than when the scheduler is built.
         config = self.kv_cache_config()
         if config.is_hybrid:
-            kinds = ", ".join(
-                f"{type(g.spec).__name__} x{len(g.layer_names)}" for g in config.groups
-            )
-            raise ValueError(
-                f"model {self.model}: vLLM {self.vllm} manages its KV cache as "
-                f"{len(config.groups)} groups ({kinds}); this kvframe core has one group "
-                "only (hybrid KV-cache groups are not built yet), so it would run every "
-                "layer as full attention, which vLLM does not. Full-attention models, "
-                "and hybrid ones vLLM runs as one group (llama-4-scout: chunked local "
-                "attention turns vLLM's hybrid manager off), run."
-            )
+            from kvframe.core.kv_cache_coordinator import check_kv_cache_config
+
+            try:
+                check_kv_cache_config(
+                    config,
+                    self.block_size,
+                    self.enable_prefix_caching,
+                    self.fidelity.groups_mamba_caching_needs_align,
+                )
+            except ValueError as err:
+                kinds = ", ".join(
+                    f"{type(g.spec).__name__} x{len(g.layer_names)}" for g in config.groups
+                )
+                raise ValueError(
+                    f"model {self.model}: vLLM {self.vllm} manages its KV cache as "
+                    f"{len(config.groups)} groups ({kinds}), which kvframe's core does not "
+                    f"run yet: {err}"
+                ) from None
 
     # -- derived values ----------------------------------------------------
 
@@ -359,10 +368,16 @@ class EngineConfig:
         optional: dict[str, Any] = {}
         if self.reserve_full_sequence is not None:
             optional["reserve_full_sequence"] = self.reserve_full_sequence
+        num_gpu_blocks = self.resolved_num_gpu_blocks()
+        if self.model is not None:
+            groups = self.kv_cache_config(kv_events=enable_kv_cache_events)
+            if groups.is_hybrid:  # several groups: the core's hybrid coordinator
+                optional["kv_cache_config"] = groups
+                num_gpu_blocks = groups.num_blocks
         return SchedulerConfig(
             **optional,
             block_size=self.block_size,
-            num_gpu_blocks=self.resolved_num_gpu_blocks(),
+            num_gpu_blocks=num_gpu_blocks,
             max_num_batched_tokens=self.max_num_batched_tokens,
             max_num_seqs=self.max_num_seqs,
             max_model_len=self.resolved_max_model_len(),
