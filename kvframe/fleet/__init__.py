@@ -13,6 +13,7 @@
 See docs/fleet.md for the timing rules and :mod:`kvframe.fleet.runner` for the loop.
 """
 
+from kvframe.fleet import disagg as _disagg  # noqa: F401  (registers --disagg)
 from kvframe.fleet.runner import Fleet, FleetResult, FleetSettings, RoutingError
 
 __all__ = ["Fleet", "FleetResult", "FleetSettings", "RoutingError"]
