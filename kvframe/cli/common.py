@@ -143,6 +143,7 @@ ENGINE_FLAGS = (
     "disagg_bandwidth",
     "disagg_latency",
     "disagg_pipeline",
+    "kv_load_failure_policy",
     "num_gpu_blocks",
     "kv_memory",
     "block_size",
@@ -253,6 +254,11 @@ def _add_disagg_arguments(fleet: Any) -> None:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="per-layer pipelining: only the last layer's KV moves after the prefill",
+    )
+    fleet.add_argument(
+        "--kv-load-failure-policy",
+        choices=("fail", "recompute"),
+        help="a decode replica's failed load: finish with error (default, as vLLM) or recompute",
     )
 
 

@@ -196,6 +196,10 @@ class EngineConfig:
     """Seconds from a transfer's last byte to its arrival (``None``: the link's)."""
     disagg_pipeline: bool = attrs.field(default=False, validator=_is_bool)
     """Per-layer pipelining: only the last layer's share of the KV moves after the prefill."""
+    kv_load_failure_policy: str = attrs.field(default="fail")
+    """What a decode replica does when a load fails (vLLM's ``kv_load_failure_policy``,
+    default ``fail``): ``fail`` finishes the request with ``error``, ``recompute``
+    computes from the first block the load could not fill."""
     step_by_step: bool = attrs.field(default=False, validator=_is_bool)
     """Run every step through the whole scheduler and executor, never a run of
     plain decode steps in one go (:mod:`kvframe.core.decode_run`). The results
@@ -313,6 +317,7 @@ class EngineConfig:
             fidelity=self.fidelity,
             async_scheduling=self.async_scheduling,
             core=self.core,
+            kv_load_failure_policy=self.kv_load_failure_policy,
         )
 
     def describe(self) -> dict[str, Any]:
@@ -376,6 +381,7 @@ class EngineConfig:
             "disagg_bandwidth": self.disagg_bandwidth,
             "disagg_latency": self.disagg_latency,
             "disagg_pipeline": self.disagg_pipeline,
+            "kv_load_failure_policy": self.kv_load_failure_policy,
         }
 
     def fleet_problem(self) -> str | None:
@@ -598,6 +604,7 @@ _CONVERTERS: Mapping[str, Any] = {
     "disagg_bandwidth": _size,
     "disagg_latency": lambda value: _seconds(value),
     "disagg_pipeline": _bool,
+    "kv_load_failure_policy": _str,
 }
 
 _ALIASES: Mapping[str, str] = {
@@ -614,6 +621,7 @@ _ALIASES: Mapping[str, str] = {
     "disagg-bandwidth": "disagg_bandwidth",
     "disagg-latency": "disagg_latency",
     "disagg-pipeline": "disagg_pipeline",
+    "kv-load-failure-policy": "kv_load_failure_policy",
 }
 
 ENGINE_KEYS: tuple[str, ...] = tuple(_CONVERTERS)
