@@ -49,12 +49,12 @@ def run_all(plan: list[tuple[float, int, int]], pipeline: int | None = None) -> 
 @settings(max_examples=150, deadline=None)
 @given(transfers)
 def test_every_byte_is_delivered_once_and_no_link_exceeds_its_bandwidth(plan) -> None:
-    model, starts, _ = run_all(plan)
+    model, _, _ = run_all(plan)
     stats = model.stats
     assert stats.num_transfers == len(plan)
     assert stats.bytes == sum(b for _, _, b in plan) * BYTES_PER_BLOCK
     for link in {link for _, link, _ in plan}:
-        carried = sum(b for _, l, b in plan if l == link) * BYTES_PER_BLOCK
+        carried = sum(b for _, on, b in plan if on == link) * BYTES_PER_BLOCK
         busy = stats.busy_seconds.get(link, 0.0)
         # Busy time x bandwidth is what the link carried: never more (bandwidth
         # respected), never less (bytes conserved).
