@@ -256,6 +256,14 @@ class DisaggFleet(Fleet):
         layout = DisaggLayout.parse(first.disagg, len(configs))  # type: ignore[arg-type]
         if any(c.offload is not None for c in configs):
             raise ValueError("--disagg with --offload is not modelled yet (one connector each)")
+        if any(c.async_scheduling and c.fidelity.held_requests_keep_engine for c in configs):
+            # 0.33.0's has_requests counts a held send, so the batch-queue loop steps on at
+            # one instant instead of waiting for another replica's transfer.
+            raise ValueError(
+                "--disagg with --async-scheduling under vLLM 0.33.0 is not modelled yet "
+                "(its engine keeps stepping while a send holds blocks: switch "
+                "held_requests_keep_engine); use synchronous scheduling or --vllm 0.19.1"
+            )
         coordinator = Coordinator(transfer_model(first, first.block_size), **hooks)
         kv_events = bool(router.uses_kv_events)
         engines = []

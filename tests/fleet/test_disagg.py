@@ -260,3 +260,23 @@ def test_offload_with_disagg_is_refused() -> None:
     assert config.offload is None
     with pytest.raises((ValueError, ConfigError), match="offload"):
         DisaggFleet.build([offloading] * 2, RoundRobin(), None, FleetSettings(), get_registry())
+
+
+@pytest.mark.parametrize("vllm", ["0.19.1", "0.33.0"])
+def test_both_releases_run_synchronously_and_0_19_asynchronously(vllm: str) -> None:
+    workload = specs(30)
+    fleet = Fleet.from_config(
+        EngineConfig(replicas=3, disagg="1:2", num_gpu_blocks=BLOCKS, vllm=vllm), "round-robin"
+    )
+    assert fleet.run(workload).summary.counters["num_requests_finished"] == len(workload)
+    config = EngineConfig(
+        replicas=3, disagg="1:2", num_gpu_blocks=BLOCKS, vllm=vllm, async_scheduling=True
+    )
+    if vllm == "0.33.0":
+        with pytest.raises(ValueError, match="held_requests_keep_engine"):
+            Fleet.from_config(config, "round-robin")
+        return
+    fleet = Fleet.from_config(config, "round-robin")
+    assert fleet.run(workload).summary.counters["num_requests_finished"] == len(workload)
+    for engine in fleet.engines:
+        assert engine.scheduler.kv_cache_manager.num_free_blocks == BLOCKS - 1
