@@ -280,3 +280,16 @@ def test_both_releases_run_synchronously_and_0_19_asynchronously(vllm: str) -> N
     assert fleet.run(workload).summary.counters["num_requests_finished"] == len(workload)
     for engine in fleet.engines:
         assert engine.scheduler.kv_cache_manager.num_free_blocks == BLOCKS - 1
+
+
+@pytest.mark.parametrize("router", ["round-robin", "dynamo-kv"])
+def test_agentic_turns_are_released_by_the_decode_leg_in_a_mixed_fleet(router: str) -> None:
+    from kvframe.workloads.agentic import generate_agentic
+
+    workload = list(generate_agentic(num_jobs=6, seed=3))
+    fleet = Fleet.from_config(EngineConfig(replicas=4, disagg="1:2", num_gpu_blocks=2000), router)
+    summary = fleet.run(workload).summary
+    assert summary.counters["num_requests_finished"] == len(workload)
+    assert 0 < summary.counters["disagg_requests"] <= len(workload)
+    for engine in fleet.engines:
+        assert engine.scheduler.kv_cache_manager.num_free_blocks == 2000 - 1
