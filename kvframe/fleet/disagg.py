@@ -208,7 +208,8 @@ class _Pool:
         self.board = SignalBoard(self.view, router, kv_event_delay=delay)
         router.attach(attrs.evolve(info, num_replicas=len(members), role=role))
 
-    def pick(self, route: Any, request: Any, label: str) -> int:
+    def pick(self, request: Any, label: str) -> int:
+        """The fleet index of the replica the pool's router picks for ``request``."""
         choice = self.router.route(request, self.view)
         n = len(self.members)
         if isinstance(choice, bool) or not isinstance(choice, int) or not 0 <= choice < n:
@@ -402,14 +403,14 @@ class _DisaggRun(_FleetRun):
         for arrival, spec, source in self.arrivals.pop_due(due):  # type: ignore[attr-defined]
             request = self._routing_request(spec, arrival)
             if source is None:
-                index = self.prefill_pool.pick(None, request, self.label)
+                index = self.prefill_pool.pick(request, self.label)
                 if self.roles[index] == PREFILL:
                     self.coordinator.params[spec.request_id] = {"do_remote_decode": True}
                     self.specs[spec.request_id] = spec
                     self.prefill_of[spec.request_id] = index
                     spec = attrs.evolve(spec, max_tokens=1)
             else:
-                index = self.decode_pool.pick(None, request, self.label)
+                index = self.decode_pool.pick(request, self.label)
                 self.coordinator.params[spec.request_id] = {
                     "do_remote_prefill": True,
                     "remote_block_ids": [1],  # NIXL names the producer's blocks; any will do
