@@ -477,6 +477,8 @@ class EngineConfig:
             origin = selection.origins.get("replicas") or (
                 selection.routing.origin if selection.routing is not None else None
             )
+            if problem.startswith(("--disagg", "disagg")):
+                origin = selection.origins.get("disagg") or origin
             raise ConfigError(problem, origin=origin)
         return config
 

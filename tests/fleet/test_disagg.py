@@ -293,3 +293,15 @@ def test_agentic_turns_are_released_by_the_decode_leg_in_a_mixed_fleet(router: s
     assert 0 < summary.counters["disagg_requests"] <= len(workload)
     for engine in fleet.engines:
         assert engine.scheduler.kv_cache_manager.num_free_blocks == 2000 - 1
+
+
+def test_the_cli_refuses_more_prefill_and_decode_replicas_than_the_fleet(capsys: Any) -> None:
+    from kvframe.cli.main import main
+
+    code = main(
+        ["run", "mooncake:conversation", "--replicas", "8", "--disagg", "5:6",
+         "--router", "round-robin", "--limit", "5"]
+    )  # fmt: skip
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "--disagg: --disagg 5:6 asks for 11 replicas but the fleet has 8" in err
