@@ -305,3 +305,23 @@ def test_the_cli_refuses_more_prefill_and_decode_replicas_than_the_fleet(capsys:
     assert code == 2
     err = capsys.readouterr().err
     assert "--disagg: --disagg 5:6 asks for 11 replicas but the fleet has 8" in err
+
+
+def test_the_toml_and_sweep_keys_convert_like_the_other_fleet_keys() -> None:
+    config = EngineConfig.from_settings(
+        {
+            "replicas": 8,
+            "disagg": "2:6",
+            "disagg-link": "nvlink",
+            "disagg_bandwidth": "25GB",
+            "disagg_latency": "0.001",
+            "disagg_pipeline": True,
+            "kv_load_failure_policy": "recompute",
+        }
+    )
+    assert (config.disagg, config.disagg_link) == ("2:6", "nvlink")
+    assert (config.disagg_bandwidth, config.disagg_latency) == (25_000_000_000, 0.001)
+    assert config.disagg_pipeline and config.kv_load_failure_policy == "recompute"
+    described = config.describe()
+    assert described["disagg"] == "2:6" and described["disagg_link"] == "nvlink"
+    assert "disagg" not in EngineConfig(replicas=8).describe()  # aggregated: unchanged
