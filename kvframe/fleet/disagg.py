@@ -386,6 +386,7 @@ class _DisaggRun(_FleetRun):
         self.decode_pool = _Pool(
             DECODE, decode_members, fleet.decode_router, self.label, info, delay
         )
+        self.view = self.prefill_pool.view  # the clock the base loop's log lines read
         self.pool_of = {
             i: (self.decode_pool if role == DECODE else self.prefill_pool)
             for i, role in enumerate(self.roles)
@@ -510,6 +511,8 @@ class _DisaggRun(_FleetRun):
         parts: dict[str, list[float]] = {name: [] for name in SPLIT_METRICS}
         load_times = self.coordinator.load_times
         for request_id, source in self.prefill_of.items():
+            if self.assigned[request_id] == source:
+                continue  # not handed off yet (a partial run): the prefill leg stands
             prefill_tap = self.replicas[source].tap
             decode_tap = self.replicas[self.assigned[request_id]].tap
             assert isinstance(prefill_tap, LegTap) and isinstance(decode_tap, LegTap)

@@ -325,3 +325,17 @@ def test_the_toml_and_sweep_keys_convert_like_the_other_fleet_keys() -> None:
     described = config.describe()
     assert described["disagg"] == "2:6" and described["disagg_link"] == "nvlink"
     assert "disagg" not in EngineConfig(replicas=8).describe()  # aggregated: unchanged
+
+
+def test_an_interrupted_run_keeps_a_partial_result() -> None:
+    calls = 0
+
+    def stop_soon(fleet: Any) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 40:
+            raise KeyboardInterrupt
+
+    result = build(3, "1:2").run(specs(30), progress=stop_soon)
+    assert result.partial
+    assert 0 < result.summary.counters["num_requests"] <= 30
