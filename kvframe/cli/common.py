@@ -139,6 +139,12 @@ ENGINE_FLAGS = (
     "replicas",
     "kv_event_delay",
     "load_report_interval",
+    "disagg",
+    "disagg_link",
+    "disagg_bandwidth",
+    "disagg_latency",
+    "disagg_pipeline",
+    "kv_load_failure_policy",
     "num_gpu_blocks",
     "kv_memory",
     "block_size",
@@ -244,6 +250,39 @@ def _add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         metavar="S",
         help="seconds between a replica's load reports (default 0: after every step)",
+    )
+    _add_disagg_arguments(fleet)
+
+
+def _add_disagg_arguments(fleet: Any) -> None:
+    """Prefill/decode disaggregation (docs/disaggregation.md)."""
+    fleet.add_argument(
+        "--disagg",
+        metavar="P:D",
+        help="replicas 0..P-1 prefill, the next D decode, the rest aggregated; each "
+        "request's KV moves from its prefill to its decode replica",
+    )
+    fleet.add_argument(
+        "--disagg-link",
+        choices=("rdma", "nvlink"),
+        help="the link KV moves over (default rdma: 400 Gb/s; nvlink: 450 GB/s)",
+    )
+    fleet.add_argument(
+        "--disagg-bandwidth", metavar="SIZE", help="bytes per second of each link, e.g. 25GB"
+    )
+    fleet.add_argument(
+        "--disagg-latency", type=float, metavar="S", help="seconds a transfer's last byte takes"
+    )
+    fleet.add_argument(
+        "--disagg-pipeline",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="per-layer pipelining: only the last layer's KV moves after the prefill",
+    )
+    fleet.add_argument(
+        "--kv-load-failure-policy",
+        choices=("fail", "recompute"),
+        help="a decode replica's failed load: finish with error (default, as vLLM) or recompute",
     )
 
 

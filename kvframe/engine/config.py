@@ -191,6 +191,23 @@ class EngineConfig:
     """Seconds between a replica publishing a KV event and its router receiving it."""
     load_report_interval: float = attrs.field(default=0.0)
     """Seconds between a replica's load reports (0: after every step)."""
+    disagg: str | None = attrs.field(default=None)
+    """``"P:D"``: the fleet's first P replicas prefill and the next D decode, handing
+    each request's KV over (``--disagg``; :mod:`kvframe.fleet.disagg`); the rest run
+    aggregated. ``None``: every replica aggregated."""
+    disagg_link: str = attrs.field(default="rdma")
+    """The link KV moves over between replicas: ``rdma`` (400 Gb/s) or ``nvlink``
+    (:data:`kvframe.fleet.transfer.LINKS`)."""
+    disagg_bandwidth: float | None = attrs.field(default=None)
+    """Bytes per second of each replica's link (``None``: the link's)."""
+    disagg_latency: float | None = attrs.field(default=None)
+    """Seconds from a transfer's last byte to its arrival (``None``: the link's)."""
+    disagg_pipeline: bool = attrs.field(default=False, validator=_is_bool)
+    """Per-layer pipelining: only the last layer's share of the KV moves after the prefill."""
+    kv_load_failure_policy: str = attrs.field(default="fail")
+    """What a decode replica does when a load fails (vLLM's ``kv_load_failure_policy``,
+    default ``fail``): ``fail`` finishes the request with ``error``, ``recompute``
+    computes from the first block the load could not fill."""
     step_by_step: bool = attrs.field(default=False, validator=_is_bool)
     """Run every step through the whole scheduler and executor, never a run of
     plain decode steps in one go (:mod:`kvframe.core.decode_run`). The results
@@ -390,6 +407,7 @@ class EngineConfig:
             fidelity=self.fidelity,
             async_scheduling=self.async_scheduling,
             core=self.core,
+            kv_load_failure_policy=self.kv_load_failure_policy,
         )
 
     def describe(self) -> dict[str, Any]:
@@ -440,6 +458,21 @@ class EngineConfig:
             "router": _spec_text(self.router),
             "kv_event_delay": self.kv_event_delay,
             "load_report_interval": self.load_report_interval,
+            **self._describe_disagg(),
+        }
+
+    def _describe_disagg(self) -> dict[str, Any]:
+        """The ``disagg_*`` settings, only when ``disagg`` is set (an aggregated fleet's
+        ``metrics.json`` stays as it was)."""
+        if self.disagg is None:
+            return {}
+        return {
+            "disagg": self.disagg,
+            "disagg_link": self.disagg_link,
+            "disagg_bandwidth": self.disagg_bandwidth,
+            "disagg_latency": self.disagg_latency,
+            "disagg_pipeline": self.disagg_pipeline,
+            "kv_load_failure_policy": self.kv_load_failure_policy,
         }
 
     def fleet_problem(self) -> str | None:
@@ -457,6 +490,28 @@ class EngineConfig:
                 return f"{name} must be a finite number of seconds >= 0, got {value!r}"
         if not self.is_fleet and (self.kv_event_delay or self.load_report_interval):
             return "--kv-event-delay and --load-report-interval are a fleet's (--replicas N)"
+        return self._disagg_problem()
+
+    def _disagg_problem(self) -> str | None:
+        """Why the ``disagg_*`` settings do not make a disaggregated fleet (``None``: they do)."""
+        if self.disagg is None:
+            return None
+        if self.replicas is None:
+            return "--disagg P:D splits a fleet, but --replicas N is not given"
+        from kvframe.domain.disagg import LINKS, DisaggLayout
+
+        if self.disagg_link not in LINKS:
+            return f"--disagg-link must be one of {sorted(LINKS)}, got {self.disagg_link!r}"
+        for name in ("disagg_bandwidth", "disagg_latency"):
+            value = getattr(self, name)
+            if value is not None and (not math.isfinite(value) or value < 0):
+                return f"{name} must be a finite number >= 0, got {value!r}"
+        if self.disagg_bandwidth == 0:
+            return "disagg_bandwidth must be > 0 bytes per second"
+        try:
+            DisaggLayout.parse(self.disagg, self.replicas)
+        except ValueError as err:
+            return str(err)
         return None
 
     # -- from kvframe.toml and flags ----------------------------------------
@@ -513,6 +568,8 @@ class EngineConfig:
             origin = selection.origins.get("replicas") or (
                 selection.routing.origin if selection.routing is not None else None
             )
+            if problem.startswith(("--disagg", "disagg")):
+                origin = selection.origins.get("disagg") or origin
             raise ConfigError(problem, origin=origin)
         return config
 
@@ -636,6 +693,12 @@ _CONVERTERS: Mapping[str, Any] = {
     "replicas": _int,
     "kv_event_delay": lambda value: _seconds(value),
     "load_report_interval": lambda value: _seconds(value),
+    "disagg": _str,
+    "disagg_link": _str,
+    "disagg_bandwidth": _size,
+    "disagg_latency": lambda value: _seconds(value),
+    "disagg_pipeline": _bool,
+    "kv_load_failure_policy": _str,
 }
 
 _ALIASES: Mapping[str, str] = {
@@ -648,6 +711,11 @@ _ALIASES: Mapping[str, str] = {
     "async-scheduling": "async_scheduling",
     "kv-event-delay": "kv_event_delay",
     "load-report-interval": "load_report_interval",
+    "disagg-link": "disagg_link",
+    "disagg-bandwidth": "disagg_bandwidth",
+    "disagg-latency": "disagg_latency",
+    "disagg-pipeline": "disagg_pipeline",
+    "kv-load-failure-policy": "kv_load_failure_policy",
 }
 
 ENGINE_KEYS: tuple[str, ...] = tuple(_CONVERTERS)
