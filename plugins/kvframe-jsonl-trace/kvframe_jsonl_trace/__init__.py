@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 import attrs
-import structlog
 
 import kvframe
 from kvframe import BlockRemoved
+from kvframe.log import get_logger
 
 if TYPE_CHECKING:
     from kvframe import KVEvent, PrefixCacheEvent, RequestFinished, StepDecision, StepSnapshot
@@ -81,7 +81,7 @@ def record_to_dict(record: Any, event: str | None = None, **extra: Any) -> dict[
 LARGE_TRACE_BYTES = 100 << 20
 """A trace file this big or bigger is reported with a warning when the tracer closes."""
 
-_log = structlog.get_logger(__name__)
+_log = get_logger(__name__)
 
 
 class JsonlTracer(kvframe.Tracer):
