@@ -197,6 +197,16 @@ class Router(PluginBase):
     replicas take runs of plain decode steps up to the next arrival instead of stopping
     at every report (a router that reads ``loads()`` anyway gets an error)."""
 
+    uses_finishes: ClassVar[bool] = True
+    """Does the router read what it learns of a request after routing it --
+    :meth:`on_first_token`, :meth:`on_finished`, :meth:`FleetView.num_outstanding`?
+    A router that does not (round-robin, random, consistent hashing) sets it false:
+    with ``uses_kv_events`` and ``uses_loads`` also false it reads no replica state,
+    so its choices follow from the requests in arrival order and its seed alone, and
+    the fleet may run the replicas in parallel processes
+    (:mod:`kvframe.fleet.parallel`, ``kvframe run --processes``). Such a router is not
+    called back, and ``num_outstanding()`` raises an error."""
+
     def attach(self, fleet: FleetInfo) -> None:
         """Called once, before the first request, with the fleet's shape and seed."""
 

@@ -730,6 +730,7 @@ def _hit_notifier(policy: EvictionPolicy) -> Callable[[Hashable], None]:
     return on_hit  # type: ignore[no-any-return]
 
 
+
 class UncachedFirstBlockPool(BlockPool):
     """The default pool under vLLM 0.33's free-queue rule (switch D of
     :class:`~kvframe.domain.fidelity.Fidelity`, ``uncached_freed_first``).

@@ -303,7 +303,12 @@ class _FleetRun:
         self.uses_loads = bool(router.uses_loads)
         self.uses_kv_events = bool(router.uses_kv_events)
         self.interval = fleet.settings.load_report_interval
-        self.view = View(n, router_name=self.label, uses_loads=self.uses_loads)
+        self.view = View(
+            n,
+            router_name=self.label,
+            uses_loads=self.uses_loads,
+            uses_finishes=bool(router.uses_finishes),
+        )
         self.board = SignalBoard(self.view, router, kv_event_delay=fleet.settings.kv_event_delay)
         self.assigned: dict[str, int] = {}
         first = fleet.engines[0]

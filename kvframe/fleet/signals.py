@@ -49,15 +49,26 @@ class View:
     during :meth:`~kvframe.Router.route`, do not keep references into it.
     """
 
-    __slots__ = ("_events", "_loads", "_outstanding", "_router_name", "_uses_loads", "now")
+    __slots__ = (
+        "_events",
+        "_loads",
+        "_outstanding",
+        "_router_name",
+        "_uses_finishes",
+        "_uses_loads",
+        "now",
+    )
 
-    def __init__(self, num_replicas: int, *, router_name: str, uses_loads: bool) -> None:
+    def __init__(
+        self, num_replicas: int, *, router_name: str, uses_loads: bool, uses_finishes: bool = True
+    ) -> None:
         self.now = 0.0
         self._loads = [ReplicaLoad(r, 0.0, 0, 0, 0.0, 0) for r in range(num_replicas)]
         self._events: list[PublishedEvent] = []
         self._outstanding = [0] * num_replicas
         self._router_name = router_name
         self._uses_loads = uses_loads
+        self._uses_finishes = uses_finishes
 
     @property
     def num_replicas(self) -> int:
@@ -80,6 +91,12 @@ class View:
 
     def num_outstanding(self, replica: int) -> int:
         """Requests this router sent to ``replica`` that it has not seen finish."""
+        if not self._uses_finishes:
+            raise RuntimeError(
+                f"router {self._router_name!r} read view.num_outstanding() but declares "
+                "uses_finishes = False: the fleet tells it no finishes; set "
+                "uses_finishes = True on the router class"
+            )
         return self._outstanding[replica]
 
 
@@ -89,11 +106,13 @@ class SignalBoard:
     :param kv_event_delay: seconds between a KV event's publication and its delivery.
     """
 
-    __slots__ = ("_delay", "_pending", "_router", "_seq", "view")
+    __slots__ = ("_delay", "_finishes", "_pending", "_router", "_seq", "view")
 
     def __init__(self, view: View, router: Router, *, kv_event_delay: float) -> None:
         self.view = view
         self._router = router
+        self._finishes = bool(router.uses_finishes)
+        """Whether first tokens and finishes reach the router (``uses_finishes``)."""
         self._delay = kv_event_delay
         self._pending: list[tuple[float, int, int, object]] = []
         self._seq = itertools.count()
@@ -106,9 +125,13 @@ class SignalBoard:
 
     def first_token(self, request_id: str, replica: int, time: float) -> None:
         """``request_id`` produced its first token on ``replica`` (the client sees it at once)."""
+        if not self._finishes:
+            return
         heapq.heappush(self._pending, (time, next(self._seq), _FIRST, (request_id, replica)))
 
     def finished(self, request_id: str, replica: int, time: float) -> None:
+        if not self._finishes:
+            return
         heapq.heappush(self._pending, (time, next(self._seq), _FINISH, (request_id, replica)))
 
     def kv_events(self, replica: int, time: float, events: Sequence[KVEvent]) -> None:
