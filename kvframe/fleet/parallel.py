@@ -111,6 +111,9 @@ class _NoStateView:
     def take_kv_events(self) -> Sequence[Any]:
         raise self._refuse("take_kv_events", "uses_kv_events")
 
+    def take_kv_event_batches(self) -> Sequence[Any]:
+        raise self._refuse("take_kv_event_batches", "uses_kv_events")
+
     def num_outstanding(self, replica: int) -> int:
         raise self._refuse("num_outstanding", "uses_finishes")
 
