@@ -110,3 +110,10 @@ class ReadsLoadsItDisclaims(GoodLeastOutstanding):
     def route(self, request, view):
         waiting = [load.num_waiting for load in view.loads()]
         return waiting.index(min(waiting))
+
+
+class ReadsFinishesItDisclaims(GoodLeastOutstanding):
+    """Declares that it reads no finishes, then counts outstanding requests."""
+
+    name = "reads-finishes-it-disclaims"
+    uses_finishes = False

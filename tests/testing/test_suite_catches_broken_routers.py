@@ -79,3 +79,9 @@ def test_a_router_reading_loads_it_declared_it_does_not_read_is_caught(suite) ->
     result = suite("ReadsLoadsItDisclaims", "-k", "exists")
     result.assert_outcomes(failed=1)
     assert "read view.loads() but declares uses_loads = False" in text(result)
+
+
+def test_a_router_reading_finishes_it_declared_it_does_not_read_is_caught(suite) -> None:
+    result = suite("ReadsFinishesItDisclaims", "-k", "exists")
+    result.assert_outcomes(failed=1)
+    assert "read view.num_outstanding() but declares uses_finishes = False" in text(result)
