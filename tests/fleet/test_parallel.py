@@ -116,3 +116,9 @@ def test_a_router_reading_what_it_declared_not_to_read_is_told_so() -> None:
 def test_bad_process_counts_are_refused() -> None:
     with pytest.raises(ValueError, match="--processes must be an integer >= 1"):
         run_parallel(_fleet("round-robin", 2), TRACE, processes=0)
+
+
+def test_one_process_runs_the_replicas_one_after_another_with_the_same_results() -> None:
+    one = _fleet("round-robin", 3, num_gpu_blocks=300).run(TRACE)
+    alone = run_parallel(_fleet("round-robin", 3, num_gpu_blocks=300), TRACE, processes=1)
+    assert _wall_free(alone.summary) == _wall_free(one.summary)
