@@ -23,13 +23,17 @@ start-up together (``benchmarks/startup.py``). So :func:`get_logger` returns a
 - the command line hands its configuration over with :func:`configure_when_needed`
   instead of configuring structlog itself: a call below its level returns at once,
   the first one at or above it configures structlog (:func:`configure_pending`) and
-  prints as before.
+  prints as before; so does anyone's import of structlog (a plugin that logs
+  through structlog directly finds it configured, :class:`_ConfigureOnImport`).
 
 Either way the lines printed, and where, are those of an eager structlog.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib.abc
+import importlib.machinery
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -56,20 +60,23 @@ _pending: tuple[int, Callable[[], None]] | None = None
 
 def configure_when_needed(level: int, configure: Callable[[], None]) -> None:
     """Call ``configure`` (which configures structlog to drop lines below ``level``)
-    when the first kvframe line at or above ``level`` is logged, not now.
+    when the first kvframe line at or above ``level`` is logged, or as soon as anyone
+    imports structlog (a plugin logging through it directly), not now.
 
     Why: the ``kvframe`` command configures logging for every run, and most runs
     print no log line at all; this spares them importing structlog.
     """
     global _pending
     _pending = (level, configure)
+    if _ON_IMPORT not in sys.meta_path:
+        sys.meta_path.insert(0, _ON_IMPORT)
 
 
 def configure_pending() -> None:
-    """Apply a configuration :func:`configure_when_needed` deferred, if any (a plugin that
-    logs through structlog directly needs it in place before it logs)."""
+    """Apply a configuration :func:`configure_when_needed` deferred, if any."""
     global _pending
     pending, _pending = _pending, None
+    _remove_import_hook()
     if pending is not None:
         pending[1]()
 
@@ -79,6 +86,36 @@ def discard_pending() -> None:
     configuration of structlog by someone else must not be overridden by it."""
     global _pending
     _pending = None
+    _remove_import_hook()
+
+
+def _remove_import_hook() -> None:
+    with contextlib.suppress(ValueError):
+        sys.meta_path.remove(_ON_IMPORT)
+
+
+class _ConfigureOnImport(importlib.abc.MetaPathFinder):
+    """Applies the deferred configuration right after structlog is imported, whoever
+    imports it, so a plugin's ``structlog.get_logger()`` logs as configured."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name != "structlog" or _pending is None:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        loader = None if spec is None else spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return None  # found elsewhere: the next finders import it, unconfigured
+        exec_module = loader.exec_module
+
+        def exec_then_configure(module: Any) -> None:
+            exec_module(module)
+            configure_pending()
+
+        loader.exec_module = exec_then_configure  # type: ignore[method-assign]
+        return spec
+
+
+_ON_IMPORT = _ConfigureOnImport()
 
 
 class _LibraryLogger:

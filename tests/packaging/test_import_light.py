@@ -110,3 +110,30 @@ def test_the_deferred_cli_logging_configuration_applies_at_the_first_line_at_its
     assert "printed_at_the_level" in done.stderr and "detail=1" in done.stderr
     assert "dropped_below_the_level" not in done.stderr
     assert "still_dropped" not in done.stderr
+
+
+def test_a_plugin_importing_structlog_itself_finds_the_deferred_cli_configuration() -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                """
+                import logging
+                from kvframe.cli.main import configure_logging
+                from kvframe.log import configure_when_needed
+                configure_when_needed(logging.WARNING, lambda: configure_logging(logging.WARNING))
+                import structlog  # as a plugin does, when it logs
+                structlog.get_logger("plugin").warning("plugin_warning", detail=2)
+                structlog.get_logger("plugin").info("plugin_info_dropped")
+                """
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert done.stdout == ""  # structlog's own default would print both to stdout
+    assert "plugin_warning" in done.stderr and "detail=2" in done.stderr
+    assert "plugin_info_dropped" not in done.stderr
