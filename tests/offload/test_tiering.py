@@ -17,7 +17,7 @@ from kvframe.offload.tiering import LedgerTier, Link, TieringOffloadManager
 from . import manager_differential_v033 as dram_differential
 
 pytest.importorskip("kvframe_lru")
-from kvframe_lru.rank import RankLRUPolicy  # noqa: E402
+from kvframe_lru.rank import RankLRUPolicy
 
 
 def _ledger(n: int) -> RequestScopedOffloadManager:

@@ -8,7 +8,9 @@
   disk, object store, a shared remote store) with capacity, an eviction policy,
   a reuse filter, and a :class:`~.link.Link` for bandwidth and latency;
 * :mod:`.link` -- :class:`Link`, a transfer path whose bandwidth every tier on it
-  shares, so that concurrent loads and stores queue.
+  shares, so that concurrent loads and stores queue;
+* :mod:`.shared` -- the backing (ledger and link) that the replicas of a fleet
+  share for a shared remote store, scoped by :func:`sharing`.
 
 ``docs/tiering.md`` says where kvframe departs from vLLM 0.33.0.
 """
@@ -17,13 +19,16 @@ from kvframe.offload.tiering.base import JobResult, SecondaryTier, TierJob, Tier
 from kvframe.offload.tiering.ledger_tier import LedgerTier
 from kvframe.offload.tiering.link import Link
 from kvframe.offload.tiering.manager import TieringOffloadManager
+from kvframe.offload.tiering.shared import SharedBacking, sharing
 
 __all__ = [
     "JobResult",
     "LedgerTier",
     "Link",
     "SecondaryTier",
+    "SharedBacking",
     "TierJob",
     "TierStats",
     "TieringOffloadManager",
+    "sharing",
 ]

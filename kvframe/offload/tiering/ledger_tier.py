@@ -69,6 +69,9 @@ class LedgerTier(SecondaryTier):
     :param chunk_bytes: bytes of one chunk.
     :param fault: ``fault(job)`` true makes that job fail (tests of failures).
     :param request_level: vLLM's ``OffloadPolicy.REQUEST_LEVEL``.
+    :param loads: False: a *publish-only* tier -- the engine writes to it (for
+        others, e.g. the other replicas of a fleet sharing it) but never loads
+        from it (every lookup misses).
     """
 
     def __init__(
@@ -81,6 +84,7 @@ class LedgerTier(SecondaryTier):
         chunk_bytes: int = 0,
         fault: Callable[[TierJob], bool] | None = None,
         request_level: bool = False,
+        loads: bool = True,
     ) -> None:
         if (link is None) != (clock is None):
             raise ValueError(f"tier {name!r}: give both a link and a clock, or neither")
@@ -91,6 +95,7 @@ class LedgerTier(SecondaryTier):
         self.chunk_bytes = chunk_bytes
         self.fault = fault
         self.request_level = request_level
+        self.loads = loads
         self._accesses: dict[str, RequestAccess] = {}
         self._flights: dict[int, _Flight] = {}
         self._events: list[tuple[str, tuple[Hashable, ...]]] = []
@@ -111,6 +116,8 @@ class LedgerTier(SecondaryTier):
         self._access(access)
 
     def lookup(self, key: Hashable, access: RequestAccess) -> LookupResult:
+        if not self.loads:
+            return LookupResult.MISS
         answer = self.ledger.lookup(key, self._access(access))
         return LookupResult.HIT if answer is LookupResult.HIT else LookupResult.MISS
 
@@ -177,6 +184,11 @@ class LedgerTier(SecondaryTier):
 
     def has_pending_work(self) -> bool:
         return bool(self._flights)
+
+    def next_landing(self) -> float:
+        """When the earliest timed job in flight lands (``inf`` if none)."""
+        times = [f.done_at for f in self._flights.values() if f.done_at is not None]
+        return min(times, default=float("inf"))
 
     def on_request_finished(self, access: RequestAccess) -> None:
         own = self._accesses.pop(access.request_id, None)
