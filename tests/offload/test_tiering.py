@@ -100,11 +100,14 @@ def test_a_failed_promotion_loses_nothing_the_chunk_recomputes() -> None:
     chain.on_schedule_end()
     _land_all(disk, success=False)
     chain.on_schedule_end()
-    # The DRAM slot taken for the promotion is free again, the chunk is a miss
-    # (the request recomputes it), the disk still holds it, and it is counted.
+    # The DRAM slot taken for the promotion is free again and the chunk is a miss
+    # (the request recomputes it); the disk dropped its unreadable copy, so the
+    # next lookup does not promote it again (no promote-fail livelock), and the
+    # failure is counted.
     assert chain.primary.lookup("a", reader) is LookupResult.MISS
     assert chain.primary.num_free_chunks == free_before + 1
-    assert disk.ledger.lookup("a", RequestAccess("x")) is LookupResult.HIT
+    assert chain.lookup("a", reader) is LookupResult.MISS
+    assert disk.take_events()[-1] == ("removed", ("a",))
     assert chain.stats[0].promotion_failures == 1
     assert "a" not in chain.load_sources.get("r", {})
     assert not chain.has_pending_work()

@@ -168,6 +168,8 @@ def _vllm_tier_class() -> type:
             ok = ok and forced
             if job.is_promotion:
                 self.ledger.complete_load(keys, own)
+                if not ok:
+                    self.discard(keys)
                 if ok and partial:
                     return JobResult(job.job_id, False, successful_keys=keys or None)
                 return JobResult(job.job_id, ok)
@@ -175,6 +177,21 @@ def _vllm_tier_class() -> type:
             if ok and keys:
                 self.log.append(["stored", _ids(keys)])
             return JobResult(job.job_id, ok)
+
+        def discard(self, keys: Any) -> None:
+            """A failed load's chunks leave the tier (the fs tier's ``mark_miss``)."""
+            policy, dropped = self.ledger._policy, []
+            for k in keys:
+                chunk = policy.get(k)
+                if chunk is None or chunk.ref_cnt != 0:
+                    continue
+                policy.mark_non_evictable(k)
+                self.ledger._num_evictable_cache_chunks -= 1
+                policy.remove(k)
+                self.ledger._free_chunk(chunk)
+                dropped.append(k)
+            if dropped:
+                self.log.append(["removed", _ids(dropped)])
 
         def has_pending_work(self) -> bool:
             return bool(self.flights)

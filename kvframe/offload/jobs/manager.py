@@ -329,6 +329,22 @@ class RequestScopedOffloadManager:
             keys, state.inserted - state.reused, set(state.reused), access
         )
 
+    def discard(self, keys: Iterable[Hashable]) -> list[Hashable]:
+        """Drop ready, idle chunks -- a tier whose copy of them proved unreadable -- so
+        that no lookup finds them again; chunks in use or being written stay. The dropped."""
+        policy = self.policy
+        dropped = []
+        for key in keys:
+            block = policy.get(key)
+            if block is None or block.ref_cnt != 0:
+                continue
+            policy.mark_non_evictable(key)
+            self._num_evictable -= 1
+            policy.remove(key)
+            self._free_slots.append(block.slot_id)
+            dropped.append(key)
+        return dropped
+
     def on_schedule_end(self) -> None:
         """The step's last call; nothing to do for DRAM alone (a tier chain flushes here)."""
 

@@ -15,7 +15,10 @@ Semantics, where vLLM 0.33.0's file-system tier decides the same (``fs/manager.p
   full (chunks being read are not evictable), and fails whole when nothing can
   be evicted;
 * a load copies its keys in order and stops at the first one the tier no longer
-  has (evicted since the lookup): the ones before it succeed (``successful_keys``).
+  has (evicted since the lookup): the ones before it succeed (``successful_keys``);
+* a chunk whose load failed is dropped from the tier, so no lookup finds it
+  again (the file-system tier marks it a miss: without that a request would
+  promote, fail and promote again for ever, vLLM issue #49176).
 
 Departures: vLLM's file-system tier has no capacity and never evicts (files
 outlive the engine); an object store's eviction is the store's own business.
@@ -174,6 +177,10 @@ class LedgerTier(SecondaryTier):
         took = (flight.done_at - flight.submitted_at) if flight.done_at is not None else 0.0
         if job.is_promotion:
             self.ledger.complete_load(flight.keys, own)
+            if not ok:
+                dropped = self.ledger.discard(flight.keys)
+                if dropped:
+                    self._events.append(("removed", tuple(dropped)))
             if ok and flight.partial:
                 return JobResult(job.job_id, False, flight.keys or None, nbytes, took)
             return JobResult(job.job_id, ok, None, nbytes, took)
