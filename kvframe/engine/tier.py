@@ -103,7 +103,6 @@ class OffloadTier:
             for field in attrs.fields(type(stats)):
                 if field.name != "name":
                     out[prefix + field.name] = getattr(stats, field.name)
-            link = getattr(tier, "link", None)
-            if link is not None:
-                out[prefix + "link_queued_s"] = link.queued_s
+            # This replica's copies only: a shared link's total would count once per replica.
+            out[prefix + "link_queued_s"] = getattr(tier, "queued_s", 0.0)
         return out

@@ -102,6 +102,8 @@ class LedgerTier(SecondaryTier):
         self._accesses: dict[str, RequestAccess] = {}
         self._flights: dict[int, _Flight] = {}
         self._events: list[tuple[str, tuple[Hashable, ...]]] = []
+        self.queued_s = 0.0
+        """Seconds this front's copies waited for the link (others' copies on a shared one)."""
 
     def _access(self, access: RequestAccess) -> RequestAccess:
         """The tier's own context for the request (its ledger's policy state is its own)."""
@@ -136,6 +138,7 @@ class LedgerTier(SecondaryTier):
         now = self.clock() if self.clock is not None else 0.0
         done_at = None
         if self.link is not None:
+            self.queued_s += max(0.0, self.link.busy_until - now)
             done_at = self.link.reserve(now, len(keys) * self.chunk_bytes)
         self._flights[job.job_id] = _Flight(job, keys, ok, partial, now, done_at)
 
