@@ -158,6 +158,7 @@ ENGINE_FLAGS = (
     "gpu_eviction",
     "seed",
     "offload_bandwidth",
+    "offload_tiers",
     "executor",
     "cost_model",
     "step_by_step",
@@ -331,6 +332,15 @@ def _add_executor_arguments(engine: Any) -> None:
         metavar="SIZE",
         help="device <-> host bytes per second for offload transfers, e.g. 25GB "
         "(default: the preset's PCIe figure)",
+    )
+    engine.add_argument(
+        "--offload-tier",
+        dest="offload_tiers",
+        action="append",
+        metavar="SPEC",
+        help="a tier below the DRAM tier, repeated in lookup order (--vllm 0.33): "
+        "NAME:capacity=SIZE,bandwidth=SIZE[,latency=S,eviction=lru,store_threshold=N,"
+        "shared=true,mode=write-through|publish-only] (docs/tiering.md)",
     )
     engine.add_argument(
         "--vllm",

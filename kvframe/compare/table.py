@@ -38,7 +38,8 @@ TABLE_METRICS: tuple[tuple[str, str, str], ...] = (
     ("disagg_transfer_bytes", "P/D moved", "bytes"),
     ("disagg_link_utilisation_max", "link use max", "pct"),
 )
-"""(metric, column heading, format) of the terminal table; a column no run has is left out."""
+"""(metric, column heading, format) of the terminal table; a column no run has is left out.
+Runs with tiers below DRAM add two columns per tier (:func:`tier_columns`)."""
 
 
 def flat_metrics(entry: Entry) -> dict[str, float]:
@@ -66,6 +67,7 @@ def table_rows(entries: Sequence[Entry]) -> tuple[list[str], list[list[str]]]:
     """Headings and formatted cells of the terminal table (also what tests check)."""
     keys = varying_keys(entries) or ["workload"]
     metrics = [m for m in TABLE_METRICS if any(e.value(m[0]) is not None for e in entries)]
+    metrics += tier_columns(entries)
     narrowed = any(e.coverage is not None for e in entries)
     headings = [*keys, "status", *(["requests"] if narrowed else [])]
     headings += [heading for _, heading, _ in metrics]
@@ -80,6 +82,25 @@ def table_rows(entries: Sequence[Entry]) -> tuple[list[str], list[list[str]]]:
             ]
         )
     return headings, rows
+
+
+def tier_columns(entries: Sequence[Entry]) -> list[tuple[str, str, str]]:
+    """Per tier below DRAM that any run had (``tier_<name>_*`` counters, ``--offload-tier``):
+    the bytes promoted out of it and the seconds its copies queued on its link."""
+    names = sorted(
+        {
+            key[len("tier_") : -len("_read_bytes")]
+            for entry in entries
+            if entry.metrics is not None
+            for key in entry.metrics.get("counters") or {}
+            if key.startswith("tier_") and key.endswith("_read_bytes")
+        }
+    )
+    columns = []
+    for name in names:
+        columns.append((f"tier_{name}_read_bytes", f"{name} loaded", "bytes"))
+        columns.append((f"tier_{name}_link_queued_s", f"{name} queued (s)", "num"))
+    return columns
 
 
 def _coverage(entry: Entry) -> str:

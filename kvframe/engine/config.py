@@ -85,6 +85,15 @@ def _tracers(value: Any) -> tuple[PluginSelection, ...]:
     return tuple(value)
 
 
+def _tier_texts(value: Any) -> tuple[str, ...]:
+    """``offload_tiers``: one config string, or a list of them (in lookup order)."""
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise ValueError(f"offload_tiers must be config strings, got {value!r}")
+
+
 def _spec_text(value: PluginSelection | None) -> str | None:
     if value is None or isinstance(value, str):
         return value
@@ -132,6 +141,9 @@ class EngineConfig:
     tier's ``eviction`` option; it must agree with that option if both are given."""
     reuse_filter: PluginSelection | None = attrs.field(default=None, validator=_selection)
     """Reuse filter deciding what the tier stores (``threshold:store_threshold=2``)."""
+    offload_tiers: tuple[str, ...] = attrs.field(default=(), converter=_tier_texts)
+    """Tiers below the DRAM tier, in lookup order (``--offload-tier``, vLLM 0.33 only):
+    config strings of :class:`kvframe.engine.tier_chain.TierOptions`."""
     offload_bandwidth: float | None = attrs.field(default=None)
     """Device <-> host bytes per second for offload transfers; ``None``: the preset's
     ``transfer_bytes_per_s`` (a PCIe figure)."""
@@ -239,6 +251,16 @@ class EngineConfig:
         if self.offload_bandwidth is not None and not self.offload_bandwidth > 0:
             raise ValueError(
                 f"offload_bandwidth must be > 0 bytes per second, got {self.offload_bandwidth!r}"
+            )
+        if self.offload_tiers and self.offload is None:
+            raise ValueError(
+                "offload_tiers are tiers below the DRAM offload tier, but offload is not set "
+                "(add --offload cpu:capacity=...)"
+            )
+        if self.offload_tiers and not self.fidelity.offload_jobs:
+            raise ValueError(
+                "offload_tiers (tiers below DRAM) follow vLLM 0.33.0's tiering manager: "
+                "run them with --vllm 0.33"
             )
         if self.offload is None and (self.eviction is not None or self.reuse_filter is not None):
             raise ValueError(
@@ -421,6 +443,7 @@ class EngineConfig:
             "eviction": _spec_text(self.eviction),
             "reuse_filter": _spec_text(self.reuse_filter),
             "offload_bandwidth": self.offload_bandwidth,
+            **({"offload_tiers": list(self.offload_tiers)} if self.offload_tiers else {}),
             "block_size": self.block_size,
             "num_gpu_blocks": self.resolved_num_gpu_blocks(),
             "kv_memory": self.kv_memory,
@@ -684,6 +707,7 @@ _CONVERTERS: Mapping[str, Any] = {
     "rollback_uncomputed_blocks": _bool,
     "seed": _int,
     "offload_bandwidth": _size,
+    "offload_tiers": _tier_texts,
     "executor": _str,
     "cost_model": _str,
     "step_by_step": _bool,
@@ -706,6 +730,8 @@ _ALIASES: Mapping[str, str] = {
     "chunked_prefill": "enable_chunked_prefill",
     "gpu-eviction": "gpu_eviction",
     "offload-bandwidth": "offload_bandwidth",
+    "offload-tiers": "offload_tiers",
+    "offload_tier": "offload_tiers",
     "cost-model": "cost_model",
     "step-by-step": "step_by_step",
     "async-scheduling": "async_scheduling",

@@ -62,12 +62,24 @@ def build_job_tier(
     slots = _slots(spec, context, resolved.name, where)
     policy = _policy(slots, context, resolved.name, where)
     reuse = _in_manager_filter(config, registry, where)
-    manager = RequestScopedOffloadManager(
+    manager: Any = RequestScopedOffloadManager(
         policy,
         slots.num_blocks,
         store_threshold=reuse.store_threshold,
         max_tracker_size=reuse.max_tracker_size,
     )
+    if config.offload_tiers:
+        # Tiers below DRAM: vLLM 0.33.0's tiering manager takes the ledger's place.
+        from kvframe.engine.tier_chain import build_chain
+
+        manager = build_chain(
+            config.offload_tiers,
+            manager,
+            registry=registry,
+            context=context,
+            chunk_bytes=context.gpu_block_bytes * slots.block_size_factor,
+            clock=lambda: handler.now,
+        )
     connector = JobOffloadingConnector(
         manager,
         gpu_block_size=config.block_size,

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from kvframe.offload.jobs.worker import JobOffloadWorker
     from kvframe.offload.slots.connector import OffloadingConnector
     from kvframe.offload.slots.worker import OffloadWorker, SimTransferHandler
+    from kvframe.offload.tiering import TieringOffloadManager
 
 __all__ = ["OffloadTier"]
 
@@ -51,7 +52,20 @@ class OffloadTier:
         return self.worker.has_deferred_stores
 
     def next_completion(self) -> float:
-        return self.handler.next_completion()
+        """When the earliest transfer lands: the GPU <-> DRAM handler's, or a tier's below."""
+        soonest = self.handler.next_completion()
+        chain = self.chain
+        if chain is not None:
+            soonest = min(soonest, *(tier.next_landing() for tier in chain.tiers))
+        return soonest
+
+    @property
+    def chain(self) -> TieringOffloadManager | None:
+        """The tiers below DRAM, when the DRAM ledger has any (vLLM 0.33 only)."""
+        from kvframe.offload.tiering.manager import TieringOffloadManager
+
+        manager = getattr(self.connector, "manager", None)
+        return manager if isinstance(manager, TieringOffloadManager) else None
 
     def counters(self, hit_tokens: int, preempted_hit_tokens: int = 0) -> dict[str, int | float]:
         """Bytes, transfers and time from the handler; blocks from the connector.
@@ -75,4 +89,20 @@ class OffloadTier:
             "offload_loaded_blocks": stats.num_loaded_blocks,
             "offload_evicted_blocks": stats.num_evicted_blocks,
             "offload_store_refused": stats.num_store_refused,
+            **self._tier_counters(),
         }
+
+    def _tier_counters(self) -> dict[str, int | float]:
+        """Per tier below DRAM: ``tier_<name>_<counter>`` (none without tiers below)."""
+        chain = self.chain
+        if chain is None:
+            return {}
+        out: dict[str, int | float] = {}
+        for tier, stats in zip(chain.tiers, chain.stats, strict=True):
+            prefix = f"tier_{tier.name}_"
+            for field in attrs.fields(type(stats)):
+                if field.name != "name":
+                    out[prefix + field.name] = getattr(stats, field.name)
+            # This replica's copies only: a shared link's total would count once per replica.
+            out[prefix + "link_queued_s"] = getattr(tier, "queued_s", 0.0)
+        return out

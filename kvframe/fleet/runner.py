@@ -41,6 +41,7 @@ from kvframe.fleet.metrics import fleet_summary
 from kvframe.fleet.replica import FinishTap, Inbox, Replica
 from kvframe.fleet.signals import SignalBoard, View
 from kvframe.log import get_logger
+from kvframe.offload.tiering.shared import sharing
 from kvframe.workloads.spec import PromptTokens, Workload
 
 if TYPE_CHECKING:
@@ -175,10 +176,13 @@ class Fleet:
             # kvframe.fleet.disagg registers itself (importing it here would be a cycle).
             return ROLE_FLEETS["disagg"](configs, router, label, settings, registry)
         kv_events = bool(router.uses_kv_events)
-        engines = [
-            Engine.from_config(c, registry, kv_events=kv_events, collector=FinishTap())
-            for c in configs
-        ]
+        # One scope for the replicas: a `shared=true` tier below DRAM is one store
+        # for all of them (kvframe.offload.tiering.shared).
+        with sharing():
+            engines = [
+                Engine.from_config(c, registry, kv_events=kv_events, collector=FinishTap())
+                for c in configs
+            ]
         return cls(engines, router, settings=settings, router_label=label)
 
     # ------------------------------------------------------------------

@@ -17,7 +17,12 @@ is compared with a model of what the manager inserted:
   marked evictable (``ref_cnt == 0``), none protected, and holds them no more;
   ``None`` only when fewer than ``n`` such chunks are held;
 * after ``clear`` it holds nothing;
-* the same calls on a fresh form give the same victims (determinism).
+* the same calls on a fresh form give the same victims (determinism);
+* the same contract holds when the form orders a *tier below DRAM*
+  (:class:`~kvframe.offload.tiering.LedgerTier` under the host's tier chain,
+  :class:`~kvframe.offload.tiering.TieringOffloadManager`): chunks cascade
+  into it, are promoted out of it (pinned while copied), its jobs land or
+  fail, and the chain ends with nothing in flight.
 
 A policy whose ``request_scoped_form`` is ``None`` is skipped with a message
 saying what that means: it runs under ``--vllm 0.19.1`` only.
@@ -41,7 +46,7 @@ from kvframe.testing.common import (
     suite_settings,
 )
 
-__all__ = ["RequestScopedChecks", "drive_request_scoped"]
+__all__ = ["RequestScopedChecks", "drive_request_scoped", "drive_tier_chain"]
 
 _REQUESTS = 6
 _FAMILIES = 4
@@ -262,6 +267,71 @@ def drive_request_scoped(
     return checked
 
 
+def drive_tier_chain(
+    form: Any, dram_form: Any, capacity: int, steps: Sequence[tuple[Any, ...]]
+) -> _CheckedForm:
+    """Run ``form`` as the ledger policy of a tier below a DRAM tier of 2 chunks
+    (ordered by ``dram_form``), through generated request steps."""
+    from kvframe.offload.jobs.manager import LookupResult, RequestScopedOffloadManager
+    from kvframe.offload.tiering import LedgerTier, TieringOffloadManager
+
+    checked = _CheckedForm(form, OpLog())
+    tier = LedgerTier("tier", RequestScopedOffloadManager(checked, capacity))
+    chain = TieringOffloadManager(RequestScopedOffloadManager(dram_form, 2), [tier])
+    requests = _Requests(chain)
+    for step in steps:
+        kind, r = step[0], step[1] if len(step) > 1 else 0
+        if kind == "store" and not requests.stores[r]:
+            result = chain.prepare_store(requests.chain(r)[: step[2]], requests.access[r])
+            if result is not None and result.keys_to_store:
+                requests.stores[r] = list(result.keys_to_store)
+                if step[3] != "later":
+                    requests.land(r, step[3] == "lands", loads=False)
+        elif kind == "load" and not requests.loads[r]:
+            _load_ready(chain, requests, r, LookupResult.HIT)
+        elif kind == "land":
+            for job_id in tier.pending_job_ids():
+                tier.finish(job_id, step[2])
+            chain.on_schedule_end()
+        elif kind == "finish":
+            requests.finish(r)
+        elif kind == "reset":
+            chain.on_schedule_end()
+    for r in range(len(requests.access)):
+        requests.finish(r)
+    for _ in range(2):  # land what is in flight, then the promotions the last step submitted
+        chain.on_schedule_end()
+        for job_id in tier.pending_job_ids():
+            tier.finish(job_id)
+    chain.on_schedule_end()
+    chain.on_schedule_end()
+    if chain.has_pending_work():
+        raise ContractViolation(
+            f"a tier chain over this form kept work in flight after every job landed\n"
+            f"calls: {checked.log.text()}"
+        )
+    return checked
+
+
+def _load_ready(chain: Any, requests: _Requests, r: int, hit: Any) -> None:
+    """Look the request's chunks up (a tier hit starts a promotion) and load the DRAM hits
+    still ready after the walk (a promotion may have evicted one)."""
+    access = requests.access[r]
+    ready = []
+    for key in requests.chain(r):
+        if chain.lookup(key, access) is not hit:
+            break
+        ready.append(key)
+    still = []
+    for key in ready:
+        if chain.primary.lookup(key, access) is not hit:
+            break
+        still.append(key)
+    if still:
+        chain.prepare_load(still, access)
+        requests.loads[r] = still
+
+
 def _steps() -> Any:
     from hypothesis import strategies as st
 
@@ -305,6 +375,27 @@ class RequestScopedChecks:
         def run(capacity: int, steps: list[tuple[Any, ...]]) -> None:
             __tracebackhide__ = True
             drive_request_scoped(build_form(kvframe_target, capacity), capacity, steps)
+
+        run()
+
+    def test_request_scoped_form_orders_a_tier_below_dram(
+        self, kvframe_target: PluginTarget
+    ) -> None:
+        """The form as a tier below DRAM in the host's tier chain (vLLM 0.33.0's tiering
+        manager): the same contract under cascades, promotions and failed jobs, and the
+        chain ends with nothing in flight."""
+        from hypothesis import given
+        from hypothesis import strategies as st
+
+        build_form(kvframe_target, 1)
+
+        @suite_settings(self.examples(0.5))
+        @given(capacity=st.integers(1, 6), steps=_steps())
+        def run(capacity: int, steps: list[tuple[Any, ...]]) -> None:
+            __tracebackhide__ = True
+            drive_tier_chain(
+                build_form(kvframe_target, capacity), build_form(kvframe_target, 2), capacity, steps
+            )
 
         run()
 

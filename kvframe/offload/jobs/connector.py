@@ -179,7 +179,12 @@ class JobOffloadingConnector:
         """Jobs are in flight or planned, or a finished request's last stores are due
         (vLLM 0.33.0's engine keeps stepping for them: ``has_pending_push_work``
         and the scheduler's ``finished_req_ids``)."""
-        return bool(self._jobs or self._batch_load_jobs or self._finishing)
+        return bool(
+            self._jobs
+            or self._batch_load_jobs
+            or self._finishing
+            or self.manager.has_pending_work()
+        )
 
     def tier_view(self) -> None:
         """No :class:`~kvframe.contract.views.TierView` for policies under this connector yet."""
@@ -250,6 +255,11 @@ class JobOffloadingConnector:
             answer = lookup(key, access)
             if answer is LookupResult.MISS:
                 break
+            if answer is LookupResult.RETRY:
+                # A tier below DRAM cannot answer yet: not a hit; keep scanning so
+                # the chain starts its other lookups, and ask again next step.
+                pending = True
+                continue
             hits += 1
             pending |= answer is LookupResult.HIT_PENDING
         if hits == 0:
@@ -343,6 +353,8 @@ class JobOffloadingConnector:
         self._batch_load_jobs = {}
         self._batch_jobs_to_flush = set()
         self._batch_allocated = set()
+        # The step's last manager call (a tier chain submits its promotions here).
+        self.manager.on_schedule_end()
         return meta
 
     def _update_block_tables(self, output: SchedulerOutput) -> None:

@@ -55,12 +55,19 @@ __all__ = [
 
 
 class LookupResult(enum.Enum):
-    """One key's answer (vLLM 0.33.0's ``LookupResult``; ``RETRY`` never arises here)."""
+    """One key's answer (vLLM 0.33.0's ``LookupResult``).
+
+    ``RETRY`` arises only from a tier chain
+    (:class:`kvframe.offload.tiering.TieringOffloadManager`): a tier below DRAM
+    cannot answer yet, so the connector defers the request.
+    """
 
     MISS = "miss"
     HIT = "hit"
     HIT_PENDING = "hit-pending"
     """In the tier but still being written: a connector defers the request."""
+    RETRY = "retry"
+    """A tier below DRAM is busy answering: ask again next step (not a hit)."""
 
 
 @attrs.define(slots=True, frozen=True)
@@ -201,8 +208,15 @@ class RequestScopedOffloadManager:
             return LookupResult.MISS
         return LookupResult.HIT if block.ref_cnt >= 0 else LookupResult.HIT_PENDING
 
-    def prepare_load(self, keys: Sequence[Hashable], access: RequestAccess) -> tuple[int, ...]:
-        """Pin ``keys`` (all ready) for a load; their slots, in order."""
+    def prepare_load(
+        self, keys: Sequence[Hashable], access: RequestAccess, *, record_access: bool = True
+    ) -> tuple[int, ...]:
+        """Pin ``keys`` (all ready) for a load; their slots, in order.
+
+        ``record_access=False`` pins without telling the policy: a tier chain's
+        cascade reads a chunk to copy it down, which is no request's access
+        (vLLM 0.33.0's ``CPUPrimaryTierOffloadingManager.prepare_read``).
+        """
         policy = self.policy
         blocks = []
         for key in keys:
@@ -214,7 +228,8 @@ class RequestScopedOffloadManager:
                 self._num_evictable -= 1
             block.ref_cnt += 1
             blocks.append(block)
-        self._record_access(keys, access, reused=keys)
+        if record_access:
+            self._record_access(keys, access, reused=keys)
         return tuple(block.slot_id for block in blocks)
 
     def complete_load(self, keys: Iterable[Hashable], access: RequestAccess) -> None:
@@ -313,6 +328,29 @@ class RequestScopedOffloadManager:
         self.policy.on_request_finished(
             keys, state.inserted - state.reused, set(state.reused), access
         )
+
+    def discard(self, keys: Iterable[Hashable]) -> list[Hashable]:
+        """Drop ready, idle chunks -- a tier whose copy of them proved unreadable -- so
+        that no lookup finds them again; chunks in use or being written stay. The dropped."""
+        policy = self.policy
+        dropped = []
+        for key in keys:
+            block = policy.get(key)
+            if block is None or block.ref_cnt != 0:
+                continue
+            policy.mark_non_evictable(key)
+            self._num_evictable -= 1
+            policy.remove(key)
+            self._free_slots.append(block.slot_id)
+            dropped.append(key)
+        return dropped
+
+    def on_schedule_end(self) -> None:
+        """The step's last call; nothing to do for DRAM alone (a tier chain flushes here)."""
+
+    def has_pending_work(self) -> bool:
+        """DRAM alone holds no work of its own between steps (a tier chain may)."""
+        return False
 
     def reset(self) -> None:
         """Drop every chunk (vLLM's ``reset_cache``); requests' past accesses are forgotten."""
