@@ -56,8 +56,9 @@ def failure_text(result: pytest.RunResult) -> str:
 def test_a_correct_lru_passes_the_whole_eviction_suite(suite) -> None:
     result = suite("eviction:broken_plugins:GoodLRU", args=("-rs", *QUICK))
     # Skipped: the optional idle-tracking and max_evictable checks (GoodLRU declines
-    # tracking and inherits max_evictable) and the two of its vLLM 0.33.0 form (it has none).
-    result.assert_outcomes(passed=18, skipped=4)
+    # tracking and inherits max_evictable) and the three of its vLLM 0.33.0 form (it has
+    # none): the contract, the tier below DRAM, determinism.
+    result.assert_outcomes(passed=18, skipped=5)
     result.stdout.fnmatch_lines(
         [
             "*eviction policy 'broken_plugins:GoodLRU' offers no vLLM 0.33.0 form "
@@ -72,14 +73,15 @@ def test_a_correct_lru_passes_the_whole_eviction_suite(suite) -> None:
 
 def test_a_correct_request_scoped_form_passes(suite) -> None:
     result = suite("eviction:broken_plugins:GoodScopedLRU", args=("-k", "request_scoped"))
-    result.assert_outcomes(passed=2)
+    # The contract, the same form ordering a tier below DRAM, determinism.
+    result.assert_outcomes(passed=3)
 
 
 def test_a_form_that_rejects_the_options_is_skipped_saying_so(suite) -> None:
     result = suite(
         "eviction:broken_plugins:ScopedNoVariant:variant=b", args=("-rs", "-k", "request_scoped")
     )
-    result.assert_outcomes(skipped=2)
+    result.assert_outcomes(skipped=3)
     result.stdout.fnmatch_lines(["*request_scoped_form rejects these options (no variant 'b'*"])
 
 
@@ -381,8 +383,8 @@ def test_subclassing_a_suite_tests_a_class_and_skips_a_capability(pytester) -> N
     )
     result = pytester.runpytest(*SANDBOX, "-rs", *QUICK)
     # Skipped: idle tracking, max_evictable, the four GPU-tier checks (two of on_hit)
-    # and the two of the vLLM 0.33.0 form (GoodLRU has none).
-    result.assert_outcomes(passed=14, skipped=8)
+    # and the three of the vLLM 0.33.0 form (GoodLRU has none).
+    result.assert_outcomes(passed=14, skipped=9)
     result.stdout.fnmatch_lines(["*capability gpu_prefix_cache is off for this policy*"])
 
 
