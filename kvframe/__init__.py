@@ -76,7 +76,7 @@ if TYPE_CHECKING:
     from kvframe.domain.costs import CostModel, ModelShape, prefill_pairs
     from kvframe.domain.queues import FIFORequestQueue, RequestQueue, SortedRequestQueue
     from kvframe.domain.request import Request, RequestStatus
-    from kvframe.domain.tokens import BlockHash
+    from kvframe.domain.tokens import BlockHash, block_hash_bytes, block_hash_hex
     from kvframe.executors.catalog import get_preset
     from kvframe.host.registry import PluginRegistry, get_registry
     from kvframe.offload.slots.manager import SlotOffloadManager
@@ -123,7 +123,7 @@ _LAZY: dict[str, str] = {
         ("FIFORequestQueue", "RequestQueue", "SortedRequestQueue"), "kvframe.domain.queues"
     ),
     **dict.fromkeys(("Request", "RequestStatus"), "kvframe.domain.request"),
-    "BlockHash": "kvframe.domain.tokens",
+    **dict.fromkeys(("BlockHash", "block_hash_bytes", "block_hash_hex"), "kvframe.domain.tokens"),
     "get_preset": "kvframe.executors.catalog",
     **dict.fromkeys(("PluginRegistry", "get_registry"), "kvframe.host.registry"),
     "SlotOffloadManager": "kvframe.offload.slots.manager",
@@ -331,6 +331,8 @@ __all__ = [
     "Tracer",
     "TransferHandler",
     "__version__",
+    "block_hash_bytes",
+    "block_hash_hex",
     "claimed_max_evictable",
     "compare",
     "get_preset",

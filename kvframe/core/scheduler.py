@@ -649,7 +649,7 @@ class Scheduler(AdmissionPhase, FinishingPhase):
         """The drafting requests whose step was a partial prefill chunk."""
         requests = self.requests
         chunks: set[str] = set()
-        for request_id in model_output.draft_token_ids:
+        for request_id in model_output.draft_token_ids or ():
             request = requests.get(request_id)
             if request is not None and request.num_computed_tokens < (
                 request.num_tokens + request.num_output_placeholders
@@ -684,7 +684,10 @@ class Scheduler(AdmissionPhase, FinishingPhase):
         """The draft tokens proposed for next step; a partial prefill's are dropped, as vLLM
         does."""
         requests = self.requests
-        for request_id, drafts in model_output.draft_token_ids.items():
+        draft_token_ids = model_output.draft_token_ids
+        if draft_token_ids is None:  # the caller checks; for the type checker (mypyc)
+            return
+        for request_id, drafts in draft_token_ids.items():
             request = requests.get(request_id)
             if request is None or request.is_finished():
                 continue

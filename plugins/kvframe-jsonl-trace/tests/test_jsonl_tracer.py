@@ -168,6 +168,16 @@ def test_record_to_dict_converts_bytes_mappings_and_tuples():
     }
 
 
+def test_int_block_hashes_are_written_as_their_digest_hex_not_as_numbers():
+    """kvframe's hashes are ints: written as the hex of the 16 digest bytes, the text
+    the same blocks had when hashes were bytes (trace files unchanged)."""
+    h1, h2 = int.from_bytes(H1), int.from_bytes(H3)
+    data = record_to_dict(BlockStored((h1, h2), None, 16))
+    assert data["block_hashes"] == [H1.hex(), H3.hex()] and data["parent_block_hash"] is None
+    assert record_to_dict(BlockRemoved((2,)))["block_hashes"] == ["0" * 31 + "2"]
+    assert data["block_size"] == 16  # other int fields stay numbers
+
+
 def test_a_large_trace_is_reported_when_the_tracer_closes(tmp_path, monkeypatch) -> None:
     """A whole trace writes hundreds of MB: the tracer says so, with the way to shrink it."""
     import kvframe_jsonl_trace
