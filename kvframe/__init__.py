@@ -27,6 +27,7 @@ import types
 import warnings
 from typing import TYPE_CHECKING, Any
 
+from kvframe import hot_modules
 from kvframe.contract.bases import (
     EvictionPolicy,
     OffloadSpec,
@@ -80,6 +81,11 @@ if TYPE_CHECKING:
     from kvframe.executors.catalog import get_preset
     from kvframe.host.registry import PluginRegistry, get_registry
     from kvframe.offload.slots.manager import SlotOffloadManager
+
+# Before any core module is imported (nothing above imports one): the compiled hot
+# modules (mypyc, issue 51) are served from kvframe/_mypyc/ where scripts/build-core
+# built them (kvframe.hot_modules).
+hot_modules.install()
 
 
 # Loaded on first access (PEP 562; every name here is in __all__ too) so that

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 import kvframe
+from kvframe import hot_modules
 from kvframe.cli.cmd_analyze import add_analyze_command
 from kvframe.cli.cmd_calibrate import add_calibrate_command
 from kvframe.cli.cmd_check import add_check_command
@@ -215,6 +216,8 @@ def main(argv: Sequence[str] | None = None, *, registry: PluginRegistry | None =
     except SystemExit as exit_:  # --help, --version and usage errors (code 2)
         return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
     configure_logging(_log_level(args))
+    # `--core python` runs the hot modules as Python too; decided before they are imported.
+    hot_modules.choose(getattr(args, "core", None) or "auto")
     handler: Handler = args.handler
     try:
         return handler(args, Context(registry))
