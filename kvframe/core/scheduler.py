@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from kvframe.core.admission import AdmissionPhase, load_hit_rule, queue_rule
 from kvframe.core.compiled import resolve_core
@@ -84,6 +84,19 @@ _WAITING_FOR_INPUT = RequestStatus.WAITING_FOR_STREAMING_REQ
 _block_id = attrgetter("block_id")
 
 
+_T = TypeVar("_T")
+
+# mypyc compiles this module (kvframe.hot_modules); interpreted classes subclass
+# the scheduler (AsyncScheduler), which a compiled class allows only when it says so.
+try:
+    from mypy_extensions import mypyc_attr
+except ImportError:  # no mypy here, so nothing is compiled: the decorator does nothing
+
+    def mypyc_attr(*_args: Any, **_kwargs: Any) -> Callable[[_T], _T]:  # type: ignore[no-redef, misc]
+        return lambda cls: cls
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Scheduler(AdmissionPhase, FinishingPhase):
     """One token budget per step, shared by prefill and decode, over a paged KV cache.
 
