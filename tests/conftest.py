@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from kvframe.host.registry import PluginRegistry
+from kvframe.workloads.chat import write_chat_jsonl
 
 
 @pytest.fixture
@@ -48,3 +49,20 @@ def write_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ca
     for top in {name.split(".")[0] for name in written}:
         for module in [m for m in sys.modules if m == top or m.startswith(top + ".")]:
             sys.modules.pop(module, None)
+
+
+@pytest.fixture
+def chat_trace(tmp_path: Path) -> Path:
+    """40 short chat requests sharing a few system prompts (a run takes well under a second)."""
+    path = tmp_path / "chat.jsonl"
+    write_chat_jsonl(
+        path,
+        num_requests=40,
+        rate=20.0,
+        seed=3,
+        num_system_prompts=2,
+        system_prompt_length="fixed:value=64",
+        user_prompt_length="fixed:value=32",
+        output_length="fixed:value=8",
+    )
+    return path

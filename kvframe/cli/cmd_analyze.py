@@ -90,6 +90,15 @@ def _add_trace_and_output_options(parser: Any) -> None:
     )
     parser.add_argument("--limit", type=int, help="read only the first N requests")
     parser.add_argument(
+        "--model",
+        metavar="NAME",
+        help="the model served (a preset or a config.json): a hybrid one, whose KV cache "
+        "vLLM keeps in several groups, is refused (the analysis replays one group)",
+    )
+    parser.add_argument(
+        "--vllm", default="0.19.1", help="the vLLM release deciding --model's groups"
+    )
+    parser.add_argument(
         "--no-optimal", action="store_true", help="skip the optimal bound (Belady's MIN)"
     )
     fmt = parser.add_mutually_exclusive_group()
@@ -131,6 +140,32 @@ def _sample_rate(text: str) -> float | str:
     return rate
 
 
+def _refuse_hybrid(model: str, vllm: str) -> None:
+    """Refuse a model whose KV cache vLLM keeps in several groups, naming why.
+
+    The analysis replays one prefix cache of full blocks. In a hybrid model a hit must
+    hold in every group at once and a sliding-window group keeps only its window's
+    blocks (Mamba: one state per request), so its curves would say nothing true.
+    """
+    from kvframe.models import ModelConfigError, kv_cache_config_for, load_model
+
+    try:
+        arch = load_model(model)
+        groups = kv_cache_config_for(arch, 2**40, 16, vllm).groups
+    except (ModelConfigError, ValueError) as error:
+        raise ConfigError(str(error), origin="--model") from None
+    if len(groups) > 1:
+        kinds = ", ".join(sorted({type(g.spec).__name__ for g in groups}))
+        raise ConfigError(
+            f"{arch.name} is a hybrid model: vLLM {vllm} keeps its KV cache in "
+            f"{len(groups)} groups ({kinds}). kvframe analyze replays one group of full "
+            "blocks; a hybrid prefix hit must hold in every group at once and a "
+            "sliding-window or Mamba group keeps only its last blocks, which it does "
+            "not model. Analyze a full-attention model, or simulate with kvframe run.",
+            origin="--model",
+        )
+
+
 def analyze_command(args: argparse.Namespace, ctx: Context) -> int:
     from kvframe.analyze import analyze_trace, auto_block_size, build_block_trace
     from kvframe.analyze.analysis import default_policy_specs
@@ -140,6 +175,8 @@ def analyze_command(args: argparse.Namespace, ctx: Context) -> int:
         raise ConfigError(f"--limit must be >= 1, got {args.limit}")
     if args.block_size is not None and args.block_size < 1:
         raise ConfigError(f"--block-size must be >= 1, got {args.block_size}")
+    if args.model is not None:
+        _refuse_hybrid(args.model, args.vllm)
     sizes = parse_sizes(args.sizes) if args.sizes else None
     rate = _sample_rate(args.sample_rate)
     registry = ctx.registry

@@ -453,6 +453,10 @@ def _report(
         from kvframe.fleet.metrics import replica_table
 
         emit(ctx.stdout, "", replica_table(summary))
+        if summary.metadata["fleet"].get("disagg"):
+            from kvframe.fleet.disagg import disagg_table
+
+            emit(ctx.stdout, "", disagg_table(summary))
     ctx.print("")
     metadata = summary.metadata
     for line in describe_configuration(

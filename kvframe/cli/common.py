@@ -135,9 +135,16 @@ def load_selection(args: argparse.Namespace, engine_keys: Sequence[str] = ()) ->
 # Engine settings that have a flag; their ``dest`` is the engine key.
 ENGINE_FLAGS = (
     "preset",
+    "model",
     "replicas",
     "kv_event_delay",
     "load_report_interval",
+    "disagg",
+    "disagg_link",
+    "disagg_bandwidth",
+    "disagg_latency",
+    "disagg_pipeline",
+    "kv_load_failure_policy",
     "num_gpu_blocks",
     "kv_memory",
     "block_size",
@@ -160,12 +167,35 @@ ENGINE_FLAGS = (
 )
 
 
+def _config_json_path(text: str) -> str:
+    """``--model-config``: an existing file (its fields are checked when the engine is built)."""
+    from pathlib import Path
+
+    if not Path(text).is_file():
+        raise argparse.ArgumentTypeError(f"no such file: {text}")
+    return text
+
+
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     """The engine flags (``--num-gpu-blocks``, ``--gpu-eviction``, ...): :data:`ENGINE_FLAGS`."""
     engine = parser.add_argument_group(
         "engine", "override kvframe.toml's engine settings of the same name"
     )
     engine.add_argument("--preset", metavar="NAME", help="cost-model preset (model + GPU)")
+    model = engine.add_mutually_exclusive_group()
+    model.add_argument(
+        "--model",
+        metavar="NAME",
+        help="model shape (gpt-oss-20b, gpt-oss-120b, gemma-3-27b, llama-4-scout, "
+        "qwen3-next-80b-a3b, llama-3.1-8b) on --preset's hardware, or its own",
+    )
+    model.add_argument(
+        "--model-config",
+        dest="model",
+        metavar="PATH",
+        type=_config_json_path,
+        help="a Hugging Face config.json to read the model shape from",
+    )
     pool = engine.add_mutually_exclusive_group()
     pool.add_argument(
         "--num-gpu-blocks", type=int, metavar="N", help="GPU KV blocks (including the null block)"
@@ -220,6 +250,39 @@ def _add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         metavar="S",
         help="seconds between a replica's load reports (default 0: after every step)",
+    )
+    _add_disagg_arguments(fleet)
+
+
+def _add_disagg_arguments(fleet: Any) -> None:
+    """Prefill/decode disaggregation (docs/disaggregation.md)."""
+    fleet.add_argument(
+        "--disagg",
+        metavar="P:D",
+        help="replicas 0..P-1 prefill, the next D decode, the rest aggregated; each "
+        "request's KV moves from its prefill to its decode replica",
+    )
+    fleet.add_argument(
+        "--disagg-link",
+        choices=("rdma", "nvlink"),
+        help="the link KV moves over (default rdma: 400 Gb/s; nvlink: 450 GB/s)",
+    )
+    fleet.add_argument(
+        "--disagg-bandwidth", metavar="SIZE", help="bytes per second of each link, e.g. 25GB"
+    )
+    fleet.add_argument(
+        "--disagg-latency", type=float, metavar="S", help="seconds a transfer's last byte takes"
+    )
+    fleet.add_argument(
+        "--disagg-pipeline",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="per-layer pipelining: only the last layer's KV moves after the prefill",
+    )
+    fleet.add_argument(
+        "--kv-load-failure-policy",
+        choices=("fail", "recompute"),
+        help="a decode replica's failed load: finish with error (default, as vLLM) or recompute",
     )
 
 

@@ -31,6 +31,12 @@ TABLE_METRICS: tuple[tuple[str, str, str], ...] = (
     ("num_preemptions", "preemptions", "int"),
     ("num_requests_ignored", "ignored", "int"),
     ("fleet_request_imbalance", "load imbalance", "num"),
+    ("disagg_ttft_queue_seconds.mean", "TTFT queue (s)", "num"),
+    ("disagg_ttft_prefill_seconds.mean", "TTFT prefill (s)", "num"),
+    ("disagg_ttft_transfer_seconds.mean", "TTFT transfer (s)", "num"),
+    ("disagg_ttft_first_decode_seconds.mean", "TTFT 1st decode (s)", "num"),
+    ("disagg_transfer_bytes", "P/D moved", "bytes"),
+    ("disagg_link_utilisation_max", "link use max", "pct"),
 )
 """(metric, column heading, format) of the terminal table; a column no run has is left out."""
 

@@ -33,6 +33,11 @@ class BlockStored:
     parent_block_hash: BlockHash | None
     block_size: int
     medium: str = "GPU"
+    group_idx: int | None = None
+    """The KV-cache group the blocks belong to (a hybrid model's core sets it, as
+    vLLM 0.33.0 does; ``None``: one group)."""
+    kv_cache_spec_kind: str | None = None
+    """The group's spec kind (``"sliding_window"``, ...), vLLM 0.33.0's field."""
 
 
 @attrs.frozen(slots=True)
@@ -41,6 +46,8 @@ class BlockRemoved:
 
     block_hashes: tuple[BlockHash, ...]
     medium: str = "GPU"
+    group_idx: int | None = None
+    """The KV-cache group the blocks belonged to (hybrid models; ``None``: one group)."""
 
 
 @attrs.frozen(slots=True)

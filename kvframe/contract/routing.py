@@ -137,6 +137,13 @@ class FleetInfo:
     """Tokens per KV block on the replicas (the granularity of ``block_hashes``)."""
     seed: int
     """The run's seed: a router that draws at random seeds its generator from it."""
+    role: str = "aggregated"
+    """Which requests the router places (``--disagg``, :mod:`kvframe.fleet.disagg`):
+    ``aggregated`` (every request, the whole fleet), ``prefill`` (arriving requests, over
+    the prefill and aggregated replicas) or ``decode`` (requests whose prefill is done,
+    over the decode replicas). A disaggregated fleet attaches one router per role, each
+    with its pool's size: replica numbers are the pool's, so a router that ignores
+    ``role`` serves either."""
 
 
 class FleetView(Protocol):

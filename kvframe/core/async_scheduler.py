@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, ClassVar
 
 from kvframe.core.deferred_frees import DeferredFrees, FreeRule
+from kvframe.core.kv_cache_coordinator import InflightTokens
 from kvframe.core.scheduler import Scheduler
 from kvframe.domain.request import RequestStatus
 
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["AsyncScheduler"]
 
 _RUNNING = RequestStatus.RUNNING
+_NO_INFLIGHT = InflightTokens()
 
 
 class AsyncScheduler(Scheduler):
@@ -51,7 +53,11 @@ class AsyncScheduler(Scheduler):
 
     def _free_rule(self, config: SchedulerConfig, connector: SchedulerConnector | None) -> FreeRule:
         """Switch T22: with a connector, blocks a step in flight may still write are
-        freed when its output is applied."""
+        freed when its output is applied. (Also binds switch G2's in-flight count:
+        the KV-cache groups' manager has one, the one-group manager counts none.)"""
+        self._inflight_tokens: InflightTokens = getattr(
+            self.kv_cache_manager, "inflight_tokens", _NO_INFLIGHT
+        )
         if config.fidelity.defer_block_free and connector is not None:
             return DeferredFrees(self.kv_cache_manager)
         return super()._free_rule(config, connector)
@@ -63,6 +69,7 @@ class AsyncScheduler(Scheduler):
     def _advance_after_schedule(self, output: SchedulerOutput) -> None:
         super()._advance_after_schedule(output)
         self.add_output_placeholders(output)
+        self._inflight_tokens.after_schedule(output.num_scheduled_tokens)  # switch G2
         self._frees.after_schedule(output.num_scheduled_tokens, output.total_num_scheduled_tokens)
 
     def add_output_placeholders(self, output: SchedulerOutput) -> None:
@@ -90,6 +97,7 @@ class AsyncScheduler(Scheduler):
     ) -> list[Request]:
         # T22: every write of this step and the ones before it is done.
         self._frees.after_output(scheduler_output.total_num_scheduled_tokens)
+        self._inflight_tokens.after_output(scheduler_output.num_scheduled_tokens)  # G2
         return super().update_from_output(scheduler_output, model_output)
 
     def _apply_sampled(

@@ -144,7 +144,7 @@ class FinishingPhase:
             and request.request_id not in self._finished_recving
         )
         self._finished_recving.discard(request.request_id)
-        self._load_failures.failed.discard(request.request_id)
+        self._load_failures.forget(request.request_id)
         if request.resumable:
             self.sessions.forget(request.request_id)
         request.status = finished_status
@@ -291,7 +291,7 @@ class FinishingPhase:
                     # Loaded but not yet promoted: make the loaded blocks findable
                     # before letting them go, as promotion would have.
                     self._finished_recving.discard(holder_id)
-                    self._load_failures.failed.discard(holder_id)
+                    self._load_failures.forget(holder_id)
                     kv.cache_blocks(holder, holder.num_computed_tokens)
                     holder.status = _PREEMPTED if holder.num_preemptions else _WAITING
                 kv.free(holder)

@@ -94,8 +94,10 @@ __all__ = [
     "cache_salt_extra_keys",
     "compiled_hashing_available",
     "encode_extra_keys",
+    "group_id_of",
     "hash_block_tokens",
     "make_block_hasher",
+    "plain_block_hash",
     "root_hash",
 ]
 
@@ -122,6 +124,31 @@ class BlockHasher(Protocol):
 
 
 _COUNT = struct.Struct("<I")
+
+_GROUP_ID_BYTES = 4
+
+
+def block_hash_with_group_id(block_hash: BlockHash, group_id: int) -> BlockHash:
+    """The prefix-cache key of a block of KV-cache group ``group_id`` (vLLM's
+    ``make_block_hash_with_group_id``: the hash, then the group id in 4 bytes).
+
+    Why a key per group: with several groups (a hybrid model) the same tokens
+    have one block in each group, and a lookup asks whether *that group's*
+    block is cached. The single-group core keys by the plain hash. Build the
+    key only here (and read it back only with :func:`plain_block_hash` /
+    :func:`group_id_of`), so the hash representation changes in one place.
+    """
+    return block_hash + group_id.to_bytes(_GROUP_ID_BYTES, "big")
+
+
+def plain_block_hash(key: BlockHash) -> BlockHash:
+    """The block hash inside a :func:`block_hash_with_group_id` key (what KV events carry)."""
+    return key[:-_GROUP_ID_BYTES]
+
+
+def group_id_of(key: BlockHash) -> int:
+    """The group id inside a :func:`block_hash_with_group_id` key."""
+    return int.from_bytes(key[-_GROUP_ID_BYTES:], "big")
 
 
 def root_hash(seed: int = 0) -> BlockHash:

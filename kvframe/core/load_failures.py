@@ -125,6 +125,11 @@ class LoadFailures:
                     "(requests in WAITING_FOR_REMOTE_KVS) may fail in kvframe"
                 )
 
+    def forget(self, request_id: str) -> None:
+        """``request_id`` finished or was freed before its failed load was reported done:
+        nothing is left to recompute (vLLM drops it from ``failed_recving_kv_req_ids``)."""
+        self.failed.discard(request_id)
+
     def landed(self, request: Request) -> bool:
         """``request``'s load was reported done: if it had failed, keep its valid prefix
         (cached) or free its blocks, and return True; False for a load that succeeded."""

@@ -49,6 +49,11 @@ from kvframe.core.deferred_frees import FreeRule, ImmediateFrees
 from kvframe.core.finishing import FinishingPhase
 from kvframe.core.hashing import make_block_hasher
 from kvframe.core.inflight import load_reservation
+from kvframe.core.kv_cache_coordinator import (
+    CountedInflightTokens,
+    HybridKVCacheManager,
+    InflightTokens,
+)
 from kvframe.core.kv_cache_manager import KVCacheManager
 from kvframe.core.load_failures import LoadFailures
 from kvframe.core.policy_seams import PolicyContractError, allows_decode_runs, may_admit_of
@@ -132,7 +137,7 @@ class Scheduler(AdmissionPhase, FinishingPhase):
         self.max_num_running_reqs = config.max_num_seqs
         self.num_lookahead_tokens = config.num_lookahead_tokens
         self.block_hasher = _block_hasher(config, connector)
-        self.kv_cache_manager = _kv_cache_manager(config, eviction_policy)
+        self.kv_cache_manager = _kv_cache_manager(config, eviction_policy, connector)
         self._choose_rules(config, policy, connector)
         self._init_state(policy)
         self._load_failures = LoadFailures(self.kv_cache_manager, config, self.stats)
@@ -141,7 +146,8 @@ class Scheduler(AdmissionPhase, FinishingPhase):
         # kvframe's OffloadingConnector offers one; other connectors give None.
         make_view = getattr(connector, "tier_view", None)
         self.tier_view: TierView | None = make_view() if make_view is not None else None
-        self._decode_runs_allowed = allows_decode_runs(policy)
+        # A decode run reads the one-group tables; KV-cache groups step one at a time.
+        self._decode_runs_allowed = allows_decode_runs(policy) and not config.is_hybrid
         # The admission decision point: None unless the policy overrides it, so
         # a policy that does not pays one branch per waiting request looked at.
         self._may_admit = may_admit_of(policy)
@@ -824,9 +830,14 @@ def _block_hasher(
 
 
 def _kv_cache_manager(
-    config: SchedulerConfig, eviction_policy: EvictionPolicy | None
+    config: SchedulerConfig,
+    eviction_policy: EvictionPolicy | None,
+    connector: SchedulerConnector | None = None,
 ) -> KVCacheManager:
-    """The GPU KV cache a scheduler with ``config`` manages."""
+    """The GPU KV cache a scheduler with ``config`` manages: the one-group manager, or
+    for several KV-cache groups the hybrid one (chosen once, here)."""
+    if config.is_hybrid:
+        return _hybrid_kv_cache_manager(config, eviction_policy, connector)
     return KVCacheManager(
         num_gpu_blocks=config.num_gpu_blocks,
         block_size=config.block_size,
@@ -840,3 +851,35 @@ def _kv_cache_manager(
         rollback_uncomputed_blocks=config.rollback_uncomputed_blocks,
         core=config.core,
     )
+
+
+def _hybrid_kv_cache_manager(
+    config: SchedulerConfig,
+    eviction_policy: EvictionPolicy | None,
+    connector: SchedulerConnector | None,
+) -> KVCacheManager:
+    """The manager of several KV-cache groups, refusing what it does not model."""
+    if connector is not None:
+        raise ValueError(
+            "a connector (offload tier, P/D) with several KV-cache groups is not modelled "
+            "yet (kv_cache_config is hybrid)"
+        )
+    assert config.kv_cache_config is not None
+    fidelity = config.fidelity
+    in_flight = config.max_num_batched_tokens * (2 if config.async_scheduling else 1)
+    counted = fidelity.groups_skip_processed_only and config.async_scheduling
+    manager = HybridKVCacheManager(
+        config.kv_cache_config,
+        config.block_size,
+        config.max_model_len,
+        enable_caching=config.enable_prefix_caching,
+        enable_kv_cache_events=config.enable_kv_cache_events,
+        use_eagle=config.use_eagle,
+        uncached_freed_first=fidelity.uncached_freed_first,
+        admission_cap_in_flight=in_flight if fidelity.groups_admission_cap else None,  # G1
+        inflight_tokens=CountedInflightTokens() if counted else InflightTokens(),  # G2
+        mamba_caching_needs_align=fidelity.groups_mamba_caching_needs_align,  # G3
+        eviction_policy=eviction_policy,
+        core=config.core,
+    )
+    return manager  # type: ignore[return-value]  # the same methods, per group

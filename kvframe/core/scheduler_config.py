@@ -6,6 +6,7 @@ import attrs
 
 from kvframe.core.compiled import check_core
 from kvframe.domain.fidelity import DEFAULT_VLLM, Fidelity, fidelity_for
+from kvframe.domain.kv_cache_spec import KVCacheConfig
 
 
 def _positive(instance: object, attribute: attrs.Attribute, value: int) -> None:
@@ -90,6 +91,19 @@ class SchedulerConfig:
     ``KVFRAME_CORE`` decides when set), ``python`` or ``compiled``
     (:mod:`kvframe.core.compiled`). The decisions are the same either way."""
 
+    kv_cache_config: KVCacheConfig | None = None
+    """The model's KV-cache groups (:mod:`kvframe.domain.kv_cache_spec`); ``None``: one
+    full-attention group of ``num_gpu_blocks`` blocks of ``block_size`` tokens. With
+    several groups (a hybrid model: sliding window, chunked local attention, Mamba)
+    the scheduler manages them as vLLM's ``HybridKVCacheCoordinator`` does
+    (:mod:`kvframe.core.kv_cache_coordinator`); ``num_blocks`` must equal
+    ``num_gpu_blocks``."""
+
+    @property
+    def is_hybrid(self) -> bool:
+        """Several KV-cache groups (the hybrid coordinator), not the one-group path."""
+        return self.kv_cache_config is not None and self.kv_cache_config.is_hybrid
+
     @property
     def use_eagle(self) -> bool:
         """Speculative decoding with an EAGLE-style drafter (drops the last hit block)."""
@@ -108,6 +122,8 @@ class SchedulerConfig:
                 "num_gpu_blocks must be >= 2 (block 0 is the null block), "
                 f"got {self.num_gpu_blocks}"
             )
+        if self.kv_cache_config is not None:
+            self._check_kv_cache_config(self.kv_cache_config)
         if self.async_scheduling and self.num_speculative_tokens:
             raise ValueError(
                 "async_scheduling with num_speculative_tokens > 0 is not modelled: vLLM's "
@@ -119,4 +135,26 @@ class SchedulerConfig:
                 "with chunked prefill disabled, max_num_batched_tokens "
                 f"({self.max_num_batched_tokens}) must be >= max_model_len "
                 f"({self.max_model_len}) or long prompts could never be scheduled"
+            )
+
+    def _check_kv_cache_config(self, kv: KVCacheConfig) -> None:
+        """The groups must describe the pool this config sizes, and one group must be
+        the full-attention path the rest of the config describes."""
+        if kv.num_blocks != self.num_gpu_blocks:
+            raise ValueError(
+                f"kv_cache_config.num_blocks ({kv.num_blocks}) must equal num_gpu_blocks "
+                f"({self.num_gpu_blocks}): both count the pool's blocks, null block included"
+            )
+        if not kv.is_hybrid:
+            spec = kv.groups[0].spec
+            if spec.kind != "full_attention" or spec.block_size != self.block_size:
+                raise ValueError(
+                    f"kv_cache_config: a single group must be full attention with block_size "
+                    f"{self.block_size} (got {type(spec).__name__}, block_size "
+                    f"{spec.block_size}); one sliding-window or Mamba group is not modelled"
+                )
+        elif self.rollback_uncomputed_blocks:
+            raise ValueError(
+                "rollback_uncomputed_blocks is not modelled for KV-cache groups (kv_cache_config "
+                "with several groups)"
             )

@@ -151,6 +151,51 @@ class Fidelity:
     one is held (vLLM 0.33.0's ``Scheduler.has_finished_requests``: "finished
     requests waiting on delayed connector cleanup"; upstream pull request not
     identified). 0.19.1 counted only the finished ids the next output reports."""
+    groups_admission_cap: bool = False
+    """G1. KV-cache groups (a hybrid model): the full-sequence admission check
+    (``reserve_full_sequence``) counts a sliding-window or chunked-local group's
+    blocks at most at what that group ever holds at once -- its window (or chunk)
+    plus the tokens a step in flight may add, one block more for a window that
+    straddles blocks (vLLM 0.33.0's ``max_admission_blocks_per_request``,
+    ``apply_admission_cap=True``; upstream pull request not identified). 0.19.1
+    asked for the whole sequence in every group, so a long prompt of a model with
+    five sliding layers per full one needed six times its full-attention blocks
+    free to be admitted. Read once by :mod:`kvframe.core.kv_cache_coordinator`."""
+    groups_skip_processed_only: bool = False
+    """G2. KV-cache groups under asynchronous scheduling: blocks leave a sliding window
+    (or chunk) only for tokens whose step has been applied, the computed tokens less
+    those in flight (vLLM 0.33.0's ``remove_skipped_blocks(processed_computed_tokens)``
+    with ``Request.num_in_flight_tokens``; upstream pull request not identified).
+    0.19.1 freed them for every computed token, in flight or not. Synchronous runs
+    have no token in flight: the switch changes nothing there.
+    :class:`kvframe.core.kv_cache_coordinator.InflightTokens`."""
+    groups_mamba_caching_needs_align: bool = False
+    """G3. A Mamba group with prefix caching on needs ``mamba_cache_mode="align"``: vLLM
+    0.33.0 refuses ``"none"`` ("Mamba prefix caching requires mamba_cache_mode='align'"),
+    and so does kvframe under it. 0.19.1 ran it, caching the attention groups while
+    the Mamba group (one block of ``max_model_len``) never hits."""
+    hybrid_kept_with_kv_events: bool = False
+    """M1. KV events on (``--kv-events-config``; kvframe's fleets publish them) no longer
+    turn vLLM's hybrid KV-cache manager off: a hybrid model keeps one group per layer
+    kind. 0.19.1 disabled it ("Hybrid KV cache manager is not compatible with KV
+    events", ``VllmConfig.__post_init__``), so a sliding-window or chunked model runs
+    with every layer as full attention. Read by :mod:`kvframe.models.kv_groups`."""
+    hybrid_kept_with_hma_connector: bool = False
+    """M2. A KV connector that supports the hybrid manager (``SupportsHMA``: vLLM
+    0.33.0's ``OffloadingConnector`` among them) leaves it on; 0.19.1 turned it off
+    for any ``--kv-transfer-config`` unless asked not to. Read by
+    :mod:`kvframe.models.kv_groups`."""
+    mamba_block_aligned_to_block_size: bool = False
+    """M3. A Mamba hybrid's attention block size is the smallest multiple of
+    ``max(kernel block, block_size)`` whose page holds a Mamba state
+    (``Platform._align_hybrid_block_size``); 0.19.1 took the smallest multiple of
+    the kernel block (16), or of ``lcm(mamba chunk, 16)`` in Mamba cache mode "all"
+    (``HybridAttentionMambaModelConfig``). Read by :mod:`kvframe.models.kv_groups`."""
+    mamba_prefix_cache_align_only: bool = False
+    """M4. Prefix caching on selects Mamba cache mode "align" for every Mamba model;
+    0.19.1 selected "all" for models that support Mamba prefix caching
+    (``MambaModelConfig.verify_and_update_config``). Read by
+    :mod:`kvframe.models.kv_groups`."""
 
 
 _TARGETS: dict[str, Fidelity] = {
@@ -171,6 +216,13 @@ _TARGETS: dict[str, Fidelity] = {
         sessions_resume_from_frontier=True,
         failed_load_keeps_external_count=True,
         held_requests_keep_engine=True,
+        groups_admission_cap=True,
+        groups_skip_processed_only=True,
+        groups_mamba_caching_needs_align=True,
+        hybrid_kept_with_kv_events=True,
+        hybrid_kept_with_hma_connector=True,
+        mamba_block_aligned_to_block_size=True,
+        mamba_prefix_cache_align_only=True,
     ),
 }
 

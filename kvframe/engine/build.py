@@ -53,12 +53,18 @@ class EngineParts:
 
 
 def assemble(
-    config: EngineConfig, registry: PluginRegistry | None = None, *, kv_events: bool = False
+    config: EngineConfig,
+    registry: PluginRegistry | None = None,
+    *,
+    kv_events: bool = False,
+    tier: Tier | None = None,
 ) -> EngineParts:
     """Build the plugins ``config`` selects, the scheduler and the executor.
 
     :param registry: where plugins are looked up (default: the installed ones).
     :param kv_events: the GPU pool records KV events without a tracer (a fleet's router).
+    :param tier: a tier built by the caller instead of ``config.offload``'s (a
+        disaggregated fleet's replica, :mod:`kvframe.fleet.pd_connector`); sim only.
     :raises ConfigError: for an unknown plugin or a bad option.
     """
     from kvframe.executors.torch.options import parse_executor
@@ -83,15 +89,7 @@ def assemble(
     tracing = registry.create_tracing(config.tracers) if config.tracers else None
     events = tracing is not None and tracing.active
     try:
-        tier: Tier = NO_TIER
-        if config.offload is not None:
-            tier = build_offload(
-                config,
-                registry,
-                events,
-                kv_bytes_per_token=None if plan is None else plan.kv_bytes_per_token(),
-                real_bytes=plan is not None,
-            )
+        tier = _tier(config, registry, events, plan, tier)
         scheduler = make_scheduler(
             config.scheduler_config(enable_kv_cache_events=events or kv_events),
             policy,
@@ -112,6 +110,30 @@ def assemble(
             preset.cost_model, offload_worker=tier.worker, transfer_handler=tier.handler
         )
     return EngineParts(config, scheduler, executor, tracing, preset, tier)
+
+
+def _tier(
+    config: EngineConfig,
+    registry: PluginRegistry,
+    events: bool,
+    plan: ModelPlan | None,
+    given: Tier | None,
+) -> Tier:
+    """The run's tier: the caller's (a disaggregated fleet's replica), ``config.offload``'s,
+    or none."""
+    if given is not None:
+        if config.offload is not None or plan is not None:
+            raise ConfigError("a fleet's transfer tier runs with the sim executor and no --offload")
+        return given
+    if config.offload is None:
+        return NO_TIER
+    return build_offload(
+        config,
+        registry,
+        events,
+        kv_bytes_per_token=None if plan is None else plan.kv_bytes_per_token(),
+        real_bytes=plan is not None,
+    )
 
 
 def _plan_model(config: EngineConfig, options: TorchOptions) -> tuple[ModelPlan, EngineConfig]:

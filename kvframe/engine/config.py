@@ -30,7 +30,9 @@ from kvframe.executors.catalog import get_preset
 
 if TYPE_CHECKING:
     from kvframe.config import UserConfig
+    from kvframe.domain.kv_cache_spec import KVCacheConfig
     from kvframe.executors.presets import Preset
+    from kvframe.models import ModelArchitecture
 
 __all__ = ["DEFAULT_MAX_MODEL_LEN", "DEFAULT_PRESET", "ENGINE_KEYS", "EngineConfig"]
 
@@ -110,7 +112,13 @@ class EngineConfig:
     """
 
     preset: str = DEFAULT_PRESET
-    """Cost-model preset name (``kvframe.executors.catalog.preset_names()``)."""
+    """Cost-model preset name (``kvframe.executors.catalog.preset_names()``). With
+    :attr:`model` it names the hardware (GPU, tensor parallelism); left at its
+    default, the model's own preset is used."""
+    model: str | None = attrs.field(default=None)
+    """A model (``kvframe.models.model_names()``, e.g. ``gpt-oss-120b``) or the path of
+    a Hugging Face ``config.json``: its shape, cost model and KV-cache groups
+    (:mod:`kvframe.models`); ``None``: the preset's model."""
     scheduler: PluginSelection = attrs.field(default="fcfs", validator=_selection)
     """Scheduling policy config string (vLLM's default is FCFS); alias ``scheduling``."""
     gpu_eviction: PluginSelection | None = attrs.field(default=None, validator=_selection)
@@ -183,6 +191,23 @@ class EngineConfig:
     """Seconds between a replica publishing a KV event and its router receiving it."""
     load_report_interval: float = attrs.field(default=0.0)
     """Seconds between a replica's load reports (0: after every step)."""
+    disagg: str | None = attrs.field(default=None)
+    """``"P:D"``: the fleet's first P replicas prefill and the next D decode, handing
+    each request's KV over (``--disagg``; :mod:`kvframe.fleet.disagg`); the rest run
+    aggregated. ``None``: every replica aggregated."""
+    disagg_link: str = attrs.field(default="rdma")
+    """The link KV moves over between replicas: ``rdma`` (400 Gb/s) or ``nvlink``
+    (:data:`kvframe.fleet.transfer.LINKS`)."""
+    disagg_bandwidth: float | None = attrs.field(default=None)
+    """Bytes per second of each replica's link (``None``: the link's)."""
+    disagg_latency: float | None = attrs.field(default=None)
+    """Seconds from a transfer's last byte to its arrival (``None``: the link's)."""
+    disagg_pipeline: bool = attrs.field(default=False, validator=_is_bool)
+    """Per-layer pipelining: only the last layer's share of the KV moves after the prefill."""
+    kv_load_failure_policy: str = attrs.field(default="fail")
+    """What a decode replica does when a load fails (vLLM's ``kv_load_failure_policy``,
+    default ``fail``): ``fail`` finishes the request with ``error``, ``recompute``
+    computes from the first block the load could not fill."""
     step_by_step: bool = attrs.field(default=False, validator=_is_bool)
     """Run every step through the whole scheduler and executor, never a run of
     plain decode steps in one go (:mod:`kvframe.core.decode_run`). The results
@@ -235,6 +260,8 @@ class EngineConfig:
                 f"(got num_gpu_blocks={self.num_gpu_blocks}, kv_memory={self.kv_memory})"
             )
         get_preset(self.preset)  # raises ValueError naming the presets
+        if self.model is not None:
+            self._check_model()
         if self.cost_model is not None:
             self.preset_object  # noqa: B018 -- raises ValueError naming the file and field
         from kvframe.executors.torch.options import parse_executor
@@ -251,10 +278,80 @@ class EngineConfig:
                 f"{self.block_size} tokens for {self.preset_object.shape.name}"
             )
 
+    def _check_model(self) -> None:
+        """Refuse a model this core cannot run yet, by name and reason.
+
+        A model to which vLLM gives several KV-cache groups (sliding window, Mamba
+        state) runs on the core's hybrid coordinator (:meth:`scheduler_config` hands it
+        the groups); the core refuses what it does not model yet.
+        """
+        if self.cost_model is not None:
+            raise ValueError(
+                "give model or cost_model, not both (a cost-model file has its own model)"
+            )
+        self.model_architecture  # noqa: B018 -- raises ValueError naming the file and field
+        # A hybrid model's groups run on the core's KV-cache groups; what they do not
+        # model yet (groups of different block sizes, Mamba prefix caching) is refused
+        # here, naming the groups, rather than when the scheduler is built.
+        config = self.kv_cache_config()
+        if config.is_hybrid:
+            from kvframe.core.kv_cache_coordinator import check_kv_cache_config
+
+            try:
+                check_kv_cache_config(
+                    config,
+                    self.block_size,
+                    self.enable_prefix_caching,
+                    self.fidelity.groups_mamba_caching_needs_align,
+                )
+            except ValueError as err:
+                kinds = ", ".join(
+                    f"{type(g.spec).__name__} x{len(g.layer_names)}" for g in config.groups
+                )
+                raise ValueError(
+                    f"model {self.model}: vLLM {self.vllm} manages its KV cache as "
+                    f"{len(config.groups)} groups ({kinds}), which kvframe's core does not "
+                    f"run yet: {err}"
+                ) from None
+
     # -- derived values ----------------------------------------------------
 
     @property
+    def model_architecture(self) -> ModelArchitecture:
+        """:attr:`model`'s layers and parameters (the preset's Llama without one)."""
+        from kvframe.models import load_model
+
+        return load_model(self.model or "llama-3.1-8b")
+
+    def kv_cache_config(self, *, kv_events: bool = False) -> KVCacheConfig:
+        """The KV-cache groups and pool size vLLM :attr:`vllm` gives :attr:`model` with
+        this config's KV memory and block size (``num_gpu_blocks`` overrides the count,
+        as vLLM's ``num_gpu_blocks_override`` does). ``kv_events``: KV events are
+        published (vLLM 0.19.1 then turns its hybrid manager off, switch M1)."""
+        from kvframe.models import KVGroupOptions, kv_cache_config_for
+
+        preset = self.preset_object
+        options = KVGroupOptions(
+            enable_prefix_caching=self.enable_prefix_caching,
+            kv_events=kv_events,
+            kv_connector=self.offload is not None,
+            connector_supports_hma=True,  # kvframe's tier is vLLM's OffloadingConnector
+            max_model_len=self.resolved_max_model_len(),
+            num_gpu_blocks_override=self.num_gpu_blocks,
+            tensor_parallel_size=preset.tensor_parallel_size,
+        )
+        memory = self.kv_memory if self.kv_memory is not None else preset.kv_memory_bytes
+        return kv_cache_config_for(
+            self.model_architecture, int(memory), self.block_size, self.fidelity, options
+        )
+
+    @property
     def preset_object(self) -> Preset:
+        if self.model is not None:
+            from kvframe.executors.model_presets import model_preset
+
+            base = None if self.preset == DEFAULT_PRESET else get_preset(self.preset)
+            return model_preset(self.model, base)
         if self.cost_model is not None:
             from kvframe.executors.cost_model_file import load_cost_model_file
 
@@ -265,6 +362,8 @@ class EngineConfig:
         """GPU KV blocks including the null block."""
         if self.num_gpu_blocks is not None:
             return self.num_gpu_blocks
+        if self.model is not None:
+            return self.kv_cache_config().num_blocks
         preset = self.preset_object
         if self.kv_memory is not None:
             return num_gpu_blocks_for(self.kv_memory, self.block_size, preset.shape)
@@ -273,6 +372,8 @@ class EngineConfig:
     def resolved_max_model_len(self) -> int:
         if self.max_model_len is not None:
             return self.max_model_len
+        if self.model is not None:
+            return self.model_architecture.max_position_embeddings or DEFAULT_MAX_MODEL_LEN
         return DEFAULT_MAX_MODEL_LEN
 
     def scheduler_config(self, *, enable_kv_cache_events: bool = False) -> SchedulerConfig:
@@ -284,10 +385,16 @@ class EngineConfig:
         optional: dict[str, Any] = {}
         if self.reserve_full_sequence is not None:
             optional["reserve_full_sequence"] = self.reserve_full_sequence
+        num_gpu_blocks = self.resolved_num_gpu_blocks()
+        if self.model is not None:
+            groups = self.kv_cache_config(kv_events=enable_kv_cache_events)
+            if groups.is_hybrid:  # several groups: the core's hybrid coordinator
+                optional["kv_cache_config"] = groups
+                num_gpu_blocks = groups.num_blocks
         return SchedulerConfig(
             **optional,
             block_size=self.block_size,
-            num_gpu_blocks=self.resolved_num_gpu_blocks(),
+            num_gpu_blocks=num_gpu_blocks,
             max_num_batched_tokens=self.max_num_batched_tokens,
             max_num_seqs=self.max_num_seqs,
             max_model_len=self.resolved_max_model_len(),
@@ -300,12 +407,13 @@ class EngineConfig:
             fidelity=self.fidelity,
             async_scheduling=self.async_scheduling,
             core=self.core,
+            kv_load_failure_policy=self.kv_load_failure_policy,
         )
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready settings with the derived values filled in (for ``metrics.json``)."""
         return {
-            "preset": self.preset,
+            "preset": self.preset if self.model is None else self.preset_object.name,
             "scheduling": _spec_text(self.scheduler),
             "gpu_eviction": _spec_text(self.gpu_eviction),
             "tracers": [_spec_text(t) for t in self.tracers],
@@ -331,6 +439,7 @@ class EngineConfig:
             "vllm": self.vllm,
             "async_scheduling": self.async_scheduling,
             "core": self.core,
+            **({"model": self.model} if self.model is not None else {}),
             **self.describe_fleet(),
         }
 
@@ -349,6 +458,21 @@ class EngineConfig:
             "router": _spec_text(self.router),
             "kv_event_delay": self.kv_event_delay,
             "load_report_interval": self.load_report_interval,
+            **self._describe_disagg(),
+        }
+
+    def _describe_disagg(self) -> dict[str, Any]:
+        """The ``disagg_*`` settings, only when ``disagg`` is set (an aggregated fleet's
+        ``metrics.json`` stays as it was)."""
+        if self.disagg is None:
+            return {}
+        return {
+            "disagg": self.disagg,
+            "disagg_link": self.disagg_link,
+            "disagg_bandwidth": self.disagg_bandwidth,
+            "disagg_latency": self.disagg_latency,
+            "disagg_pipeline": self.disagg_pipeline,
+            "kv_load_failure_policy": self.kv_load_failure_policy,
         }
 
     def fleet_problem(self) -> str | None:
@@ -366,6 +490,28 @@ class EngineConfig:
                 return f"{name} must be a finite number of seconds >= 0, got {value!r}"
         if not self.is_fleet and (self.kv_event_delay or self.load_report_interval):
             return "--kv-event-delay and --load-report-interval are a fleet's (--replicas N)"
+        return self._disagg_problem()
+
+    def _disagg_problem(self) -> str | None:
+        """Why the ``disagg_*`` settings do not make a disaggregated fleet (``None``: they do)."""
+        if self.disagg is None:
+            return None
+        if self.replicas is None:
+            return "--disagg P:D splits a fleet, but --replicas N is not given"
+        from kvframe.domain.disagg import LINKS, DisaggLayout
+
+        if self.disagg_link not in LINKS:
+            return f"--disagg-link must be one of {sorted(LINKS)}, got {self.disagg_link!r}"
+        for name in ("disagg_bandwidth", "disagg_latency"):
+            value = getattr(self, name)
+            if value is not None and (not math.isfinite(value) or value < 0):
+                return f"{name} must be a finite number >= 0, got {value!r}"
+        if self.disagg_bandwidth == 0:
+            return "disagg_bandwidth must be > 0 bytes per second"
+        try:
+            DisaggLayout.parse(self.disagg, self.replicas)
+        except ValueError as err:
+            return str(err)
         return None
 
     # -- from kvframe.toml and flags ----------------------------------------
@@ -422,6 +568,8 @@ class EngineConfig:
             origin = selection.origins.get("replicas") or (
                 selection.routing.origin if selection.routing is not None else None
             )
+            if problem.startswith(("--disagg", "disagg")):
+                origin = selection.origins.get("disagg") or origin
             raise ConfigError(problem, origin=origin)
         return config
 
@@ -521,6 +669,7 @@ def _str(value: Any) -> str:
 
 _CONVERTERS: Mapping[str, Any] = {
     "preset": _str,
+    "model": _str,
     "gpu_eviction": _str,
     "block_size": _int,
     "num_gpu_blocks": _int,
@@ -544,6 +693,12 @@ _CONVERTERS: Mapping[str, Any] = {
     "replicas": _int,
     "kv_event_delay": lambda value: _seconds(value),
     "load_report_interval": lambda value: _seconds(value),
+    "disagg": _str,
+    "disagg_link": _str,
+    "disagg_bandwidth": _size,
+    "disagg_latency": lambda value: _seconds(value),
+    "disagg_pipeline": _bool,
+    "kv_load_failure_policy": _str,
 }
 
 _ALIASES: Mapping[str, str] = {
@@ -556,6 +711,11 @@ _ALIASES: Mapping[str, str] = {
     "async-scheduling": "async_scheduling",
     "kv-event-delay": "kv_event_delay",
     "load-report-interval": "load_report_interval",
+    "disagg-link": "disagg_link",
+    "disagg-bandwidth": "disagg_bandwidth",
+    "disagg-latency": "disagg_latency",
+    "disagg-pipeline": "disagg_pipeline",
+    "kv-load-failure-policy": "kv_load_failure_policy",
 }
 
 ENGINE_KEYS: tuple[str, ...] = tuple(_CONVERTERS)

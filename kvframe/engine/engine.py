@@ -180,6 +180,7 @@ class Engine:
         *,
         kv_events: bool = False,
         collector: MetricsCollector | None = None,
+        tier: Tier | None = None,
     ) -> Engine:
         """Build the plugins the config selects, the scheduler, the executor and the
         offload tier (:func:`kvframe.engine.build.assemble`).
@@ -188,9 +189,11 @@ class Engine:
         :param kv_events: make the block pool record KV events (a fleet whose router
             reads them takes them after each step).
         :param collector: see :class:`Engine`.
+        :param tier: a tier the caller built (a disaggregated fleet's replica) instead
+            of ``config.offload``'s.
         :raises ConfigError: for an unknown plugin or a bad option.
         """
-        parts = assemble(config, registry, kv_events=kv_events)
+        parts = assemble(config, registry, kv_events=kv_events, tier=tier)
         return cls(
             parts.config,
             parts.scheduler,

@@ -14,6 +14,7 @@ from pathlib import Path
 import attrs
 
 from kvframe.executors.cost_model_file import load_cost_model_file
+from kvframe.executors.model_presets import model_preset_names, model_presets
 from kvframe.executors.presets import PRESETS, Preset
 
 __all__ = ["CALIBRATED_DIR", "calibrated_preset_names", "get_preset", "preset_names"]
@@ -29,7 +30,7 @@ def calibrated_preset_names() -> list[str]:
 
 
 def preset_names() -> list[str]:
-    return sorted({*PRESETS, *calibrated_preset_names()})
+    return sorted({*PRESETS, *model_preset_names(), *calibrated_preset_names()})
 
 
 def get_preset(name: str) -> Preset:
@@ -40,6 +41,8 @@ def get_preset(name: str) -> Preset:
     key = name.strip().lower()
     if key in PRESETS:
         return PRESETS[key]
+    if key in model_preset_names():
+        return model_presets()[key]
     if key in calibrated_preset_names():
         return attrs.evolve(load_cost_model_file(CALIBRATED_DIR / f"{key}.json"), name=key)
     names = preset_names()

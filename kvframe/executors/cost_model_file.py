@@ -125,6 +125,11 @@ def _coefficients(table: Any) -> dict[str, Any]:
         )
     values: dict[str, Any] = {}
     for key, value in table.items():
+        if key == "windowed":
+            if not isinstance(value, list):
+                raise ValueError(f"cost_model field windowed must be a list, got {value!r}")
+            values[key] = value  # CostModel checks each (kind, span, read_s, pair_s)
+            continue
         if key in _TEXT_FIELDS:
             if not isinstance(value, str):
                 raise ValueError(f"cost_model field {key} must be a string, got {value!r}")
@@ -151,10 +156,31 @@ def write_cost_model_file(
         "format": FORMAT,
         "name": name,
         "description": description,
-        "model": attrs.asdict(shape),
+        "model": _shape_fields(shape),
         "device": device,
         "kv_memory_bytes": kv_memory_bytes,
-        "cost_model": attrs.asdict(cost_model),
+        "cost_model": _cost_fields(cost_model),
         "calibration": calibration,
     }
     Path(path).write_text(json.dumps(data, indent=2) + "\n")
+
+
+def _cost_fields(cost_model: CostModel) -> dict[str, Any]:
+    """The coefficients to write: a full-attention model's file keeps the fields it had
+    before hybrid models (no empty ``windowed``, no zero ``per_state_seq_s``)."""
+    fields = attrs.asdict(cost_model)
+    if not cost_model.windowed:
+        del fields["windowed"]
+    if not cost_model.per_state_seq_s:
+        del fields["per_state_seq_s"]
+    return fields
+
+
+def _shape_fields(shape: ModelShape) -> dict[str, Any]:
+    """The model shape to write; a dense full-attention model's as before hybrid models."""
+    fields = attrs.asdict(shape)
+    if shape.active_params is None:
+        del fields["active_params"]
+    if not shape.layers:
+        del fields["layers"]
+    return fields

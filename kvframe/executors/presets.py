@@ -280,17 +280,22 @@ def derive_cost_model(
         raise ValueError(f"tensor_parallel_size must be >= 1, got {tp}")
     eff = efficiency
     hbm = gpu.hbm_bytes_per_s * eff.hbm_efficiency
-    compute_per_token = 2 * shape.num_params / (tp * gpu.peak_flops * eff.mfu)
+    # Compute: the active parameters (a mixture of experts); weights: all of them.
+    compute_per_token = 2 * shape.compute_params / (tp * gpu.peak_flops * eff.mfu)
     comm_per_token, allreduce_latency = _all_reduce_costs(shape, gpu, tp, eff)
     weights = shape.weight_bytes / tp / hbm
     transfer_bytes_per_s = tp * gpu.host_link_bytes_per_s * eff.host_link_efficiency
+    pair_flops_s = tp * gpu.peak_flops * eff.attention_efficiency
+    hybrid = _hybrid_terms(shape, tp * hbm, pair_flops_s if form == "overlap" else 0.0)
     if form == "additive":
         return CostModel(
             per_step_s=weights + eff.step_overhead_s + allreduce_latency,
             per_prefill_token_s=compute_per_token + comm_per_token,
             per_decode_seq_s=compute_per_token + comm_per_token + eff.per_seq_overhead_s,
-            per_context_token_s=shape.kv_bytes_per_token / (tp * hbm),
+            per_context_token_s=hybrid.get("context_s", shape.kv_bytes_per_token / (tp * hbm)),
             transfer_bytes_per_s=transfer_bytes_per_s,
+            windowed=hybrid.get("windowed", ()),
+            per_state_seq_s=hybrid.get("state_s", 0.0),
         )
     if form != "overlap":
         raise ValueError(f"form must be 'additive' or 'overlap', got {form!r}")
@@ -300,6 +305,8 @@ def derive_cost_model(
     # query heads x head_dim is the hidden size for Llama-architecture models.
     flops_per_pair = 4 * shape.hidden_size * shape.num_layers
     return CostModel(
+        windowed=hybrid.get("windowed", ()),
+        per_state_seq_s=hybrid.get("state_s", 0.0),
         form="overlap",
         per_step_s=eff.step_overhead_s + allreduce_latency,
         # The all-reduces run between the GEMMs, not under them: priced with the
@@ -308,12 +315,44 @@ def derive_cost_model(
         weight_read_s=weights,
         per_decode_seq_s=eff.per_seq_overhead_s,
         per_prefill_step_s=eff.prefill_overhead_s,
-        per_prefill_pair_s=flops_per_pair / (tp * gpu.peak_flops * eff.attention_efficiency),
-        per_context_token_s=shape.kv_bytes_per_token / (tp * hbm),
+        per_prefill_pair_s=hybrid.get("pair_s", flops_per_pair / pair_flops_s),
+        per_context_token_s=hybrid.get("context_s", shape.kv_bytes_per_token / (tp * hbm)),
         transfer_bytes_per_s=transfer_bytes_per_s,
         transfer_per_chunk_s=eff.copy_overhead_s,
         transfer_layout="cross-layer",
     )
+
+
+def _hybrid_terms(shape: ModelShape, hbm: float, pair_flops_s: float) -> dict[str, Any]:
+    """A model with per-kind :attr:`~kvframe.domain.costs.ModelShape.layers`: the full
+    layers' read and pair coefficients, the windowed layers' (``windowed``), and the
+    Mamba state's per request and step (read and written: twice its bytes). Empty
+    for a shape without them (every Llama preset), whose coefficients stay as they were.
+
+    ``hbm`` is the achieved bandwidth over the TP group, ``pair_flops_s`` the achieved
+    attention FLOP/s over it (0: the additive form, which prices no pairs).
+    """
+    if not shape.layers:
+        return {}
+    full = [g for g in shape.layers if g.kind == "full"]
+    terms: dict[str, Any] = {
+        "context_s": sum(g.kv_bytes_per_token for g in full) / hbm,
+        "pair_s": _pair_seconds(full, pair_flops_s),
+        "state_s": 2 * sum(g.state_bytes for g in shape.layers) / hbm,
+    }
+    terms["windowed"] = tuple(
+        (g.kind, g.span, g.kv_bytes_per_token / hbm, _pair_seconds([g], pair_flops_s))
+        for g in shape.layers
+        if g.kind in ("sliding_window", "chunked_local")
+    )
+    return terms
+
+
+def _pair_seconds(layers: list[Any], pair_flops_s: float) -> float:
+    """Seconds per query-key pair over ``layers``: ``4 x query_width`` FLOPs per layer."""
+    if not pair_flops_s:
+        return 0.0
+    return sum(4 * g.query_width * g.num_layers for g in layers) / pair_flops_s
 
 
 def kv_memory_for(

@@ -43,7 +43,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from kvframe.core.scheduler_output import ModelRunnerOutput
-from kvframe.executors.base import StepResult, classify_step, offload_bracket
+from kvframe.executors.base import StepResult, StepShape, classify_step, offload_bracket
 
 if TYPE_CHECKING:
     from kvframe.core.scheduler_output import SchedulerOutput
@@ -88,6 +88,12 @@ class SimExecutor:
         """
         self._bracket = offload_bracket(offload_worker, transfer_handler)
         self.cost_model = cost_model
+        self._hybrid = cost_model.is_hybrid
+        if self._hybrid:
+            # A hybrid model's windowed layers read per request (the context capped
+            # at the window), which a run of decode steps, summing contexts only,
+            # cannot price: every step goes through execute().
+            self.supports_decode_runs = False
         self.token_id = token_id
         self._sample = [token_id]
         self.offload_worker = offload_worker
@@ -113,9 +119,12 @@ class SimExecutor:
         # iterates it).
         sample = self._sample
         tokens = {request.request_id: sample for request in sampled}
-        duration = self.cost_model.step_time(
-            shape.prefill, shape.decode, shape.context, shape.prefill_seqs, shape.prefill_pairs
-        )
+        if self._hybrid:
+            duration = self._hybrid_step_time(scheduler_output, requests, shape)
+        else:
+            duration = self.cost_model.step_time(
+                shape.prefill, shape.decode, shape.context, shape.prefill_seqs, shape.prefill_pairs
+            )
         model_output = ModelRunnerOutput(sampled_token_ids=tokens)
         if bracket is not None:
             duration += stall
@@ -125,6 +134,33 @@ class SimExecutor:
         return StepResult(
             model_output, duration, sampled, shape.prefill, shape.decode, shape.context
         )
+
+    def _hybrid_step_time(
+        self,
+        scheduler_output: SchedulerOutput,
+        requests: Mapping[str, Request],
+        shape: StepShape,
+    ) -> float:
+        """A hybrid model's step: the full-attention layers priced from ``shape`` as for
+        any model, the windowed layers and Mamba state per request
+        (:meth:`~kvframe.domain.costs.CostModel.hybrid_attention`)."""
+        spans = []
+        for request_id, num_new in scheduler_output.num_scheduled_tokens.items():
+            request = requests[request_id]
+            before = request.num_computed_tokens - num_new
+            decoding = before >= request.num_prompt_tokens and (
+                request.output_token_ids or request.num_output_placeholders
+            )
+            spans.append((before, 0 if decoding else num_new))
+        pair_s, read_s = self.cost_model.hybrid_attention(spans)
+        counts = (
+            shape.prefill,
+            shape.decode,
+            shape.context,
+            shape.prefill_seqs,
+            shape.prefill_pairs,
+        )
+        return self.cost_model.hybrid_step_time(counts, pair_s, read_s)
 
     def record_finished(self, request: Request) -> None:
         """Nothing to keep: every sampled token is :attr:`token_id`."""

@@ -10,9 +10,12 @@
     result.summary                        # the fleet's MetricsSummary (metadata["fleet"])
     result.replicas[3]                    # replica 3's own
 
-See docs/fleet.md for the timing rules and :mod:`kvframe.fleet.runner` for the loop.
+See docs/fleet.md for the timing rules and :mod:`kvframe.fleet.runner` for the loop;
+``disagg="P:D"`` (``--disagg``) makes prefill and decode replicas that hand KV over
+(:mod:`kvframe.fleet.disagg`, docs/disaggregation.md).
 """
 
+from kvframe.fleet import disagg as _disagg  # noqa: F401  (registers --disagg)
 from kvframe.fleet.runner import Fleet, FleetResult, FleetSettings, RoutingError
 
 __all__ = ["Fleet", "FleetResult", "FleetSettings", "RoutingError"]

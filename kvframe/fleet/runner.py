@@ -96,6 +96,12 @@ class RoutingError(RuntimeError):
         self.result: FleetResult | None = None
 
 
+ROLE_FLEETS: dict[str, Callable[..., Fleet]] = {}
+"""Builders of fleets whose replicas play roles, by config key: ``disagg``
+(:mod:`kvframe.fleet.disagg`, which registers itself when :mod:`kvframe.fleet` is
+imported)."""
+
+
 def _marked_stalled(result: FleetResult, stall: EngineStalled) -> FleetResult:
     """``result`` with ``metadata.stalled`` saying why the fleet stopped (as a single
     engine's stalled run carries it), so the CLI writes it as partial results."""
@@ -165,6 +171,9 @@ class Fleet:
         if not isinstance(router, Router):
             label = router if isinstance(router, str) else (router.source or str(router))
             router = registry.create("routing", router)
+        if first.disagg is not None:
+            # kvframe.fleet.disagg registers itself (importing it here would be a cycle).
+            return ROLE_FLEETS["disagg"](configs, router, label, settings, registry)
         kv_events = bool(router.uses_kv_events)
         engines = [
             Engine.from_config(c, registry, kv_events=kv_events, collector=FinishTap())
@@ -202,7 +211,7 @@ class Fleet:
             if limit < 1:
                 raise ValueError(f"limit must be >= 1, got {limit}")
             specs = specs[:limit]
-        run = _FleetRun(self, ArrivalQueue(specs), len(specs))
+        run = self._new_run(ArrivalQueue(specs), len(specs))
         started = time.perf_counter()
         partial = False
         error: RoutingError | None = None
@@ -234,6 +243,10 @@ class Fleet:
             error.result = result
             raise error
         return result
+
+    def _new_run(self, arrivals: ArrivalQueue, num_total: int) -> _FleetRun:
+        """The state of one run (a disaggregated fleet runs its own)."""
+        return _FleetRun(self, arrivals, num_total)
 
     def _result(
         self,
@@ -311,10 +324,7 @@ class _FleetRun:
         self.stop_token_ids = tuple(first.executor.stop_token_ids)
         if self.uses_kv_events:
             for replica in self.replicas:
-                # Every KV event is stamped with its own step's end.
-                driver = replica.driver
-                if hasattr(driver, "decode_runs"):
-                    driver.decode_runs = False  # type: ignore[union-attr]
+                replica.driver.stamp_every_step()  # each KV event at its own step's end
         router.attach(
             FleetInfo(num_replicas=n, block_size=first.scheduler.block_size, seed=first.config.seed)
         )

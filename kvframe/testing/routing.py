@@ -23,7 +23,11 @@ those recorded signals and nothing else. Whatever the router's rule, it
   kept it could read signals it was not given at that arrival. What it keeps
   of the signals, it copies (records are immutable and may be kept);
 * takes ``on_first_token`` and ``on_finished`` for every request it routed,
-  in any order across requests (first token before finish for each).
+  in any order across requests (first token before finish for each);
+* serves either pool of a disaggregated fleet (``--disagg``): attached with
+  ``FleetInfo.role`` ``prefill`` or ``decode`` and the pool's size, it routes in
+  range, and a deep copy of a fresh instance (the fleet copies the router for
+  its decode pool) chooses as a fresh instance does.
 
 Together, a router that reaches for a replica's internals has nothing to
 reach here, is caught where it tries (the view), or chooses differently on a
@@ -32,6 +36,7 @@ replay.
 
 from __future__ import annotations
 
+import copy
 import gc
 import hashlib
 import json
@@ -213,14 +218,17 @@ def _routing_request(spec: dict[str, Any]) -> RoutingRequest:
     return RoutingRequest(**fields, hash_prompt=lambda: hashes)
 
 
-def replay(router: Any, scenario: Scenario, *, after_each: Any = None) -> list[int]:
+def replay(
+    router: Any, scenario: Scenario, *, after_each: Any = None, role: str = "aggregated"
+) -> list[int]:
     """Attach ``router`` to the scenario's fleet and play it; the choices, in order.
 
     A choice is checked as it is made: an ``int`` (not a ``bool``) in range.
-    ``after_each(view)`` runs after every ``route`` call (the reference check).
+    ``after_each(view)`` runs after every ``route`` call (the reference check);
+    ``role``: the pool of a disaggregated fleet the router serves (``FleetInfo.role``).
     """
     n = scenario.num_replicas
-    router.attach(FleetInfo(num_replicas=n, block_size=BLOCK_SIZE, seed=scenario.seed))
+    router.attach(FleetInfo(num_replicas=n, block_size=BLOCK_SIZE, seed=scenario.seed, role=role))
     view = SyntheticView(
         n,
         kv_events=bool(getattr(router, "uses_kv_events", False)),
@@ -412,3 +420,27 @@ class RouterSuite(PluginSuite):
                 raise ContractViolation(
                     f"{kvframe_target.label} raised {type(err).__name__}: {err}"
                 ) from err
+
+    def test_serves_each_pool_of_a_disaggregated_fleet(self, kvframe_target: PluginTarget) -> None:
+        """Attached as a prefill or a decode pool (``FleetInfo.role``, the pool's size), the
+        router routes in range; the fleet deep-copies it for the decode pool, and the copy
+        of a fresh instance chooses as a fresh instance does."""
+        for seed in range(self.examples(0.5)):
+            for role in ("prefill", "decode"):
+                scenario = make_scenario(seed)
+                fresh = self._play(kvframe_target, scenario, role=role)
+                try:
+                    twin = copy.deepcopy(self._fresh(kvframe_target))
+                except Exception as err:
+                    raise ContractViolation(
+                        f"{kvframe_target.label} cannot be deep-copied ({type(err).__name__}: "
+                        f"{err}); a disaggregated fleet copies the router for its decode pool: "
+                        "create what cannot be copied (locks, files, generators) in attach()"
+                    ) from err
+                copied = replay(twin, scenario, role=role)
+                if copied != fresh:
+                    raise ContractViolation(
+                        f"{kvframe_target.label}: a deep copy of a fresh instance chose "
+                        f"differently from a fresh instance as the {role} pool of "
+                        f"{scenario.describe()}; keep per-run state in attach()"
+                    )

@@ -21,7 +21,6 @@ from kvframe.cli import main
 from kvframe.config import ConfigError
 from kvframe.engine.metrics import CSV_COLUMNS
 from kvframe.engine.steplog import STEP_COLUMNS
-from kvframe.workloads.chat import write_chat_jsonl
 
 pd = pytest.importorskip("pandas")
 
@@ -34,20 +33,9 @@ def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
 
 
 @pytest.fixture
-def chat(tmp_path: Path) -> str:
-    """40 seeded chat requests sharing two system prompts (a run takes well under a second)."""
-    path = tmp_path / "chat.jsonl"
-    write_chat_jsonl(
-        path,
-        num_requests=40,
-        rate=20.0,
-        seed=3,
-        num_system_prompts=2,
-        system_prompt_length="fixed:value=64",
-        user_prompt_length="fixed:value=32",
-        output_length="fixed:value=8",
-    )
-    return str(path)
+def chat(chat_trace: Path) -> str:
+    """The shared 40-request chat trace (tests/conftest.py), as the string a notebook passes."""
+    return str(chat_trace)
 
 
 def _decisions(counters: dict) -> dict:

@@ -216,12 +216,13 @@ def test_unknown_preset_lists_presets_and_suggests_the_closest() -> None:
         get_preset("llama-8b-h100")
     assert str(info.value) == (
         "unknown cost-model preset 'llama-8b-h100'; did you mean 'llama3.1-8b-h100'? "
-        "(available: llama3.1-70b-4xh100, llama3.1-70b-4xh100-additive, llama3.1-8b-h100, "
-        "llama3.1-8b-h100-additive, llama3.1-8b-h200, llama3.1-8b-h200-measured, "
-        "smollm2-135m-cpu)"
+        "(available: gemma-3-27b-h100, gpt-oss-120b-h100, gpt-oss-20b-h100, "
+        "llama-4-scout-4xh100, llama3.1-70b-4xh100, llama3.1-70b-4xh100-additive, "
+        "llama3.1-8b-h100, llama3.1-8b-h100-additive, llama3.1-8b-h200, "
+        "llama3.1-8b-h200-measured, qwen3-next-80b-a3b-2xh200, smollm2-135m-cpu)"
     )
-    with pytest.raises(ValueError, match=r"^unknown cost-model preset 'gpt2' \(available: "):
-        get_preset("gpt2")
+    with pytest.raises(ValueError, match=r"^unknown cost-model preset 'bert' \(available: "):
+        get_preset("bert")
 
 
 # -- the overlap form: invariants, and the fit against a known truth -------------------

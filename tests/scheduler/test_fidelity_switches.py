@@ -71,6 +71,10 @@ TIER_SWITCHES = {
     "failed_load_keeps_external_count": "tests/scheduler/test_disagg_transfers.py",
     # Finished requests a transfer holds keep the engine stepping (disaggregation).
     "held_requests_keep_engine": "tests/scheduler/test_disagg_transfers.py",
+    # KV-cache groups (hybrid models): shown on the hybrid workloads.
+    "groups_admission_cap": "tests/core/test_kv_cache_groups.py",
+    "groups_skip_processed_only": "tests/core/test_kv_cache_groups.py",
+    "groups_mamba_caching_needs_align": "tests/differential/test_hybrid_groups.py",
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import threading
 import time
 
 import kvframe
@@ -110,3 +111,13 @@ class ReadsLoadsItDisclaims(GoodLeastOutstanding):
     def route(self, request, view):
         waiting = [load.num_waiting for load in view.loads()]
         return waiting.index(min(waiting))
+
+
+class HoldsALock(GoodLeastOutstanding):
+    """Makes a lock at construction: a disaggregated fleet cannot deep-copy it for its
+    decode pool."""
+
+    name = "holds-a-lock"
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()

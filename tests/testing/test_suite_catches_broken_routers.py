@@ -40,7 +40,7 @@ def text(result: pytest.RunResult) -> str:
 
 def test_a_correct_router_passes_the_whole_routing_suite(suite) -> None:
     result = suite("GoodLeastOutstanding")
-    result.assert_outcomes(passed=11)
+    result.assert_outcomes(passed=12)
 
 
 @pytest.mark.parametrize("spec", ["OneTooFar", "ReturnsABool"])
@@ -79,3 +79,9 @@ def test_a_router_reading_loads_it_declared_it_does_not_read_is_caught(suite) ->
     result = suite("ReadsLoadsItDisclaims", "-k", "exists")
     result.assert_outcomes(failed=1)
     assert "read view.loads() but declares uses_loads = False" in text(result)
+
+
+def test_a_router_the_fleet_cannot_copy_for_its_decode_pool_is_caught(suite) -> None:
+    result = suite("HoldsALock", "-k", "disaggregated")
+    result.assert_outcomes(failed=1)
+    assert "a disaggregated fleet copies the router for its decode pool" in text(result)

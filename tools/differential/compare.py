@@ -74,6 +74,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hybrid_workloads import HYBRID_NAMES, hybrid_names, hybrid_workloads
 from switch_workloads import SWITCH_WORKLOADS, switch_workload
 from workloads import (
     BRIDGE_POLICIES,
@@ -521,6 +522,9 @@ def run_comparison(
     """
     if switches:
         workloads = [switch_workload(name, vllm_version) for name in SWITCH_WORKLOADS]
+    elif (names and all(name in HYBRID_NAMES for name in names)) or names == ["hybrid"]:
+        hybrid = list(hybrid_names(vllm_version)) if names == ["hybrid"] else list(names)
+        workloads = hybrid_workloads(hybrid, tuple(policies), num_requests, seed)
     elif tier is not None:
         workloads = tier_workloads(names, policies, num_requests=num_requests, seed=seed, **tier)
     else:
@@ -648,7 +652,11 @@ def main(argv: list[str] | None = None) -> int:
         + "\n".join(f"  {n:20} {desc}" for n, (_, _, desc) in WORKLOADS.items()),
     )
     parser.add_argument(
-        "--workload", action="append", choices=[*WORKLOADS, *TIER_WORKLOADS], dest="names"
+        "--workload",
+        action="append",
+        choices=[*WORKLOADS, *TIER_WORKLOADS, *HYBRID_NAMES, "hybrid"],
+        dest="names",
+        help="hybrid-*: KV-cache groups (hybrid_workloads.py); 'hybrid': all of them",
     )
     parser.add_argument(
         "--policy", action="append", choices=[*POLICIES, *BRIDGE_POLICIES], dest="policies"

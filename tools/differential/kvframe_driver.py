@@ -65,6 +65,9 @@ def _scheduler_config(config: dict[str, Any], fidelity: Any) -> Any:
     for key, value in config.items():
         if key == "policy":
             continue
+        if key == "kv_cache_groups":  # a hybrid model's groups (hybrid_workloads.py)
+            kwargs["kv_cache_config"] = kv_cache_config(value, config)
+            continue
         if key == "vllm":
             # The vLLM release the workload is compared against: kvframe's fidelity target.
             if "fidelity" not in fields:
@@ -152,6 +155,37 @@ def _slots(host_block_ids: list[int], factor: int) -> list[int]:
     return slots
 
 
+def kv_cache_config(groups: list[dict[str, Any]], config: dict[str, Any]) -> Any:
+    """kvframe's ``KVCacheConfig`` from a workload's ``kv_cache_groups`` (one layer per
+    group; page sizes do not matter to the scheduler)."""
+    from kvframe.domain import kv_cache_spec as specs
+
+    block_size = config["block_size"]
+    built = []
+    for i, group in enumerate(groups):
+        kind = group["kind"]
+        heads = {"block_size": block_size, "num_kv_heads": 1, "head_size": 1}
+        if kind == "full_attention":
+            spec = specs.FullAttentionSpec(**heads)
+        elif kind == "sliding_window":
+            spec = specs.SlidingWindowSpec(**heads, sliding_window=group["sliding_window"])
+        elif kind == "chunked_local_attention":
+            spec = specs.ChunkedLocalAttentionSpec(
+                **heads, attention_chunk_size=group["attention_chunk_size"]
+            )
+        elif kind == "mamba":
+            spec = specs.MambaSpec(block_size=config["max_model_len"], state_bytes=1)
+        else:
+            raise ValueError(f"kv_cache_groups[{i}]: unknown kind {kind!r}")
+        built.append(specs.KVCacheGroupSpec(layer_names=(f"layer.{i}",), spec=spec))
+    return specs.KVCacheConfig(num_blocks=config["num_gpu_blocks"], groups=built)
+
+
+def _group_ids(ids: Any) -> list[Any]:
+    """A hybrid model's block ids: one list per group (``[]`` for none)."""
+    return [] if ids is None else [list(g) for g in ids]
+
+
 def _first_group(ids: Any) -> list[int]:
     """Block ids as a flat list whether kvframe reports one group or a tuple of them."""
     if ids is None:
@@ -177,6 +211,7 @@ class KvframeAdapter:
         self._Request = Request
         self._ModelRunnerOutput = ModelRunnerOutput
         self.record_blocks = record_blocks
+        self._hybrid = "kv_cache_groups" in config
         tier = config.get("tier")
         connector = None
         self._namer: stepping.BlockNamer | None = None
@@ -300,9 +335,10 @@ class KvframeAdapter:
         cached = out.scheduled_cached_reqs
         blocks: dict[str, list[int]] | None = None
         if self.record_blocks:
-            blocks = {d.req_id: _first_group(d.block_ids) for d in out.scheduled_new_reqs}
+            read = _group_ids if self._hybrid else _first_group
+            blocks = {d.req_id: read(d.block_ids) for d in out.scheduled_new_reqs}
             for rid, ids in zip(cached.req_ids, cached.new_block_ids, strict=True):
-                blocks[rid] = _first_group(ids)
+                blocks[rid] = read(ids)
         return stepping.StepView(
             scheduled=list(out.num_scheduled_tokens.items()),
             new=new,

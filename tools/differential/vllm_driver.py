@@ -243,10 +243,13 @@ class VllmAdapter:
             kv_events_config=kv_events_config,
             additional_config={"kvframe_scheduler": config["policy"]} if bridge else {},
         )
+        self._hybrid = "kv_cache_groups" in config
         kv_cache_config = KVCacheConfig(
             num_blocks=config["num_gpu_blocks"],
             kv_cache_tensors=kv_cache_tensors,
-            kv_cache_groups=[KVCacheGroupSpec(["layer"], kv_spec)],
+            kv_cache_groups=_kv_cache_groups(config, KVCacheGroupSpec)
+            if self._hybrid
+            else [KVCacheGroupSpec(["layer"], kv_spec)],
         )
         cache_config.num_gpu_blocks = config["num_gpu_blocks"]
         self.bridge = bridge
@@ -259,11 +262,23 @@ class VllmAdapter:
 
             Scheduler = KvframeScheduler
         extra_args: dict[str, Any] = {"hash_block_size": block_size} if self.v033 else {}
+        scheduler_block_size = block_size
+        if self.v033 and self._hybrid:
+            # 0.33.0's engine core schedules in the groups' LCM block and hashes in
+            # the block its resolver picks (a Mamba group's max_model_len block makes
+            # both that length unless its cache mode is "align").
+            from vllm.v1.core.kv_cache_utils import resolve_kv_cache_block_sizes
+
+            scheduler_block_size, hash_block = resolve_kv_cache_block_sizes(
+                kv_cache_config, vllm_config
+            )
+            extra_args["hash_block_size"] = hash_block
+        self._hash_block_size = extra_args.get("hash_block_size", block_size)
         self.scheduler = Scheduler(
             vllm_config=vllm_config,
             kv_cache_config=kv_cache_config,
             structured_output_manager=StructuredOutputManager(vllm_config),
-            block_size=block_size,
+            block_size=scheduler_block_size,
             log_stats=bool(tier),
             **extra_args,
         )
@@ -301,7 +316,7 @@ class VllmAdapter:
         hash_fn = get_hash_fn_by_name(HASH_ALGO)
         init_none_hash(hash_fn)
         self._block_hasher = (
-            get_request_block_hasher(block_size, hash_fn, 0)
+            get_request_block_hasher(self._hash_block_size, hash_fn, 0)
             if self.v033
             else get_request_block_hasher(block_size, hash_fn)
         )
@@ -497,7 +512,11 @@ class VllmAdapter:
             )
         new = [d.req_id for d in out.scheduled_new_reqs if d.req_id not in resumed]
         blocks: dict[str, list[int]] | None = None
-        if self.record_blocks:
+        if self.record_blocks and self._hybrid:  # every group's ids
+            blocks = {d.req_id: [list(g) for g in d.block_ids] for d in out.scheduled_new_reqs}
+            for rid, ids in zip(cached.req_ids, cached.new_block_ids, strict=True):
+                blocks[rid] = [list(g) for g in ids] if ids is not None else []
+        elif self.record_blocks:
             blocks = {d.req_id: list(d.block_ids[0]) for d in out.scheduled_new_reqs}
             for rid, ids in zip(cached.req_ids, cached.new_block_ids, strict=True):
                 blocks[rid] = list(ids[0]) if ids is not None else []
@@ -624,6 +643,35 @@ class _Recorder:
 
     def shutdown(self) -> None:
         return None
+
+
+def _kv_cache_groups(config: dict[str, Any], group_spec: Any) -> list[Any]:
+    """vLLM's KV-cache groups from a workload's ``kv_cache_groups`` (hybrid_workloads.py):
+    one layer per group, the workload's block size (a Mamba group's: max_model_len)."""
+    import torch
+    from vllm.v1 import kv_cache_interface as kvi
+
+    block_size = config["block_size"]
+    heads = {"block_size": block_size, "num_kv_heads": 1, "head_size": 1, "dtype": torch.float32}
+    groups = []
+    for i, group in enumerate(config["kv_cache_groups"]):
+        kind = group["kind"]
+        if kind == "full_attention":
+            spec = kvi.FullAttentionSpec(**heads)
+        elif kind == "sliding_window":
+            spec = kvi.SlidingWindowSpec(**heads, sliding_window=group["sliding_window"])
+        elif kind == "chunked_local_attention":
+            spec = kvi.ChunkedLocalAttentionSpec(
+                **heads, attention_chunk_size=group["attention_chunk_size"]
+            )
+        elif kind == "mamba":
+            spec = kvi.MambaSpec(
+                block_size=config["max_model_len"], shapes=((1,),), dtypes=(torch.float32,)
+            )
+        else:
+            raise ValueError(f"kv_cache_groups[{i}]: unknown kind {kind!r}")
+        groups.append(group_spec([f"layer.{i}"], spec))
+    return groups
 
 
 def _plain(value: Any) -> Any:
