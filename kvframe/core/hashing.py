@@ -125,32 +125,6 @@ class BlockHasher(Protocol):
 
 _COUNT = struct.Struct("<I")
 
-_GROUP_ID_BYTES = 4
-
-
-def block_hash_with_group_id(block_hash: BlockHash, group_id: int) -> BlockHash:
-    """The prefix-cache key of a block of KV-cache group ``group_id`` (vLLM's
-    ``make_block_hash_with_group_id``: the hash, then the group id in 4 bytes).
-
-    Why a key per group: with several groups (a hybrid model) the same tokens
-    have one block in each group, and a lookup asks whether *that group's*
-    block is cached. The single-group core keys by the plain hash. Build the
-    key only here (and read it back only with :func:`plain_block_hash` /
-    :func:`group_id_of`), so the hash representation changes in one place.
-    """
-    return block_hash + group_id.to_bytes(_GROUP_ID_BYTES, "big")
-
-
-def plain_block_hash(key: BlockHash) -> BlockHash:
-    """The block hash inside a :func:`block_hash_with_group_id` key (what KV events carry)."""
-    return key[:-_GROUP_ID_BYTES]
-
-
-def group_id_of(key: BlockHash) -> int:
-    """The group id inside a :func:`block_hash_with_group_id` key."""
-    return int.from_bytes(key[-_GROUP_ID_BYTES:], "big")
-
-
 def root_hash(seed: int = 0) -> BlockHash:
     """The parent hash of every sequence's first block, for a given seed."""
     message = b"kvframe/root/v1" + seed.to_bytes(16, "little", signed=True)
@@ -172,28 +146,47 @@ GROUP_ID_SHIFT = 8 * DIGEST_SIZE
 """Bits of a block hash: a group id ``g >= 1`` is added above them (see
 :func:`block_hash_with_group_id`)."""
 
+_GROUP_ID_BYTES = 4
+_HASH_MASK = (1 << GROUP_ID_SHIFT) - 1
 
-def block_hash_with_group_id(block_hash: BlockHash, group_id: int) -> Hashable:
-    """The cache key of ``block_hash`` in KV-cache group ``group_id``: one key per
-    (content, group), as vLLM's ``make_block_hash_with_group_id``.
 
-    The one place the representation is decided (every per-group key is built
-    here, never inline). Group 0 -- the only group of a one-group model -- keys
-    by the hash itself, so a one-group run pays nothing. Group ``g >= 1`` keys
-    by ``block_hash + g * 2**128``: a hash is below ``2**128``, so the groups'
-    key ranges are disjoint and the mapping is exact (no new collision). A
+def block_hash_with_group_id(block_hash: BlockHash, group_id: int) -> BlockHash:
+    """The prefix-cache key of a block of KV-cache group ``group_id`` (vLLM's
+    ``make_block_hash_with_group_id``): one key per (content, group).
+
+    Why a key per group: with several groups (a hybrid model) the same tokens
+    have one block in each group, and a lookup asks whether *that group's*
+    block is cached. Build the key only here (and read it back only with
+    :func:`plain_block_hash` / :func:`group_id_of`), so the hash representation
+    is decided in one place.
+
+    kvframe's hashes are ints below ``2**128``: the key is ``block_hash + g *
+    2**128``, so group 0 keys by the hash itself (a one-group run pays nothing)
+    and the groups' key ranges are disjoint (exact, no new collision). A
     ``bytes`` hash (vLLM's own, where the bridge carries them) gets the group id
-    appended as 4 big-endian bytes for ``g >= 1``, as vLLM does.
+    appended as 4 big-endian bytes, as vLLM does.
 
     :raises ValueError: for a negative ``group_id``.
     """
-    if group_id == 0:
-        return block_hash
     if group_id < 0:
         raise ValueError(f"block_hash_with_group_id: group_id must be >= 0, got {group_id}")
     if block_hash.__class__ is int:
-        return block_hash + (group_id << GROUP_ID_SHIFT)
-    return bytes(block_hash) + group_id.to_bytes(4, "big")  # type: ignore[arg-type]
+        return block_hash + (group_id << GROUP_ID_SHIFT) if group_id else block_hash
+    return bytes(block_hash) + group_id.to_bytes(_GROUP_ID_BYTES, "big")  # type: ignore[return-value]
+
+
+def plain_block_hash(key: BlockHash) -> BlockHash:
+    """The block hash inside a :func:`block_hash_with_group_id` key (what KV events carry)."""
+    if key.__class__ is int:
+        return key & _HASH_MASK
+    return key[:-_GROUP_ID_BYTES]  # type: ignore[index, no-any-return]
+
+
+def group_id_of(key: BlockHash) -> int:
+    """The group id inside a :func:`block_hash_with_group_id` key."""
+    if key.__class__ is int:
+        return key >> GROUP_ID_SHIFT
+    return int.from_bytes(key[-_GROUP_ID_BYTES:], "big")  # type: ignore[index]
 
 
 # ------------------------------------------------------------------ extra keys

@@ -14,8 +14,10 @@ from kvframe.core.hashing import (
     DIGEST_SIZE,
     block_hash_with_group_id,
     encode_extra_keys,
+    group_id_of,
     hash_block_tokens,
     make_block_hasher,
+    plain_block_hash,
     root_hash,
 )
 from kvframe.domain.request import Request
@@ -73,8 +75,9 @@ def test_group_keys_are_identity_for_group_0_and_disjoint_per_group() -> None:
     keys = {(h, g): block_hash_with_group_id(h, g) for h in hashes for g in range(4)}
     assert all(keys[h, 0] is h for h in hashes)  # a one-group run pays nothing
     assert len(set(keys.values())) == len(keys)  # one key per (content, group)
-    assert block_hash_with_group_id(b"ab", 0) == b"ab"
     assert block_hash_with_group_id(b"ab", 2) == b"ab\x00\x00\x00\x02"  # vLLM's own form
+    for key, (h, g) in ((keys[h, g], (h, g)) for h, g in keys):  # the exact inverses
+        assert (plain_block_hash(key), group_id_of(key)) == (h, g)
     with pytest.raises(ValueError, match="group_id must be >= 0"):
         block_hash_with_group_id(hashes[0], -1)
 

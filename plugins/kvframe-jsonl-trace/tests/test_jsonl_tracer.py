@@ -83,6 +83,8 @@ def test_every_record_is_one_json_object_with_an_event_type(tmp_path: Path):
         "parent_block_hash": None,
         "block_size": 16,
         "medium": "GPU",
+        "group_idx": None,  # a one-group model's events name no KV-cache group
+        "kv_cache_spec_kind": None,
     }
     assert records[5]["first_token_time"] == 0.4
 
@@ -165,6 +167,8 @@ def test_record_to_dict_converts_bytes_mappings_and_tuples():
         "parent_block_hash": H2.hex(),
         "block_size": 16,
         "medium": "GPU",
+        "group_idx": None,  # a one-group model's events name no KV-cache group
+        "kv_cache_spec_kind": None,
     }
 
 
