@@ -21,7 +21,7 @@ from kvframe.cli.common import EXIT_OK, Context
 from kvframe.config import ConfigError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
     from kvframe.workloads.generator import WorkloadGenerator
 
@@ -60,10 +60,34 @@ def _gen_chat(args: argparse.Namespace, ctx: Context) -> int:
     return _write_workload(args, ctx, CHAT, CHAT.config)
 
 
+class _AgenticNames:
+    """The sorted names of one of :mod:`kvframe.workloads.agentic`'s tables, as argparse
+    ``choices``: the module is imported when argparse checks a value or prints help,
+    not when every command builds its parser (it is a tenth of ``kvframe run``'s
+    start-up, ``benchmarks/startup.py``)."""
+
+    __slots__ = ("_table",)
+
+    def __init__(self, table: str) -> None:
+        self._table = table
+
+    def _names(self) -> list[str]:
+        from kvframe.workloads import agentic
+
+        return sorted(getattr(agentic, self._table))
+
+    def __contains__(self, value: object) -> bool:
+        return value in self._names()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+
 def add_agentic_generator(generators: Any) -> None:
     """``kvframe gen agentic``: multi-turn agent jobs (kvframe.workloads.agentic)."""
-    from kvframe.workloads.agentic import PRESETS, TOOL_MIXES
-
     parser = generators.add_parser(
         "agentic",
         help="multi-turn agent jobs with tool calls between turns",
@@ -73,9 +97,8 @@ def add_agentic_generator(generators: Any) -> None:
         "Length distributions as for 'gen chat'.",
     )
     _add_out_option(parser)
-    parser.add_argument(
+    preset = parser.add_argument(
         "--preset",
-        choices=sorted(PRESETS),
         help="start from a workload grounded in the Continuum paper's benchmarks "
         "(docs/continuum.md); the other flags override its fields",
     )
@@ -85,9 +108,10 @@ def add_agentic_generator(generators: Any) -> None:
     parser.add_argument("--system-prompt-length", metavar="DIST")
     parser.add_argument("--task-length", metavar="DIST")
     parser.add_argument("--output-length", metavar="DIST")
-    parser.add_argument(
-        "--tools", choices=sorted(TOOL_MIXES), help="tool mix (duration distributions)"
-    )
+    tools = parser.add_argument("--tools", help="tool mix (duration distributions)")
+    # Set after add_argument, which formats its choices once as a check.
+    preset.choices = _AgenticNames("PRESETS")
+    tools.choices = _AgenticNames("TOOL_MIXES")
     parser.add_argument(
         "--tool-time-scale", type=float, metavar="X", help="multiply every tool duration by X"
     )

@@ -92,6 +92,7 @@ def add_run_command(subparsers: Any) -> None:
     add_selection_arguments(parser)
 
     add_engine_arguments(parser)
+    _add_processes_argument(parser)
 
     inputs = parser.add_argument_group("input and output")
     inputs.add_argument("--limit", type=int, metavar="N", help="replay only the first N requests")
@@ -146,6 +147,17 @@ def _default_out_dir(trace: str) -> Path:
     return candidate
 
 
+def _add_processes_argument(parser: argparse.ArgumentParser) -> None:
+    """``--processes N``: a fleet's replicas in parallel (:mod:`kvframe.fleet.parallel`)."""
+    parser.add_argument(
+        "--processes",
+        type=int,
+        metavar="N",
+        help="run a fleet's replicas in N parallel processes, with results identical to one "
+        "process (routers that read no replica state: round-robin, random, prefix-affinity)",
+    )
+
+
 def run_command(args: argparse.Namespace, ctx: Context) -> int:
     """The ``run`` handler: see the module docstring for exit codes."""
     from kvframe.cli.progress import ProgressLine
@@ -163,6 +175,8 @@ def run_command(args: argparse.Namespace, ctx: Context) -> int:
     out_dir = Path(args.out) if args.out else _default_out_dir(args.trace)
     created = prepare_out_dir(out_dir, force=args.force)
     run_id = uuid.uuid4().hex
+    if args.processes is not None and not config.is_fleet:
+        raise ConfigError("--processes runs a fleet's replicas in parallel: give --replicas N")
     if config.is_fleet:
         return _run_fleet(args, ctx, config, workload, out_dir, created, run_id)
     try:
@@ -212,10 +226,21 @@ def _run_fleet(
         if created:
             _remove_if_empty(out_dir)
         raise
+    if args.processes is not None:
+        from kvframe.fleet.parallel import parallel_problem
+
+        problem = parallel_problem(fleet, workload.requests)
+        if problem is not None or args.processes < 1:
+            if created:
+                _remove_if_empty(out_dir)
+            problem = problem or f"N must be >= 1, got {args.processes}"
+            raise ConfigError(
+                f"cannot run the replicas in parallel: {problem}", origin="--processes"
+            )
     error = None
     with sigterm_as_interrupt() as interrupts:
         try:
-            result = fleet.run(workload)
+            result = _replay_fleet(fleet, workload, args.processes)
         except EngineStalled as err:  # written like an interrupt's: see _save_and_report
             if err.result is None:
                 print(f"kvframe run: error: {err}", file=sys.stderr)
@@ -229,6 +254,17 @@ def _run_fleet(
         print(f"kvframe run: error: {error} (partial results written)", file=sys.stderr)
         return EXIT_FAILED
     return status
+
+
+def _replay_fleet(fleet: Any, workload: Workload, processes: int | None) -> Any:
+    """``fleet.run(workload)``, or with ``--processes N`` the same run with its replicas in
+    parallel processes (:mod:`kvframe.fleet.parallel`), refused with the reason if the
+    router or the workload does not allow it."""
+    if processes is None:
+        return fleet.run(workload)
+    from kvframe.fleet.parallel import run_parallel
+
+    return run_parallel(fleet, workload, processes=processes)
 
 
 def _load_workload(args: argparse.Namespace) -> Workload | int:

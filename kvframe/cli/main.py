@@ -23,8 +23,6 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 import kvframe
 from kvframe import hot_modules
 from kvframe.cli.cmd_analyze import add_analyze_command
@@ -39,8 +37,11 @@ from kvframe.cli.cmd_sweep import add_sweep_command
 from kvframe.cli.cmd_workloads import add_workloads_command
 from kvframe.cli.common import EXIT_OK, EXIT_USAGE, Context, Handler
 from kvframe.config import ConfigError
+from kvframe.log import configure_when_needed, discard_pending
 
 if TYPE_CHECKING:
+    import structlog
+
     from kvframe.host.registry import PluginRegistry
 
 __all__ = ["SUBCOMMANDS", "build_parser", "configure_logging", "main"]
@@ -177,11 +178,15 @@ class _StderrLoggerFactory:
     """Looks ``sys.stderr`` up on every log call, so redirections (and pytest) work."""
 
     def __call__(self, *args: Any) -> structlog.PrintLogger:
+        import structlog
+
         return structlog.PrintLogger(sys.stderr)
 
 
 def configure_logging(level: int) -> None:
     """Human-readable structlog output on stderr, at ``level`` and above."""
+    import structlog
+
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
@@ -215,7 +220,11 @@ def main(argv: Sequence[str] | None = None, *, registry: PluginRegistry | None =
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # --help, --version and usage errors (code 2)
         return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
-    configure_logging(_log_level(args))
+    level = _log_level(args)
+    if "structlog" in sys.modules:  # someone may log through structlog directly
+        configure_logging(level)
+    else:  # configured by the first line printed: structlog costs start-up (kvframe.log)
+        configure_when_needed(level, lambda: configure_logging(level))
     # `--core python` runs the hot modules as Python too; decided before they are imported.
     hot_modules.choose(getattr(args, "core", None) or "auto")
     handler: Handler = args.handler
@@ -228,6 +237,8 @@ def main(argv: Sequence[str] | None = None, *, registry: PluginRegistry | None =
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_OK
+    finally:
+        discard_pending()
 
 
 if __name__ == "__main__":

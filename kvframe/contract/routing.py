@@ -166,6 +166,15 @@ class FleetView(Protocol):
         in publication order. Empty unless the router's ``uses_kv_events`` is set."""
         ...
 
+    def take_kv_event_batches(self) -> Sequence[tuple[int, float, Sequence[KVEvent]]]:
+        """:meth:`take_kv_events` as the replicas published them: ``(replica, publication
+        time, events)`` per batch, in publication order, without a
+        :class:`PublishedEvent` per event. The same events, taken the same way (either
+        call takes what was delivered). Why: a fleet publishes about a million events on
+        1,500 Mooncake requests, mostly one ``BlockRemoved`` per evicted block, and a
+        router that indexes them all (``dynamo-kv``) pays for every wrapper."""
+        ...
+
     def num_outstanding(self, replica: int) -> int:
         """Requests this router sent to ``replica`` that have not finished yet."""
         ...
@@ -203,6 +212,16 @@ class Router(PluginBase):
     random, consistent hashing) sets it false: the fleet then keeps no load reports, and
     replicas take runs of plain decode steps up to the next arrival instead of stopping
     at every report (a router that reads ``loads()`` anyway gets an error)."""
+
+    uses_finishes: ClassVar[bool] = True
+    """Does the router read what it learns of a request after routing it --
+    :meth:`on_first_token`, :meth:`on_finished`, :meth:`FleetView.num_outstanding`?
+    A router that does not (round-robin, random, consistent hashing) sets it false:
+    with ``uses_kv_events`` and ``uses_loads`` also false it reads no replica state,
+    so its choices follow from the requests in arrival order and its seed alone, and
+    the fleet may run the replicas in parallel processes
+    (:mod:`kvframe.fleet.parallel`, ``kvframe run --processes``). Such a router is not
+    called back, and ``num_outstanding()`` raises an error."""
 
     def attach(self, fleet: FleetInfo) -> None:
         """Called once, before the first request, with the fleet's shape and seed."""

@@ -35,14 +35,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-import structlog
+from kvframe.log import get_logger
 
 if TYPE_CHECKING:
     from kvframe.core.block_pool import KVCacheBlock
 
 __all__ = ["UncomputedBlocks"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class UncomputedBlocks:

@@ -114,10 +114,11 @@ class BatchQueueDriver:
         """Set when the last iteration moved the clock over an idle gap: the clock
         before the jump (a fleet pulls the clock back to an arrival routed inside it)."""
 
-    def stamp_every_step(self) -> None:
-        """Nothing to turn off: the batch queue takes every step on its own (no decode
-        runs), so each KV event already carries its own step's end
-        (:meth:`SyncDriver.stamp_every_step`)."""
+    @property
+    def takes_decode_runs(self) -> bool:
+        """Never: the batch queue takes every step on its own, so each KV event already
+        carries its own step's end (:attr:`SyncDriver.takes_decode_runs`)."""
+        return False
 
     def has_work(self) -> bool:
         """Whether the next iteration steps at :attr:`EngineStep.now` (else it waits for an

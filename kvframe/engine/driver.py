@@ -82,11 +82,12 @@ class SyncDriver:
         """Set when the last iteration moved the clock over an idle gap: the clock before
         the jump (a fleet pulls the clock back to an arrival routed inside the gap)."""
 
-    def stamp_every_step(self) -> None:
-        """Take no runs of plain decode steps: a fleet whose router reads KV events needs
-        each event stamped with its own step's end, which a run of steps taken in one go
-        does not give."""
-        self.decode_runs = False
+    @property
+    def takes_decode_runs(self) -> bool:
+        """Whether this loop takes runs of plain decode steps in one go (a fleet whose
+        router reads KV events then marks each step's events, so that every event still
+        carries its own step's end)."""
+        return self.decode_runs
 
     def has_work(self) -> bool:
         """Whether the next iteration steps at ``step.now`` (else it waits for an arrival)."""

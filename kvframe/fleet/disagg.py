@@ -372,7 +372,8 @@ class _DisaggRun(_FleetRun):
         self.stop_token_ids = tuple(first.executor.stop_token_ids)
         if self.uses_kv_events:
             for replica in self.replicas:
-                if hasattr(replica.driver, "decode_runs"):
+                # Each KV event at its own step's end: no runs of decode steps here.
+                if replica.driver.takes_decode_runs:
                     replica.driver.decode_runs = False  # type: ignore[union-attr]
         info = FleetInfo(
             num_replicas=len(self.replicas),

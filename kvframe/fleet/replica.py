@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kvframe.contract.routing import ReplicaLoad
 from kvframe.engine.metrics import MetricsCollector
@@ -49,6 +49,36 @@ class FinishTap(MetricsCollector):
         self._prefilling: set[str] = set()
         """Requests seen arriving that have no first token yet (a preempted request's
         later first tokens are not news to the router)."""
+
+    def mark_kv_events(self, block_pool: Any) -> None:
+        """Note, at every step's end, how many KV events ``block_pool`` has queued since
+        the fleet last took them (:attr:`kv_marks`), so the events of a run of plain
+        decode steps are stamped with their own step's end, as step by step.
+
+        Why: a router reading KV events used to turn decode runs off (every event had
+        to carry its step's end), and the replicas then took every step the long way:
+        most of a ``dynamo-kv`` fleet's CPU time (``benchmarks/fleet_scale.py``).
+        Only for the synchronous loop, whose ``on_step`` comes after the step's
+        scheduling and before the next step's.
+        """
+        self.kv_marks: list[tuple[float, int]] = []
+        """``(step end, events queued by then)``, one entry per step that queued some."""
+        self._pool = block_pool
+        self._queued = 0
+        self.on_step = self._on_step_marking  # type: ignore[method-assign]
+
+    def _on_step_marking(self, now: float, duration: float, **kwargs: int) -> None:
+        queued = len(self._pool.kv_event_queue)
+        if queued != self._queued:
+            self._queued = queued
+            self.kv_marks.append((now + duration, queued))
+        MetricsCollector.on_step(self, now, duration, **kwargs)
+
+    def take_kv_marks(self) -> list[tuple[float, int]]:
+        """The marks since the last call (the fleet took the pool's events with them)."""
+        marks, self.kv_marks = self.kv_marks, []
+        self._queued = 0
+        return marks
 
     def on_arrival(self, request_id: str, *args: object, **kwargs: object) -> None:  # type: ignore[override]
         self._prefilling.add(request_id)

@@ -316,15 +316,27 @@ class _FleetRun:
         self.uses_loads = bool(router.uses_loads)
         self.uses_kv_events = bool(router.uses_kv_events)
         self.interval = fleet.settings.load_report_interval
-        self.view = View(n, router_name=self.label, uses_loads=self.uses_loads)
+        self.view = View(
+            n,
+            router_name=self.label,
+            uses_loads=self.uses_loads,
+            uses_finishes=bool(router.uses_finishes),
+        )
         self.board = SignalBoard(self.view, router, kv_event_delay=fleet.settings.kv_event_delay)
         self.assigned: dict[str, int] = {}
         first = fleet.engines[0]
         self.hasher = first.scheduler.block_hasher
         self.stop_token_ids = tuple(first.executor.stop_token_ids)
+        self.marks_kv_events = [False] * len(self.replicas)
         if self.uses_kv_events:
             for replica in self.replicas:
-                replica.driver.stamp_every_step()  # each KV event at its own step's end
+                # Every KV event is stamped with its own step's end: the synchronous loop's
+                # decode runs mark each step's events (FinishTap.mark_kv_events); the
+                # batch queue takes no decode runs.
+                if replica.driver.takes_decode_runs:
+                    pool = replica.step.scheduler.kv_cache_manager.block_pool
+                    replica.tap.mark_kv_events(pool)
+                    self.marks_kv_events[replica.index] = True
         router.attach(
             FleetInfo(num_replicas=n, block_size=first.scheduler.block_size, seed=first.config.seed)
         )
@@ -416,11 +428,24 @@ class _FleetRun:
             return
         if self.uses_kv_events:
             events = replica.step.scheduler.kv_cache_manager.take_events()
-            if events:
+            if self.marks_kv_events[replica.index]:
+                self._publish_marked(replica, events, at)
+            elif events:
                 board.kv_events(replica.index, at, events)
         if self.uses_loads and at >= replica.next_report:
             board.load(replica.load(at))
             replica.next_report = at + self.interval
+
+    def _publish_marked(self, replica: Replica, events: list[Any], at: float) -> None:
+        """``events`` of one iteration (a decode run's many steps), each step's stamped
+        with that step's end; any after the last mark with ``at``."""
+        start = 0
+        for end, count in replica.tap.take_kv_marks():
+            if count > start:
+                self.board.kv_events(replica.index, end, events[start:count])
+                start = count
+        if start < len(events):
+            self.board.kv_events(replica.index, at, events[start:])
 
     # -- routing -------------------------------------------------------------------
 

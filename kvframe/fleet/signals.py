@@ -49,15 +49,27 @@ class View:
     during :meth:`~kvframe.Router.route`, do not keep references into it.
     """
 
-    __slots__ = ("_events", "_loads", "_outstanding", "_router_name", "_uses_loads", "now")
+    __slots__ = (
+        "_events",
+        "_loads",
+        "_outstanding",
+        "_router_name",
+        "_uses_finishes",
+        "_uses_loads",
+        "now",
+    )
 
-    def __init__(self, num_replicas: int, *, router_name: str, uses_loads: bool) -> None:
+    def __init__(
+        self, num_replicas: int, *, router_name: str, uses_loads: bool, uses_finishes: bool = True
+    ) -> None:
         self.now = 0.0
         self._loads = [ReplicaLoad(r, 0.0, 0, 0, 0.0, 0) for r in range(num_replicas)]
-        self._events: list[PublishedEvent] = []
+        self._events: list[tuple[int, float, Sequence[KVEvent]]] = []
+        """Delivered KV events as published: (replica, time, one step's events)."""
         self._outstanding = [0] * num_replicas
         self._router_name = router_name
         self._uses_loads = uses_loads
+        self._uses_finishes = uses_finishes
 
     @property
     def num_replicas(self) -> int:
@@ -75,11 +87,33 @@ class View:
 
     def take_kv_events(self) -> Sequence[PublishedEvent]:
         """KV events delivered since the last call, in publication order."""
-        events, self._events = self._events, []
-        return events
+        batches, self._events = self._events, []
+        return [
+            PublishedEvent(replica, time, event)
+            for replica, time, events in batches
+            for event in events
+        ]
+
+    def take_kv_event_batches(self) -> Sequence[tuple[int, float, Sequence[KVEvent]]]:
+        """:meth:`take_kv_events` as published, without a :class:`PublishedEvent` per event:
+        ``(replica, time, events)`` per step, in publication order.
+
+        Why: a fleet's replicas publish about a million events on 1,500 Mooncake
+        requests (mostly one ``BlockRemoved`` per evicted block); wrapping each cost a
+        ``dynamo-kv`` fleet about as much as its index did (``benchmarks/fleet_scale.py``);
+        ``dynamo-kv`` reads these, with :meth:`kvframe.KVPrefixIndex.apply_all`.
+        """
+        batches, self._events = self._events, []
+        return batches
 
     def num_outstanding(self, replica: int) -> int:
         """Requests this router sent to ``replica`` that it has not seen finish."""
+        if not self._uses_finishes:
+            raise RuntimeError(
+                f"router {self._router_name!r} read view.num_outstanding() but declares "
+                "uses_finishes = False: the fleet tells it no finishes; set "
+                "uses_finishes = True on the router class"
+            )
         return self._outstanding[replica]
 
 
@@ -89,11 +123,13 @@ class SignalBoard:
     :param kv_event_delay: seconds between a KV event's publication and its delivery.
     """
 
-    __slots__ = ("_delay", "_pending", "_router", "_seq", "view")
+    __slots__ = ("_delay", "_finishes", "_pending", "_router", "_seq", "view")
 
     def __init__(self, view: View, router: Router, *, kv_event_delay: float) -> None:
         self.view = view
         self._router = router
+        self._finishes = bool(router.uses_finishes)
+        """Whether first tokens and finishes reach the router (``uses_finishes``)."""
         self._delay = kv_event_delay
         self._pending: list[tuple[float, int, int, object]] = []
         self._seq = itertools.count()
@@ -106,13 +142,17 @@ class SignalBoard:
 
     def first_token(self, request_id: str, replica: int, time: float) -> None:
         """``request_id`` produced its first token on ``replica`` (the client sees it at once)."""
+        if not self._finishes:
+            return
         heapq.heappush(self._pending, (time, next(self._seq), _FIRST, (request_id, replica)))
 
     def finished(self, request_id: str, replica: int, time: float) -> None:
+        if not self._finishes:
+            return
         heapq.heappush(self._pending, (time, next(self._seq), _FINISH, (request_id, replica)))
 
     def kv_events(self, replica: int, time: float, events: Sequence[KVEvent]) -> None:
-        published = [PublishedEvent(replica, time, event) for event in events]
+        published = (replica, time, events)
         heapq.heappush(self._pending, (time + self._delay, next(self._seq), _EVENTS, published))
 
     def load(self, report: ReplicaLoad) -> None:
@@ -134,7 +174,7 @@ class SignalBoard:
                 request_id, replica = payload  # type: ignore[misc]
                 self._router.on_first_token(request_id, replica, time)
             elif kind == _EVENTS:
-                view._events.extend(payload)  # type: ignore[arg-type]
+                view._events.append(payload)  # type: ignore[arg-type]
             else:
                 report: ReplicaLoad = payload  # type: ignore[assignment]
                 view._loads[report.replica] = report

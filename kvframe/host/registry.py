@@ -349,11 +349,11 @@ class PluginRegistry:
             self._load_entry_point(ep)
 
     def _load_entry_point(self, ep: EntryPoint) -> None:
-        dist = getattr(ep, "dist", None)
+        name, version = _dist_header(getattr(ep, "dist", None))
         source = PluginSource(
-            plugin_name=f"{_dist_name(ep) or '?'}:{ep.name}",
-            distribution=_dist_name(ep),
-            version=getattr(dist, "version", None),
+            plugin_name=f"{name or '?'}:{ep.name}",
+            distribution=name,
+            version=version,
             entry_point=f"{ep.name} = {ep.value}",
         )
         try:
@@ -686,8 +686,58 @@ class _HookRaised:
 
 
 def _dist_name(ep: Any) -> str | None:
-    dist = getattr(ep, "dist", None)
-    return getattr(dist, "name", None) if dist is not None else None
+    return _dist_header(getattr(ep, "dist", None))[0]
+
+
+_DIST_HEADERS: dict[int, tuple[object, str | None, str | None]] = {}
+"""``id(dist)`` -> (the distribution, kept so the id stays its own; its name; its version)."""
+
+
+def _dist_header(dist: Any) -> tuple[str | None, str | None]:
+    """A distribution's name and version, each read once per distribution.
+
+    Why: ``dist.name`` and ``dist.version`` each parse the whole metadata file with
+    the email parser; asked three or four times per entry point, that was a quarter
+    of ``kvframe run``'s start-up (``benchmarks/startup.py``).
+    """
+    if dist is None:
+        return None, None
+    cached = _DIST_HEADERS.get(id(dist))
+    if cached is None or cached[0] is not dist:
+        header = _read_header(dist)
+        if header is None:  # not the usual metadata file: as importlib_metadata reads it
+            header = (getattr(dist, "name", None), getattr(dist, "version", None))
+        cached = (dist, *header)
+        _DIST_HEADERS[id(dist)] = cached
+    return cached[1], cached[2]
+
+
+def _read_header(dist: Any) -> tuple[str, str] | None:
+    """``Name`` and ``Version`` from the head of a distribution's metadata file, or ``None``.
+
+    Only the header lines up to the first blank line are read: the email parser that
+    ``dist.metadata`` runs also parses the long description (a README), which is
+    most of its cost.
+    """
+    read_text = getattr(dist, "read_text", None)
+    if read_text is None:
+        return None
+    try:
+        text = read_text("METADATA") or read_text("PKG-INFO")
+    except Exception:  # a third-party Distribution may raise anything: ask it as before
+        return None
+    if not text:
+        return None
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line:
+            break
+        key, sep, value = line.partition(":")
+        if sep and key in ("Name", "Version") and key not in found:
+            found[key] = value.strip()
+    if len(found) < 2:
+        return None
+    return found["Name"], found["Version"]
 
 
 _WARNED_INSTALLED: set[tuple[str, str | None, str | None, str]] = set()

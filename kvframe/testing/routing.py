@@ -14,10 +14,12 @@ those recorded signals and nothing else. Whatever the router's rule, it
   ``hash(str)``, the clock, a global, or anything but the view, the request,
   its own state and the seed;
 * reads from the view only what a :class:`kvframe.FleetView` offers (``now``,
-  ``num_replicas``, ``loads()``, ``take_kv_events()``, ``num_outstanding()``):
+  ``num_replicas``, ``loads()``, ``take_kv_events()``, ``take_kv_event_batches()``,
+  ``num_outstanding()``):
   the synthetic view holds no replica, and reading anything else from it is
   reported by name -- as is ``loads()`` from a router that declares
-  ``uses_loads = False`` (the fleet keeps no reports for it);
+  ``uses_loads = False`` (the fleet keeps no reports for it), and
+  ``num_outstanding()`` from one that declares ``uses_finishes = False``;
 * keeps no reference to the view (or its bound methods) once ``route``
   returns: a fleet's view is valid during the call only, and a router that
   kept it could read signals it was not given at that arrival. What it keeps
@@ -56,7 +58,14 @@ __all__ = ["RouterSuite", "Scenario", "SyntheticView", "make_scenario", "replay"
 
 BLOCK_SIZE = 16
 FLEET_SIZES = (1, 2, 3, 4, 8)
-_VIEW_MEMBERS = ("now", "num_replicas", "loads", "take_kv_events", "num_outstanding")
+_VIEW_MEMBERS = (
+    "now",
+    "num_replicas",
+    "loads",
+    "take_kv_events",
+    "take_kv_event_batches",
+    "num_outstanding",
+)
 
 
 class ViewMisuse(ContractViolation):
@@ -71,10 +80,22 @@ class SyntheticView:
     have is refused with a message naming it.
     """
 
-    __slots__ = ("_events", "_kv", "_loads", "_now", "_num_replicas", "_outstanding", "_reports")
+    __slots__ = (
+        "_events",
+        "_finishes",
+        "_kv",
+        "_loads",
+        "_now",
+        "_num_replicas",
+        "_outstanding",
+        "_reports",
+    )
 
-    def __init__(self, num_replicas: int, *, kv_events: bool, loads: bool = True) -> None:
+    def __init__(
+        self, num_replicas: int, *, kv_events: bool, loads: bool = True, finishes: bool = True
+    ) -> None:
         self._num_replicas = num_replicas
+        self._finishes = finishes
         self._kv = kv_events
         self._reports = loads
         self._now = 0.0
@@ -112,7 +133,16 @@ class SyntheticView:
         taken, self._events = tuple(self._events), []
         return taken
 
+    def take_kv_event_batches(self) -> Sequence[tuple[int, float, Sequence[Any]]]:
+        return [(p.replica, p.time, (p.event,)) for p in self.take_kv_events()]
+
     def num_outstanding(self, replica: int) -> int:
+        if not self._finishes:
+            raise ViewMisuse(
+                "the router read view.num_outstanding() but declares uses_finishes = False: "
+                "a fleet tells such a router no finishes (set uses_finishes = True, or do "
+                "not read them)"
+            )
         return self._outstanding[replica]
 
 
@@ -233,6 +263,7 @@ def replay(
         n,
         kv_events=bool(getattr(router, "uses_kv_events", False)),
         loads=bool(getattr(router, "uses_loads", True)),
+        finishes=bool(getattr(router, "uses_finishes", True)),
     )
     outstanding: list[tuple[str, int]] = []
     prefilling: list[tuple[str, int]] = []

@@ -91,3 +91,30 @@ def test_bad_arguments_are_refused_naming_the_problem():
 
 def test_the_indexes_are_plugin_authors_names():
     assert kvframe.KVPrefixIndex is KVPrefixIndex and "ApproxPrefixIndex" in kvframe.__all__
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_apply_all_builds_the_index_that_applying_each_event_builds(seed: int) -> None:
+    rng = random.Random(seed)
+    one, batched = KVPrefixIndex(3), KVPrefixIndex(3)
+    for _ in range(60):
+        replica = rng.randrange(3)
+        events: list[kvframe.KVEvent] = []
+        for _ in range(rng.randrange(1, 12)):
+            roll = rng.random()
+            picked = tuple(rng.sample(H, rng.randrange(1, 4)))
+            if roll < 0.45:
+                events.append(BlockStored(picked, None, 16, medium=rng.choice(["GPU", "CPU"])))
+            elif roll < 0.95:
+                events.append(BlockRemoved(picked, medium=rng.choice(["GPU", "GPU", "CPU"])))
+            else:
+                events.append(AllBlocksCleared())
+        for event in events:
+            one.apply(replica, event)
+        batched.apply_all(replica, events)
+        assert [batched.size(r) for r in range(3)] == [one.size(r) for r in range(3)]
+        probe = rng.sample(H, 6)
+        assert batched.overlaps(probe) == one.overlaps(probe)
+    assert batched._owners == one._owners  # the masks themselves, not only what they answer
+    with pytest.raises(ValueError, match="replica 5 outside"):
+        batched.apply_all(5, [BlockRemoved((H[0],))])

@@ -75,6 +75,12 @@ TIER_SWITCHES = {
     "groups_admission_cap": "tests/core/test_kv_cache_groups.py",
     "groups_skip_processed_only": "tests/core/test_kv_cache_groups.py",
     "groups_mamba_caching_needs_align": "tests/differential/test_hybrid_groups.py",
+    # How a model's layers become KV-cache groups and how many blocks the pool holds
+    # (configuration, before any step): shown against vLLM's own grouping functions.
+    "hybrid_kept_with_kv_events": "tests/models/test_kv_groups_vllm.py",
+    "hybrid_kept_with_hma_connector": "tests/models/test_kv_groups_vllm.py",
+    "mamba_block_aligned_to_block_size": "tests/models/test_kv_groups_vllm.py",
+    "mamba_prefix_cache_align_only": "tests/models/test_kv_groups_vllm.py",
 }
 
 

@@ -121,3 +121,10 @@ class HoldsALock(GoodLeastOutstanding):
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
+
+
+class ReadsFinishesItDisclaims(GoodLeastOutstanding):
+    """Declares that it reads no finishes, then counts outstanding requests."""
+
+    name = "reads-finishes-it-disclaims"
+    uses_finishes = False

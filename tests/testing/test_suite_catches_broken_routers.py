@@ -85,3 +85,9 @@ def test_a_router_the_fleet_cannot_copy_for_its_decode_pool_is_caught(suite) -> 
     result = suite("HoldsALock", "-k", "disaggregated")
     result.assert_outcomes(failed=1)
     assert "a disaggregated fleet copies the router for its decode pool" in text(result)
+
+
+def test_a_router_reading_finishes_it_declared_it_does_not_read_is_caught(suite) -> None:
+    result = suite("ReadsFinishesItDisclaims", "-k", "exists")
+    result.assert_outcomes(failed=1)
+    assert "read view.num_outstanding() but declares uses_finishes = False" in text(result)

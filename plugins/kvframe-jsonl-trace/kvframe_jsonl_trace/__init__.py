@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 import attrs
-import structlog
 
 import kvframe
 from kvframe import BlockRemoved, block_hash_hex
@@ -100,7 +99,15 @@ def _hash_text(value: Any) -> Any:
 LARGE_TRACE_BYTES = 100 << 20
 """A trace file this big or bigger is reported with a warning when the tracer closes."""
 
-_log = structlog.get_logger(__name__)
+
+
+def _log() -> Any:
+    """structlog's logger for this module, imported when the tracer closes: structlog
+    costs more than the rest of ``kvframe run``'s start-up (``benchmarks/startup.py``),
+    and the registry imports this module for every run."""
+    import structlog
+
+    return structlog.get_logger(__name__)
 
 
 class JsonlTracer(kvframe.Tracer):
@@ -201,6 +208,6 @@ class JsonlTracer(kvframe.Tracer):
         fields = {"path": os.fspath(self.path), "records": self.num_records, "mb": size >> 20}
         if size >= LARGE_TRACE_BYTES:
             hint = "kv_events=false leaves the KV events out" if self.kv_events else ""
-            _log.warning("trace_file_large", **fields, hint=hint)
+            _log().warning("trace_file_large", **fields, hint=hint)
         else:
-            _log.info("trace_written", **fields)
+            _log().info("trace_written", **fields)

@@ -44,6 +44,7 @@ class PrefixAffinityRouter(kvframe.Router):
     name = "prefix-affinity"
     description = "Consistent hashing on the first blocks' hashes; sticky per job id."
     uses_loads = False
+    uses_finishes = False
 
     def __init__(
         self, *, prefix_blocks: int = 64, virtual_nodes: int = 64, sticky_jobs: bool = True

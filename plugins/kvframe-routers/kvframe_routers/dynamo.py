@@ -194,8 +194,8 @@ class DynamoKVRouter(kvframe.Router):
         index = self._index
         hashes = request.block_hashes
         if isinstance(index, KVPrefixIndex):
-            for published in view.take_kv_events():
-                index.apply(published.replica, published.event)
+            for replica, _, events in view.take_kv_event_batches():
+                index.apply_all(replica, events)
             overlaps = index.overlaps(hashes)
         else:
             overlaps = index.overlaps(hashes, view.now)

@@ -31,6 +31,7 @@ class RoundRobinRouter(kvframe.Router):
     name = "round-robin"
     description = "Each replica in turn (Dynamo's round_robin)."
     uses_loads = False
+    uses_finishes = False
 
     def __init__(self) -> None:
         self._num_replicas = 1
@@ -52,6 +53,7 @@ class RandomRouter(kvframe.Router):
     name = "random"
     description = "A replica uniformly at random, seeded from the run's seed."
     uses_loads = False
+    uses_finishes = False
 
     def __init__(self) -> None:
         self._num_replicas = 1
