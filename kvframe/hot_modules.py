@@ -24,7 +24,6 @@ This module imports nothing of kvframe (``kvframe/__init__.py`` imports it first
 
 from __future__ import annotations
 
-import hashlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -77,6 +76,8 @@ def _built(name: str) -> Path:
 
 def _fresh(name: str) -> bool:
     """Whether ``name`` is built from its current source (its recorded SHA-1 matches)."""
+    import hashlib  # here, not at import: `import kvframe` start-up (issue 51)
+
     digest = BUILD_DIR / f"{name}.sha1"
     try:
         recorded = digest.read_text().strip()
