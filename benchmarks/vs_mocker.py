@@ -10,6 +10,8 @@
     .venv/bin/python benchmarks/vs_mocker.py --limit 2000 --rounds 1
     .venv/bin/python benchmarks/vs_mocker.py --block-size 512 --usable-blocks 868
     .venv/bin/python benchmarks/vs_mocker.py --tree /tmp/kvframe-before  # + an older kvframe
+    .venv/bin/python benchmarks/vs_mocker.py --core python,compiled \
+        --tree /work/main --tree-core python,compiled   # both cores of both checkouts
 
 The mocker ("DynoSim", PyPI ``ai-dynamo-runtime``) is a Rust simulator of
 vLLM-like engines; ``dynamo._core.run_mocker_trace_replay`` replays a
@@ -293,6 +295,10 @@ def main() -> None:
         "--tree",
         help="also run kvframe from this checkout (e.g. a git worktree of an older commit)",
     )
+    parser.add_argument(
+        "--tree-core",
+        help="cores to run the --tree checkout on, e.g. python,compiled (default: its auto)",
+    )
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--usable-blocks", type=int, default=27_770)
     parser.add_argument("--max-num-batched-tokens", type=int, default=8192)
@@ -318,10 +324,13 @@ def main() -> None:
             print(f"note: `kvframe run` has no --core option in this checkout (pure Python "
                   f"core only); --core {args.core} ignored, kvframe runs once a round")  # fmt: skip
     labels = ["mocker"] + [f"kvframe ({c})" if c else "kvframe" for c in cores]
+    tree_cores: dict[str, str | None] = {}
     if args.tree:
         if not os.path.isdir(os.path.join(args.tree, "kvframe")):
             parser.error(f"--tree {args.tree}: not a checkout with a kvframe/ package")
-        labels.append("kvframe (--tree)")
+        for core in args.tree_core.split(",") if args.tree_core else [None]:
+            tree_cores[f"tree ({core})" if core else "kvframe (--tree)"] = core
+        labels.extend(tree_cores)
 
     with tempfile.TemporaryDirectory(prefix="vs-mocker-trace-") as folder:
         trace_path, keys = _plain_trace(args.trace, args.limit, Path(folder))
@@ -343,8 +352,8 @@ def main() -> None:
             for label in order:
                 if label == "mocker":
                     results[label] = _run_mocker(args.mocker_python, trace_path, args)
-                elif label == "kvframe (--tree)":
-                    results[label] = _run_kvframe(None, args, keys, args.tree)
+                elif label in tree_cores:
+                    results[label] = _run_kvframe(tree_cores[label], args, keys, args.tree)
                 else:
                     results[label] = _run_kvframe(cores[labels.index(label) - 1], args, keys)
             base = results["mocker"]

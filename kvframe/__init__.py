@@ -27,6 +27,7 @@ import types
 import warnings
 from typing import TYPE_CHECKING, Any
 
+from kvframe import hot_modules
 from kvframe.contract.bases import (
     EvictionPolicy,
     OffloadSpec,
@@ -76,10 +77,15 @@ if TYPE_CHECKING:
     from kvframe.domain.costs import CostModel, ModelShape, prefill_pairs
     from kvframe.domain.queues import FIFORequestQueue, RequestQueue, SortedRequestQueue
     from kvframe.domain.request import Request, RequestStatus
-    from kvframe.domain.tokens import BlockHash
+    from kvframe.domain.tokens import BlockHash, block_hash_bytes, block_hash_hex
     from kvframe.executors.catalog import get_preset
     from kvframe.host.registry import PluginRegistry, get_registry
     from kvframe.offload.slots.manager import SlotOffloadManager
+
+# Before any core module is imported (nothing above imports one): the compiled hot
+# modules (mypyc, issue 51) are served from kvframe/_mypyc/ where scripts/build-core
+# built them (kvframe.hot_modules).
+hot_modules.install()
 
 
 # Loaded on first access (PEP 562; every name here is in __all__ too) so that
@@ -123,7 +129,7 @@ _LAZY: dict[str, str] = {
         ("FIFORequestQueue", "RequestQueue", "SortedRequestQueue"), "kvframe.domain.queues"
     ),
     **dict.fromkeys(("Request", "RequestStatus"), "kvframe.domain.request"),
-    "BlockHash": "kvframe.domain.tokens",
+    **dict.fromkeys(("BlockHash", "block_hash_bytes", "block_hash_hex"), "kvframe.domain.tokens"),
     "get_preset": "kvframe.executors.catalog",
     **dict.fromkeys(("PluginRegistry", "get_registry"), "kvframe.host.registry"),
     "SlotOffloadManager": "kvframe.offload.slots.manager",
@@ -331,6 +337,8 @@ __all__ = [
     "Tracer",
     "TransferHandler",
     "__version__",
+    "block_hash_bytes",
+    "block_hash_hex",
     "claimed_max_evictable",
     "compare",
     "get_preset",

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import kvframe
+from kvframe import hot_modules
 from kvframe.cli.cmd_analyze import add_analyze_command
 from kvframe.cli.cmd_calibrate import add_calibrate_command
 from kvframe.cli.cmd_check import add_check_command
@@ -224,6 +225,8 @@ def main(argv: Sequence[str] | None = None, *, registry: PluginRegistry | None =
         configure_logging(level)
     else:  # configured by the first line printed: structlog costs start-up (kvframe.log)
         configure_when_needed(level, lambda: configure_logging(level))
+    # `--core python` runs the hot modules as Python too; decided before they are imported.
+    hot_modules.choose(getattr(args, "core", None) or "auto")
     handler: Handler = args.handler
     try:
         return handler(args, Context(registry))

@@ -6,7 +6,9 @@ Python, and most of it is interpreter work around a tiny message (parent 16
 bytes + count 4 bytes + 16 tokens x 4 bytes = 84 bytes, one BLAKE2b block), not
 the hash itself. Here the chain runs as a C loop over a BLAKE2b written out
 below (RFC 7693, unkeyed, 16-byte digest), with no Python object per block but
-the hash ``bytes`` it returns.
+the hash it returns: the digest read as an unsigned big-endian int, made in C
+(``_PyLong_FromByteArray``) while the digest bytes themselves chain on in a C
+buffer.
 
 Pure Python (:mod:`kvframe.core.hashing`) stays the reference: every function
 here returns exactly what its Python counterpart returns (the hypothesis tests
@@ -85,6 +87,12 @@ cdef extern from *:
     const uint64_t* kvf_blake2b_iv
     void kvf_blake2b_compress(uint64_t* h, const uint8_t* block, uint64_t t, int last) nogil
 
+cdef extern from "Python.h":
+    # The block hash: a digest's bytes as an unsigned big-endian int (what
+    # ``int.from_bytes(digest)`` returns), without a Python call.
+    object _PyLong_FromByteArray(const unsigned char* data, size_t n, int little_endian,
+                                 int is_signed)
+
 
 cdef void _blake2b16_parts(
     const uint8_t* head, Py_ssize_t head_len,
@@ -135,26 +143,32 @@ def blake2b16(bytes message not None):
     return PyBytes_FromStringAndSize(<char*>out, DIGEST)
 
 
-cdef bytes _chain_into(bytes parent, bytes header, const uint8_t* data, Py_ssize_t size,
-                       Py_ssize_t step, list target, object append):
-    """Hash each ``step``-byte slice of ``data`` after ``parent`` (message: parent |
-    header | slice), appending each hash to ``target`` (or calling ``append``)."""
+cdef object _chain_into(object parent, bytes header, const uint8_t* data, Py_ssize_t size,
+                        Py_ssize_t step, list target, object append, uint8_t* digests):
+    """Hash each ``step``-byte slice of ``data`` after ``parent`` (an int hash; message:
+    its 16 digest bytes | header | slice), appending each hash (an int) to ``target``
+    (or calling ``append``), and each digest to ``digests`` when it is not NULL (room
+    for one per slice); returns the last hash (``parent`` when ``data`` is empty)."""
     cdef uint8_t head[DIGEST + 4]
     cdef Py_ssize_t offset = 0, take
-    cdef bytes digest
-    if PyBytes_GET_SIZE(parent) != DIGEST or PyBytes_GET_SIZE(header) != 4:
-        raise ValueError(f"parent must be {DIGEST} bytes and header 4 bytes")
-    memcpy(head, PyBytes_AS_STRING(parent), DIGEST)
+    cdef bytes parent_bytes
+    if PyBytes_GET_SIZE(header) != 4:
+        raise ValueError("header must be 4 bytes")
+    if size <= 0:
+        return parent
+    parent_bytes = parent.to_bytes(DIGEST)  # OverflowError outside [0, 2**128)
+    memcpy(head, PyBytes_AS_STRING(parent_bytes), DIGEST)
     memcpy(head + DIGEST, PyBytes_AS_STRING(header), 4)
     digest = parent
     while offset < size:
         take = size - offset
         if take > step:
             take = step
-        digest = PyBytes_FromStringAndSize(NULL, DIGEST)
-        _blake2b16_parts(head, DIGEST + 4, data + offset, take,
-                         <uint8_t*>PyBytes_AS_STRING(digest))
-        memcpy(head, PyBytes_AS_STRING(digest), DIGEST)
+        _blake2b16_parts(head, DIGEST + 4, data + offset, take, head)
+        digest = _PyLong_FromByteArray(head, DIGEST, 0, 0)
+        if digests != NULL:
+            memcpy(digests, head, DIGEST)
+            digests += DIGEST
         if target is not None:
             PyList_Append(target, digest)
         else:
@@ -179,16 +193,16 @@ cdef class BlockChain:
         self._header = header
         self._step = 4 * block_size
 
-    def __call__(self, bytes parent not None, bytes data not None, append):
+    def __call__(self, parent, bytes data not None, append):
         # A bound list.append (the hasher's own lists) is appended to in C.
         target = getattr(append, "__self__", None)
         if type(target) is not list or getattr(append, "__name__", None) != "append":
             target = None
         return _chain_into(parent, self._header, <const uint8_t*>PyBytes_AS_STRING(data),
-                           PyBytes_GET_SIZE(data), self._step, target, append)
+                           PyBytes_GET_SIZE(data), self._step, target, append, NULL)
 
 
-def hash_chunks(memo, tuple chunks not None, bytes parent not None, BlockChain chain not None,
+def hash_chunks(memo, tuple chunks not None, parent, BlockChain chain not None,
                 list new_hashes not None):
     """:func:`kvframe.core.hashing._hash_chunks` in C: every whole chunk's hashes
     after ``parent``, from ``memo`` (a :class:`~kvframe.core.hashing.ChunkMemo`)
@@ -196,13 +210,13 @@ def hash_chunks(memo, tuple chunks not None, bytes parent not None, BlockChain c
 
     The memo's ``get``/``put`` are done here on its own dicts and counters, with
     the same effect (same entries, generations and hit counts), so that a hit
-    costs no Python call: its packed hashes are cut apart straight into
+    costs no Python call: its packed digests are made ints straight into
     ``new_hashes``.
     """
     chunk_bytes = chunks[3]
-    cdef Py_ssize_t before, i, count
-    cdef bytes data, packed, digest
-    cdef const char* raw
+    cdef Py_ssize_t i, count, size
+    cdef bytes data, packed
+    cdef const unsigned char* raw
     cdef dict current
     for chunk_id in chunks[2]:
         key = (parent, chunk_id)
@@ -214,22 +228,23 @@ def hash_chunks(memo, tuple chunks not None, bytes parent not None, BlockChain c
                 _keep(memo, key, found)
         if found is None:
             memo.misses += 1
-            before = len(new_hashes)
             data = chunk_bytes(chunk_id)
             if data is None:
                 raise TypeError(f"chunk_bytes({chunk_id!r}) returned None, not bytes")
+            size = PyBytes_GET_SIZE(data)
+            packed = PyBytes_FromStringAndSize(NULL, DIGEST * ((size + chain._step - 1) // chain._step))
             parent = _chain_into(parent, chain._header, <const uint8_t*>PyBytes_AS_STRING(data),
-                                 PyBytes_GET_SIZE(data), chain._step, new_hashes, None)
-            _keep(memo, key, b"".join(new_hashes[before:]))
+                                 size, chain._step, new_hashes, None,
+                                 <uint8_t*>PyBytes_AS_STRING(packed))
+            _keep(memo, key, packed)
         else:
             memo.hits += 1
             packed = <bytes>found
-            raw = PyBytes_AS_STRING(packed)
+            raw = <const unsigned char*>PyBytes_AS_STRING(packed)
             count = PyBytes_GET_SIZE(packed) // DIGEST
             for i in range(count):
-                digest = PyBytes_FromStringAndSize(raw + i * DIGEST, DIGEST)
-                PyList_Append(new_hashes, digest)
-            parent = digest
+                parent = _PyLong_FromByteArray(raw + i * DIGEST, DIGEST, 0, 0)
+                PyList_Append(new_hashes, parent)
     return parent
 
 

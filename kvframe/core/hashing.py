@@ -8,7 +8,7 @@ share cache entries can use different seeds.
 
 Encoding. The hashed message of one block is::
 
-    parent (16 bytes) | token count (uint32 LE) | tokens (uint32 LE each) | extra keys
+    parent (its 16 digest bytes) | token count (uint32 LE) | tokens (uint32 LE each) | extra keys
 
 The count makes the token section self-delimiting, and every extra key is
 written with a type tag and a length (see :func:`encode_extra_keys`), so two
@@ -19,9 +19,21 @@ versions. Token ids must lie in ``[0, 2**32)`` (every real vocabulary does);
 anything else raises ``OverflowError`` rather than hashing ambiguously.
 
 Hash function: BLAKE2b with a 16-byte digest (``hashlib.blake2b``,
-``digest_size=16``). 128 bits keep the collision probability below 2**-48 even
-for 2**40 cached blocks, and BLAKE2b is the fastest collision-resistant
-function in the standard library here. Measured on the development machine
+``digest_size=16``), and a block hash is that digest read as an unsigned
+big-endian integer (:data:`~kvframe.domain.tokens.BlockHash` is ``int``, in
+``[0, 2**128)``; ``f"{h:032x}"`` is the digest's hex): a table keyed by it is
+a table of small ints, not of bytes objects, and the compiled core can hold it
+as two machine words. The integer is
+the digest, bit for bit, so equality is exactly as safe as with the bytes it
+replaces. Collision bound (birthday): among ``n`` distinct blocks the
+probability that any two share a hash is at most ``n**2 / 2**129`` -- below
+2**-49 for 2**40 blocks, below 2**-81 for the ~2**24 blocks of a whole Mooncake
+trace replay. (A 64-bit digest would give only ``n**2 / 2**65``, about 2**-17
+for 2**24 blocks, so 128 bits it stays.) BLAKE2b is the fastest
+collision-resistant function in the standard library here.
+:func:`~kvframe.domain.tokens.block_hash_hex` writes a hash as the hex of its
+16 digest bytes (what traces and KV-event logs carry, unchanged from when
+hashes were ``bytes``). Measured on the development machine
 (Python 3.11.7, 2 shared cores; best of 40 interleaved rounds), hashing a
 32,768-token prompt in 16-token blocks -- 2,048 chained hashes, the prompt's
 token encoding done once::
@@ -38,15 +50,15 @@ token encoding done once::
     the loop without any hashing                  0.82      0.40      0.54
     builtin hash(tuple) (salted per process)      0.65      0.32      0.42
 
-A 16-byte digest also keeps the hash-index keys small.
+A 16-byte digest also keeps the hash-index keys small (a 128-bit int is 44 bytes).
 About half of the per-block cost is the Python loop itself, so a faster digest
 would buy little. ``benchmarks/core_ops.py`` re-measures the chosen path.
 
 Compiled core. The block chain and the chunk-memo loop have an optional
 Cython version, :mod:`kvframe.core._hashing_compiled` (built by ``setup.py``
 when Cython and a C compiler are present): the same messages through a
-BLAKE2b written in C, one C loop per run of blocks. This module stays the
-reference and the fallback; ``make_block_hasher(core=...)`` picks one
+BLAKE2b written in C, one C loop per run of blocks, each hash made an int in
+C. This module stays the reference and the fallback; ``make_block_hasher(core=...)`` picks one
 (``"auto"``: compiled when built) and the hasher's ``core`` attribute says
 which it got. Results are identical (``tests/core/test_hashing_compiled.py``).
 """
@@ -113,39 +125,68 @@ class BlockHasher(Protocol):
 
 _COUNT = struct.Struct("<I")
 
+def root_hash(seed: int = 0) -> BlockHash:
+    """The parent hash of every sequence's first block, for a given seed."""
+    message = b"kvframe/root/v1" + seed.to_bytes(16, "little", signed=True)
+    return _from_digest(blake2b(message, digest_size=DIGEST_SIZE).digest())
+
+
+_from_digest = int.from_bytes
+"""``_from_digest(digest)``: a 16-byte digest as the block hash (big-endian, the default)."""
+
+
+def _hash_bytes(block_hash: BlockHash) -> bytes:
+    """The 16 digest bytes of ``block_hash``: how a parent enters its child's message."""
+    return block_hash.to_bytes(DIGEST_SIZE)
+
+
+_DEFAULT_ROOT = root_hash(0)
+
+GROUP_ID_SHIFT = 8 * DIGEST_SIZE
+"""Bits of a block hash: a group id ``g >= 1`` is added above them (see
+:func:`block_hash_with_group_id`)."""
+
 _GROUP_ID_BYTES = 4
+_HASH_MASK = (1 << GROUP_ID_SHIFT) - 1
 
 
 def block_hash_with_group_id(block_hash: BlockHash, group_id: int) -> BlockHash:
     """The prefix-cache key of a block of KV-cache group ``group_id`` (vLLM's
-    ``make_block_hash_with_group_id``: the hash, then the group id in 4 bytes).
+    ``make_block_hash_with_group_id``): one key per (content, group).
 
     Why a key per group: with several groups (a hybrid model) the same tokens
     have one block in each group, and a lookup asks whether *that group's*
-    block is cached. The single-group core keys by the plain hash. Build the
-    key only here (and read it back only with :func:`plain_block_hash` /
-    :func:`group_id_of`), so the hash representation changes in one place.
+    block is cached. Build the key only here (and read it back only with
+    :func:`plain_block_hash` / :func:`group_id_of`), so the hash representation
+    is decided in one place.
+
+    kvframe's hashes are ints below ``2**128``: the key is ``block_hash + g *
+    2**128``, so group 0 keys by the hash itself (a one-group run pays nothing)
+    and the groups' key ranges are disjoint (exact, no new collision). A
+    ``bytes`` hash (vLLM's own, where the bridge carries them) gets the group id
+    appended as 4 big-endian bytes, as vLLM does.
+
+    :raises ValueError: for a negative ``group_id``.
     """
-    return block_hash + group_id.to_bytes(_GROUP_ID_BYTES, "big")
+    if group_id < 0:
+        raise ValueError(f"block_hash_with_group_id: group_id must be >= 0, got {group_id}")
+    if block_hash.__class__ is int:
+        return block_hash + (group_id << GROUP_ID_SHIFT) if group_id else block_hash
+    return bytes(block_hash) + group_id.to_bytes(_GROUP_ID_BYTES, "big")  # type: ignore[return-value]
 
 
 def plain_block_hash(key: BlockHash) -> BlockHash:
     """The block hash inside a :func:`block_hash_with_group_id` key (what KV events carry)."""
-    return key[:-_GROUP_ID_BYTES]
+    if key.__class__ is int:
+        return key & _HASH_MASK
+    return key[:-_GROUP_ID_BYTES]  # type: ignore[index, no-any-return]
 
 
 def group_id_of(key: BlockHash) -> int:
     """The group id inside a :func:`block_hash_with_group_id` key."""
-    return int.from_bytes(key[-_GROUP_ID_BYTES:], "big")
-
-
-def root_hash(seed: int = 0) -> BlockHash:
-    """The parent hash of every sequence's first block, for a given seed."""
-    message = b"kvframe/root/v1" + seed.to_bytes(16, "little", signed=True)
-    return blake2b(message, digest_size=DIGEST_SIZE).digest()
-
-
-_DEFAULT_ROOT = root_hash(0)
+    if key.__class__ is int:
+        return key >> GROUP_ID_SHIFT
+    return int.from_bytes(key[-_GROUP_ID_BYTES:], "big")  # type: ignore[index]
 
 
 # ------------------------------------------------------------------ extra keys
@@ -215,10 +256,10 @@ def hash_block_tokens(
     """
     if parent is None:
         parent = _DEFAULT_ROOT
-    message = parent + _COUNT.pack(len(tokens)) + encode_tokens(tokens)
+    message = _hash_bytes(parent) + _COUNT.pack(len(tokens)) + encode_tokens(tokens)
     if extra_keys:
         message += encode_extra_keys(extra_keys)
-    return blake2b(message, digest_size=DIGEST_SIZE).digest()
+    return _from_digest(blake2b(message, digest_size=DIGEST_SIZE).digest())
 
 
 class ChunkMemo:
@@ -231,10 +272,12 @@ class ChunkMemo:
     hashes the chain would compute: a chunk id names its tokens, and the
     parent names everything before them.
 
-    A chunk's hashes are kept as one ``bytes`` (``DIGEST_SIZE`` bytes per block,
-    ~700 bytes a 32-block chunk with its key) rather than as the 32 hash
-    objects (~1.9 KB): cutting them apart again on a hit is one C-level
-    ``struct`` unpack, a twentieth of the cost of hashing them.
+    A chunk's hashes are kept as one ``bytes``, their digests end to end
+    (``DIGEST_SIZE`` bytes per block, ~700 bytes a 32-block chunk with its key)
+    rather than as the 32 int objects (~1.9 KB): a full memo of the whole
+    Mooncake conversation trace is ~100k chunks, 140 MB of peak RSS between the
+    two. A hit makes the ints again (one C-level ``struct`` unpack, then
+    ``int.from_bytes`` per block; in C in the compiled core).
 
     Bounded by generations rather than by an LRU order: entries go into the
     current generation; when it holds ``capacity`` chunks it becomes the old
@@ -252,7 +295,7 @@ class ChunkMemo:
         self.previous: dict[tuple[BlockHash, Hashable], bytes] = {}
         self.hits = 0
         self.misses = 0
-        # One C-level unpack per hit cuts a chunk's hashes apart (4x faster than slicing).
+        # One C-level unpack per hit cuts a chunk's digests apart (4x faster than slicing).
         self._unpackers: dict[int, Callable[[bytes], tuple[bytes, ...]]] = {}
 
     def get(self, parent: BlockHash, chunk_id: Hashable) -> tuple[BlockHash, ...] | None:
@@ -270,11 +313,15 @@ class ChunkMemo:
         if unpack is None:
             count = len(packed) // DIGEST_SIZE
             unpack = self._unpackers[len(packed)] = struct.Struct(f"{DIGEST_SIZE}s" * count).unpack
-        return unpack(packed)
+        return tuple(map(_from_digest, unpack(packed)))
 
     def put(self, parent: BlockHash, chunk_id: Hashable, hashes: Sequence[BlockHash]) -> None:
         """Remember a chunk's hashes, just computed after a miss."""
-        self._keep((parent, chunk_id), b"".join(hashes))
+        self._keep((parent, chunk_id), b"".join(map(_hash_bytes, hashes)))
+
+    def put_digests(self, parent: BlockHash, chunk_id: Hashable, packed: bytes) -> None:
+        """:meth:`put` given the hashes' digests already end to end (the chain has them)."""
+        self._keep((parent, chunk_id), packed)
 
     def _keep(self, key: tuple[BlockHash, Hashable], packed: bytes) -> None:
         current = self.current
@@ -424,15 +471,27 @@ def _block_chain(
     header = _COUNT.pack(block_size)
     step = 4 * block_size
     new_hasher = blake2b(digest_size=DIGEST_SIZE).copy
+    from_digest = _from_digest
 
-    def chain(parent: BlockHash, data: bytes, append: Callable[[BlockHash], None]) -> BlockHash:
+    def chain(
+        parent: BlockHash,
+        data: bytes,
+        append: Callable[[BlockHash], None],
+        digests: list[bytes] | None = None,
+    ) -> BlockHash:
         # Copying an empty hasher skips blake2b()'s keyword parsing: ~25% per
         # block, and prompt blocks are hashed by the million in a trace replay.
+        # The digest bytes chain on; only the hash handed out is made an int.
+        # ``digests`` (the chunk memo's miss path) also collects the digests.
+        last = parent.to_bytes(DIGEST_SIZE)
         for byte_offset in range(0, len(data), step):
             digest = new_hasher()
-            digest.update(parent + header + data[byte_offset : byte_offset + step])
-            parent = digest.digest()
+            digest.update(last + header + data[byte_offset : byte_offset + step])
+            last = digest.digest()
+            parent = from_digest(last)
             append(parent)
+            if digests is not None:
+                digests.append(last)
         return parent
 
     return chain
@@ -442,7 +501,7 @@ def _hash_chunks(
     memo: ChunkMemo,
     chunks: ChunkIds,
     parent: BlockHash,
-    chain: Callable[[BlockHash, bytes, Callable[[BlockHash], None]], BlockHash],
+    chain: Any,
     new_hashes: list[BlockHash],
 ) -> BlockHash:
     """Append the hashes of every whole chunk in ``chunks`` after ``parent`` to
@@ -454,8 +513,9 @@ def _hash_chunks(
         found = memo.get(parent, chunk_id)
         if found is None:
             computed: list[BlockHash] = []
-            chain(parent, chunk_bytes(chunk_id), computed.append)
-            memo.put(parent, chunk_id, computed)
+            digests: list[bytes] = []
+            chain(parent, chunk_bytes(chunk_id), computed.append, digests)
+            memo.put_digests(parent, chunk_id, b"".join(digests))
             found = computed
         extend(found)
         parent = found[-1]
@@ -477,9 +537,9 @@ def _hash_keyed(
     step = 4 * block_size
     for offset in range(0, len(data) // 4, block_size):
         byte_offset = offset * 4
-        message = parent + header + data[byte_offset : byte_offset + step]
+        message = _hash_bytes(parent) + header + data[byte_offset : byte_offset + step]
         extra = extra_keys_fn(request, start + offset, start + offset + block_size)
         if extra:
             message += encode_extra_keys(extra)
-        parent = blake2b(message, digest_size=DIGEST_SIZE).digest()
+        parent = _from_digest(blake2b(message, digest_size=DIGEST_SIZE).digest())
         append(parent)

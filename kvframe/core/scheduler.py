@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from kvframe.core.admission import AdmissionPhase, load_hit_rule, queue_rule
 from kvframe.core.compiled import resolve_core
@@ -89,6 +89,19 @@ _WAITING_FOR_INPUT = RequestStatus.WAITING_FOR_STREAMING_REQ
 _block_id = attrgetter("block_id")
 
 
+_T = TypeVar("_T")
+
+# mypyc compiles this module (kvframe.hot_modules); interpreted classes subclass
+# the scheduler (AsyncScheduler), which a compiled class allows only when it says so.
+try:
+    from mypy_extensions import mypyc_attr
+except ImportError:  # no mypy here, so nothing is compiled: the decorator does nothing
+
+    def mypyc_attr(*_args: Any, **_kwargs: Any) -> Callable[[_T], _T]:  # type: ignore[no-redef, misc]
+        return lambda cls: cls
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Scheduler(AdmissionPhase, FinishingPhase):
     """One token budget per step, shared by prefill and decode, over a paged KV cache.
 
@@ -655,7 +668,7 @@ class Scheduler(AdmissionPhase, FinishingPhase):
         """The drafting requests whose step was a partial prefill chunk."""
         requests = self.requests
         chunks: set[str] = set()
-        for request_id in model_output.draft_token_ids:
+        for request_id in model_output.draft_token_ids or ():
             request = requests.get(request_id)
             if request is not None and request.num_computed_tokens < (
                 request.num_tokens + request.num_output_placeholders
@@ -690,7 +703,10 @@ class Scheduler(AdmissionPhase, FinishingPhase):
         """The draft tokens proposed for next step; a partial prefill's are dropped, as vLLM
         does."""
         requests = self.requests
-        for request_id, drafts in model_output.draft_token_ids.items():
+        draft_token_ids = model_output.draft_token_ids
+        if draft_token_ids is None:  # the caller checks; for the type checker (mypyc)
+            return
+        for request_id, drafts in draft_token_ids.items():
             request = requests.get(request_id)
             if request is None or request.is_finished():
                 continue

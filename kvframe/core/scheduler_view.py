@@ -27,7 +27,9 @@ __all__ = ["SchedulerView"]
 class _Viewed(Protocol):
     """What the view reads of the scheduler (a protocol: this module does not import it)."""
 
-    now: float
+    @property
+    def now(self) -> float: ...
+
     block_size: int
     cost_model: CostModel | None
     kv_cache_manager: KVCacheManager

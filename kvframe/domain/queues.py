@@ -16,12 +16,24 @@ import heapq
 import itertools
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from kvframe.domain.request import Request
 
 __all__ = ["FIFORequestQueue", "RequestQueue", "SortedRequestQueue"]
+
+
+_T = TypeVar("_T")
+
+# mypyc compiles this module (kvframe.hot_modules); interpreted classes subclass
+# the queues (plugins' own orders), which a compiled class allows only when it says so.
+try:
+    from mypy_extensions import mypyc_attr
+except ImportError:  # no mypy here, so nothing is compiled: the decorator does nothing
+
+    def mypyc_attr(*_args: Any, **_kwargs: Any) -> Callable[[_T], _T]:  # type: ignore[no-redef, misc]
+        return lambda cls: cls
 
 
 class RequestQueue(Protocol):
@@ -71,6 +83,7 @@ class RequestQueue(Protocol):
         ...
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class FIFORequestQueue:
     """Requests in arrival order; putting back puts at the head. O(1) at both ends.
 
@@ -129,6 +142,7 @@ class FIFORequestQueue:
         return f"FIFORequestQueue({[r.request_id for r in self._deque]})"
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class SortedRequestQueue:
     """Requests ordered by ``key(request)``, smallest first; equal keys in arrival order.
 

@@ -361,8 +361,18 @@ class Request:
             return self.request_id < other.request_id
         return id(self) < id(other)
 
+    def __hash__(self) -> int:
+        """Identity, as ``object``'s: requests go in sets by identity. Spelled out for
+        mypyc (kvframe.hot_modules), which gives a class defining ``__lt__`` no hash of
+        its own; the interpreted class drops it again below (object's C slot, no call)."""
+        return object.__hash__(self)
+
     def __repr__(self) -> str:
         return (
             f"Request({self.request_id!r}, status={self.status.name}, "
             f"num_tokens={self.num_tokens}, num_computed_tokens={self.num_computed_tokens})"
         )
+
+
+if __file__.endswith(".py"):  # interpreted (not the mypyc build): object's own identity hash
+    delattr(Request, "__hash__")

@@ -20,12 +20,43 @@ __all__ = [
     "ChunkIds",
     "TokenSource",
     "TokenView",
+    "block_hash_bytes",
+    "block_hash_hex",
     "decode_tokens",
     "encode_tokens",
 ]
 
-BlockHash = bytes
-"""A chained block hash as produced by :mod:`kvframe.core.hashing`."""
+BlockHash = int
+"""A chained block hash as produced by :mod:`kvframe.core.hashing`: its 16-byte BLAKE2b
+digest read as an unsigned big-endian int (``0 <= h < 2**128``; the collision bound
+is in that module). The vLLM bridge keys blocks by vLLM's own hashes (``bytes``)
+instead; the core only compares and indexes them, so either works there."""
+
+
+def block_hash_bytes(block_hash: Any) -> bytes:
+    """A block hash's digest bytes: the 16 bytes of kvframe's int (big-endian), or a
+    ``bytes`` hash (vLLM's own, through the bridge) as it is.
+
+    For code that feeds a hash into another digest (a router's hash ring): the
+    bytes are the ones kvframe's hashes were before they became ints.
+    """
+    if block_hash.__class__ is int:
+        return block_hash.to_bytes(16)  # type: ignore[no-any-return]
+    return bytes(block_hash)
+
+
+def block_hash_hex(block_hash: Any) -> str:
+    """A block hash as text for traces and logs: the hex of :func:`block_hash_bytes`.
+
+    The same string as ``digest.hex()`` when hashes were ``bytes``, so trace
+    files did not change with the int representation.
+    """
+    if block_hash.__class__ is int:
+        return f"{block_hash:032x}"
+    if isinstance(block_hash, bytes | bytearray):
+        return bytes(block_hash).hex()
+    return str(block_hash)
+
 
 ChunkIds = tuple[Hashable, int, Sequence[int], Callable[[int], bytes]]
 """``(namespace, chunk_tokens, chunk ids, chunk_bytes)``: a prompt's identified chunks

@@ -69,6 +69,9 @@ def describe_core(metadata: Mapping[str, Any]) -> str:
     hasher = metadata.get("hasher")
     if hasher:
         line += f", {hasher} block hasher"
+    hot = metadata.get("hot_modules")
+    if hot:
+        line += f", {hot} scheduler modules"
     note = metadata.get("core_note")
     if note:
         line += f": {note}"

@@ -51,6 +51,7 @@ from kvframe.engine.driver import STEPPED, SyncDriver
 from kvframe.engine.metrics import MetricsCollector, MetricsSummary
 from kvframe.engine.step import EngineStalled, EngineStep
 from kvframe.engine.steplog import StepLog, StepRecordingCollector
+from kvframe.hot_modules import hot_modules_state
 from kvframe.log import get_logger
 from kvframe.workloads.spec import Workload
 
@@ -422,6 +423,8 @@ class Engine:
             "core_note": scheduler.kv_cache_manager.core_note,
             # python or compiled (kvframe.core.hashing); None: nothing hashed.
             "hasher": None if hasher is None else hasher.core,
+            # python or compiled: the scheduler, requests, queues (kvframe.hot_modules).
+            "hot_modules": hot_modules_state(),
             "scheduling_policy": self.policy_name,
             "preset": self.preset.describe(),
         }

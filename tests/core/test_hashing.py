@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import struct
 import subprocess
 import sys
 
@@ -10,12 +12,16 @@ import pytest
 
 from kvframe.core.hashing import (
     DIGEST_SIZE,
+    block_hash_with_group_id,
     encode_extra_keys,
+    group_id_of,
     hash_block_tokens,
     make_block_hasher,
+    plain_block_hash,
     root_hash,
 )
 from kvframe.domain.request import Request
+from kvframe.domain.tokens import block_hash_hex
 
 
 def reference_hashes(tokens: list[int], block_size: int, seed: int = 0, salt: str | None = None):
@@ -29,9 +35,12 @@ def reference_hashes(tokens: list[int], block_size: int, seed: int = 0, salt: st
     return out
 
 
-def test_digest_is_16_bytes_and_deterministic() -> None:
+def test_hash_is_the_16_byte_digest_as_an_int_and_deterministic() -> None:
     h = hash_block_tokens(None, [1, 2, 3])
-    assert isinstance(h, bytes) and len(h) == DIGEST_SIZE
+    assert type(h) is int and 0 <= h < 2 ** (8 * DIGEST_SIZE)
+    # Exactly the BLAKE2b-128 digest of the documented message, read little-endian.
+    message = root_hash(0).to_bytes(16, "big") + struct.pack("<4I", 3, 1, 2, 3)
+    assert h == int.from_bytes(hashlib.blake2b(message, digest_size=16).digest(), "big")
     assert h == hash_block_tokens(None, [1, 2, 3])
     assert h == hash_block_tokens(root_hash(0), (1, 2, 3))
 
@@ -39,7 +48,7 @@ def test_digest_is_16_bytes_and_deterministic() -> None:
 def test_hash_is_stable_across_processes() -> None:
     code = (
         "from kvframe.core.hashing import hash_block_tokens, root_hash;"
-        "print(hash_block_tokens(root_hash(7), [5, 6, 7, 8], ('salt', 3)).hex())"
+        "print(hash_block_tokens(root_hash(7), [5, 6, 7, 8], ('salt', 3)))"
     )
     outputs = {
         subprocess.run(
@@ -51,7 +60,26 @@ def test_hash_is_stable_across_processes() -> None:
         ).stdout.strip()
         for seed in ("1", "2")
     }
-    assert outputs == {hash_block_tokens(root_hash(7), [5, 6, 7, 8], ("salt", 3)).hex()}
+    assert outputs == {str(hash_block_tokens(root_hash(7), [5, 6, 7, 8], ("salt", 3)))}
+
+
+def test_hash_text_is_the_digest_hex_as_when_hashes_were_bytes() -> None:
+    h = hash_block_tokens(None, [9, 8, 7])
+    assert block_hash_hex(h) == h.to_bytes(16, "big").hex()
+    assert block_hash_hex(0) == "00" * 16 and int(block_hash_hex(h), 16) == h
+    assert block_hash_hex(b"\x01\xff") == "01ff"  # vLLM's own hashes (the bridge)
+
+
+def test_group_keys_are_identity_for_group_0_and_disjoint_per_group() -> None:
+    hashes = [hash_block_tokens(None, [i]) for i in range(50)] + [0, 2**128 - 1]
+    keys = {(h, g): block_hash_with_group_id(h, g) for h in hashes for g in range(4)}
+    assert all(keys[h, 0] is h for h in hashes)  # a one-group run pays nothing
+    assert len(set(keys.values())) == len(keys)  # one key per (content, group)
+    assert block_hash_with_group_id(b"ab", 2) == b"ab\x00\x00\x00\x02"  # vLLM's own form
+    for key, (h, g) in ((keys[h, g], (h, g)) for h, g in keys):  # the exact inverses
+        assert (plain_block_hash(key), group_id_of(key)) == (h, g)
+    with pytest.raises(ValueError, match="group_id must be >= 0"):
+        block_hash_with_group_id(hashes[0], -1)
 
 
 def test_parent_tokens_and_extra_keys_all_matter() -> None:

@@ -23,7 +23,7 @@ from kvframe.workloads.spec import MooncakePrompt, PromptTokens
 compiled = pytest.importorskip("kvframe.core._hashing_compiled")
 
 TOKENS = st.lists(st.integers(0, 2**32 - 1), max_size=200)
-PARENTS = st.binary(min_size=16, max_size=16)
+PARENTS = st.integers(0, 2**128 - 1)  # a block hash: the 16-byte digest as an int
 
 
 @settings(max_examples=300, deadline=None)
@@ -35,15 +35,15 @@ def test_blake2b_matches_hashlib(message: bytes) -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(block_size=st.sampled_from([1, 2, 5, 16, 31, 32, 64]), parent=PARENTS, tokens=TOKENS)
-def test_block_chain_matches_python(block_size: int, parent: bytes, tokens: list[int]) -> None:
+def test_block_chain_matches_python(block_size: int, parent: int, tokens: list[int]) -> None:
     tokens = tokens[: len(tokens) // block_size * block_size]
     data = encode_tokens(tokens)
-    expected: list[bytes] = []
+    expected: list[int] = []
     last = hashing._block_chain(block_size)(parent, data, expected.append)
     chain = compiled.BlockChain(block_size, hashing._COUNT.pack(block_size))
-    into_list: list[bytes] = []
+    into_list: list[int] = []
     assert chain(parent, data, into_list.append) == last
-    called: list[bytes] = []
+    called: list[int] = []
     assert chain(parent, data, lambda h: called.append(h)) == last  # any callable
     assert into_list == called == expected
 
@@ -68,8 +68,8 @@ def test_hash_chunks_matches_python(block_size, chunk_blocks, capacity, turns, p
     c_chain = compiled.BlockChain(block_size, hashing._COUNT.pack(block_size))
     for ids in turns:
         chunks = ("ns", chunk_tokens, ids, chunk_bytes)
-        expected: list[bytes] = []
-        got: list[bytes] = []
+        expected: list[int] = []
+        got: list[int] = []
         last = hashing._hash_chunks(py_memo, chunks, parent, py_chain, expected)
         assert compiled.hash_chunks(c_memo, chunks, parent, c_chain, got) == last
         assert got == expected

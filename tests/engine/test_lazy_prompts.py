@@ -145,11 +145,12 @@ def test_chunk_memo_hits_repeated_turns_and_stays_bounded() -> None:
     # t2 re-uses t1's three chunks; its cut fourth chunk is hashed without the memo.
     assert (memo_of_trace.hits, memo_of_trace.misses) == (3, 3)
     # The memo object itself: generations rotate at capacity, hits move forward.
+    parent = 2**127 + 5  # block hashes are ints below 2**128
     for chunk_id in range(7):
-        memo.put(b"p" * 16, chunk_id, [bytes([chunk_id]) * 16] * 2)
+        memo.put(parent, chunk_id, [chunk_id << 120] * 2)
     assert len(memo.current) + len(memo.previous) <= 2 * memo.capacity
-    assert memo.get(b"p" * 16, 0) is None  # rotated out
-    assert memo.get(b"p" * 16, 6) == (bytes([6]) * 16,) * 2
+    assert memo.get(parent, 0) is None  # rotated out
+    assert memo.get(parent, 6) == (6 << 120,) * 2
     assert (memo.hits, memo.misses) == (1, 1)
     with pytest.raises(ValueError, match="chunk_memo_capacity"):
         make_block_hasher(16, chunk_memo_capacity=-1)

@@ -14,10 +14,12 @@ type first, then the record's fields:
 ``request_finished`` a request left the engine, with its counters
 ==================  ===========================================================
 
-Block hashes (bytes) are written as hex strings; mappings as objects; tuples
-as lists. The file is flushed at every step decision, so a run that dies (or
-is interrupted) leaves a trace that is complete up to its last decided step
-and parseable line by line.
+Block hashes are written as the hex of their 16 digest bytes
+(:func:`kvframe.block_hash_hex`: the same text whether the hash is
+kvframe's int or vLLM's bytes, and unchanged since kvframe's hashes were
+bytes); mappings as objects; tuples as lists. The file is flushed at every
+step decision, so a run that dies (or is interrupted) leaves a trace that is
+complete up to its last decided step and parseable line by line.
 
 Select it with ``--tracer jsonl:path=trace.jsonl``.
 """
@@ -34,7 +36,7 @@ from typing import IO, TYPE_CHECKING, Any
 import attrs
 
 import kvframe
-from kvframe import BlockRemoved
+from kvframe import BlockRemoved, block_hash_hex
 
 if TYPE_CHECKING:
     from kvframe import KVEvent, PrefixCacheEvent, RequestFinished, StepDecision, StepSnapshot
@@ -73,8 +75,25 @@ def record_to_dict(record: Any, event: str | None = None, **extra: Any) -> dict[
     out: dict[str, Any] = {"event": event or _event_name(type(record))}
     out.update(extra)
     for field in attrs.fields(type(record)):
-        out[field.name] = _jsonable(getattr(record, field.name))
+        value = getattr(record, field.name)
+        if field.name in _HASH_FIELDS:  # hashes are ints: not to be read as numbers
+            out[field.name] = _hash_text(value)
+        else:
+            out[field.name] = _jsonable(value)
     return out
+
+
+_HASH_FIELDS = frozenset({"block_hashes", "parent_block_hash", "block_hash"})
+"""Record fields that hold block hashes (KV events), written as hex text."""
+
+
+def _hash_text(value: Any) -> Any:
+    """A hash field's value with every hash as :func:`block_hash_hex` text."""
+    if value is None:
+        return None
+    if isinstance(value, tuple | list):
+        return [block_hash_hex(h) for h in value]
+    return block_hash_hex(value)
 
 
 LARGE_TRACE_BYTES = 100 << 20
@@ -156,7 +175,7 @@ class JsonlTracer(kvframe.Tracer):
         for event in events:
             if type(event) is BlockRemoved:
                 if pending is not None and pending["medium"] == event.medium:
-                    pending["block_hashes"].extend(h.hex() for h in event.block_hashes)
+                    pending["block_hashes"].extend(map(block_hash_hex, event.block_hashes))
                     continue
                 if pending is not None:
                     self._write(pending)
@@ -164,7 +183,7 @@ class JsonlTracer(kvframe.Tracer):
                     "event": "block_removed",
                     "step": step,
                     "now": now,
-                    "block_hashes": [h.hex() for h in event.block_hashes],
+                    "block_hashes": list(map(block_hash_hex, event.block_hashes)),
                     "medium": event.medium,
                 }
                 continue

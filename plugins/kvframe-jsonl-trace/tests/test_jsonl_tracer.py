@@ -83,6 +83,8 @@ def test_every_record_is_one_json_object_with_an_event_type(tmp_path: Path):
         "parent_block_hash": None,
         "block_size": 16,
         "medium": "GPU",
+        "group_idx": None,  # a one-group model's events name no KV-cache group
+        "kv_cache_spec_kind": None,
     }
     assert records[5]["first_token_time"] == 0.4
 
@@ -165,7 +167,19 @@ def test_record_to_dict_converts_bytes_mappings_and_tuples():
         "parent_block_hash": H2.hex(),
         "block_size": 16,
         "medium": "GPU",
+        "group_idx": None,  # a one-group model's events name no KV-cache group
+        "kv_cache_spec_kind": None,
     }
+
+
+def test_int_block_hashes_are_written_as_their_digest_hex_not_as_numbers():
+    """kvframe's hashes are ints: written as the hex of the 16 digest bytes, the text
+    the same blocks had when hashes were bytes (trace files unchanged)."""
+    h1, h2 = int.from_bytes(H1), int.from_bytes(H3)
+    data = record_to_dict(BlockStored((h1, h2), None, 16))
+    assert data["block_hashes"] == [H1.hex(), H3.hex()] and data["parent_block_hash"] is None
+    assert record_to_dict(BlockRemoved((2,)))["block_hashes"] == ["0" * 31 + "2"]
+    assert data["block_size"] == 16  # other int fields stay numbers
 
 
 def test_a_large_trace_is_reported_when_the_tracer_closes(tmp_path, monkeypatch) -> None:

@@ -29,7 +29,7 @@ import bisect
 import hashlib
 
 import kvframe
-from kvframe import FleetInfo, FleetView, RoutingRequest
+from kvframe import FleetInfo, FleetView, RoutingRequest, block_hash_bytes
 
 __all__ = ["PrefixAffinityRouter"]
 
@@ -79,7 +79,7 @@ class PrefixAffinityRouter(kvframe.Router):
             return b"job:" + request.job_id.encode()
         prefix = request.block_hashes[: self.prefix_blocks]
         if prefix:
-            return b"blocks:" + prefix[-1]
+            return b"blocks:" + block_hash_bytes(prefix[-1])
         return b"request:" + request.request_id.encode()
 
     def route(self, request: RoutingRequest, view: FleetView) -> int:
