@@ -38,15 +38,14 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from kvframe.contract.routing import FleetInfo, ReplicaLoad, Router, RoutingRequest
-from kvframe.domain.request import Request
+from kvframe.contract.routing import FleetInfo, ReplicaLoad, Router
 from kvframe.engine import EngineStalled
 from kvframe.engine.arrivals import ArrivalQueue
 from kvframe.fleet.metrics import fleet_summary
 from kvframe.fleet.replica import FinishTap, Inbox, Replica
-from kvframe.fleet.runner import Fleet, FleetResult, RoutingError
+from kvframe.fleet.runner import Fleet, FleetResult, RoutingError, routing_request
 from kvframe.log import get_logger
-from kvframe.workloads.spec import PromptTokens, Workload
+from kvframe.workloads.spec import Workload
 
 if TYPE_CHECKING:
     from kvframe.engine.metrics import MetricsSummary
@@ -136,7 +135,7 @@ def _route_all(fleet: Fleet, specs: Sequence[RequestSpec]) -> list[tuple[float, 
     while (due := arrivals.next_time) != math.inf:
         view.now = due
         for arrival, spec in arrivals.pop_due(due):
-            choice = router.route(_routing_request(spec, arrival, hasher, stop), view)
+            choice = router.route(routing_request(spec, arrival, hasher, stop), view)
             if isinstance(choice, bool) or not isinstance(choice, int) or not 0 <= choice < n:
                 raise RoutingError(
                     f"router {fleet.router_label!r} returned {choice!r} for request "
@@ -145,37 +144,6 @@ def _route_all(fleet: Fleet, specs: Sequence[RequestSpec]) -> list[tuple[float, 
                 )
             choices.append((arrival, spec, choice))
     return choices
-
-
-def _routing_request(
-    spec: RequestSpec, arrival: float, hasher: Any, stop: tuple[int, ...]
-) -> RoutingRequest:
-    """The request as :class:`~kvframe.fleet.runner.Fleet` hands it to the router."""
-
-    def hash_prompt() -> list[Any]:
-        if hasher is None:
-            return []
-        request = Request(
-            spec.request_id,
-            PromptTokens(spec.prompt),
-            spec.max_tokens,
-            arrival_time=arrival,
-            cache_salt=spec.cache_salt,
-            stop_token_ids=stop,
-            block_hasher=hasher,
-        )
-        return list(request.block_hashes)
-
-    return RoutingRequest(
-        spec.request_id,
-        arrival_time=arrival,
-        num_prompt_tokens=spec.num_prompt_tokens,
-        max_tokens=spec.max_tokens,
-        priority=spec.priority,
-        job_id=spec.job_id,
-        turn=spec.turn or 0,
-        hash_prompt=hash_prompt,
-    )
 
 
 _JOB: dict[str, Any] = {}

@@ -477,30 +477,36 @@ class _FleetRun:
                 heapq.heappush(self.heap, (replica.next_time, choice))
 
     def _routing_request(self, spec: RequestSpec, arrival: float) -> RoutingRequest:
-        hasher = self.hasher
-        stop = self.stop_token_ids
+        return routing_request(spec, arrival, self.hasher, self.stop_token_ids)
 
-        def hash_prompt() -> list[Any]:
-            if hasher is None:
-                return []
-            request = Request(
-                spec.request_id,
-                PromptTokens(spec.prompt),
-                spec.max_tokens,
-                arrival_time=arrival,
-                cache_salt=spec.cache_salt,
-                stop_token_ids=stop,
-                block_hasher=hasher,
-            )
-            return list(request.block_hashes)
 
-        return RoutingRequest(
+def routing_request(
+    spec: RequestSpec, arrival: float, hasher: Any, stop: tuple[int, ...]
+) -> RoutingRequest:
+    """The request as a fleet hands it to its router: block hashes computed only if the
+    router asks for them (``hash_prompt``), with the replicas' own hasher."""
+
+    def hash_prompt() -> list[Any]:
+        if hasher is None:
+            return []
+        request = Request(
             spec.request_id,
+            PromptTokens(spec.prompt),
+            spec.max_tokens,
             arrival_time=arrival,
-            num_prompt_tokens=spec.num_prompt_tokens,
-            max_tokens=spec.max_tokens,
-            priority=spec.priority,
-            job_id=spec.job_id,
-            turn=spec.turn or 0,
-            hash_prompt=hash_prompt,
+            cache_salt=spec.cache_salt,
+            stop_token_ids=stop,
+            block_hasher=hasher,
         )
+        return list(request.block_hashes)
+
+    return RoutingRequest(
+        spec.request_id,
+        arrival_time=arrival,
+        num_prompt_tokens=spec.num_prompt_tokens,
+        max_tokens=spec.max_tokens,
+        priority=spec.priority,
+        job_id=spec.job_id,
+        turn=spec.turn or 0,
+        hash_prompt=hash_prompt,
+    )
